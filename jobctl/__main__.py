@@ -1,0 +1,5 @@
+"""``python -m jobctl``: the command line."""
+
+from .cli import main
+
+main()

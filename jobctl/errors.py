@@ -1,0 +1,129 @@
+"""The verdicts a store answers with, one exception class per verdict class.
+
+The class is the contract; the message is not. Each class carries the verdict
+word that transcripts and the command line print (the newest upstream spelling,
+with underscores) and the process exit code the command line maps it to. Codes
+are distinct per class and never 0, 1 or 2: 1 is "some other failure" (an
+unreadable store, a partial listing) and 2 is a usage error, as upstream.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "JobError",
+    "NotFound",
+    "LeaseHeld",
+    "StaleEpoch",
+    "LeaseExpired",
+    "Terminal",
+    "UnknownSchema",
+    "Invalid",
+    "Refused",
+    "VERDICTS",
+    "verdict_class",
+    "EXIT_FAILURE",
+    "EXIT_USAGE",
+]
+
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+
+
+class JobError(Exception):
+    """Base class of every verdict. ``job_id`` names the record when known."""
+
+    verdict = "refused"
+    exit_code = 10
+    #: The older hyphenated spelling upstream also used for this class.
+    legacy = "refused"
+
+    def __init__(self, message: str = "", job_id: str = "") -> None:
+        self.message = message
+        self.job_id = job_id
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        if self.job_id and self.job_id not in self.message:
+            return f"{self.job_id}: {self.message}" if self.message else self.job_id
+        return self.message
+
+
+class NotFound(JobError):
+    """No record with that id. The request is over."""
+
+    verdict = "not_found"
+    legacy = "not-found"
+    exit_code = 3
+
+
+class LeaseHeld(JobError):
+    """Somebody else holds the lease, or the record moved since it was read."""
+
+    verdict = "lease_held"
+    legacy = "lease-held"
+    exit_code = 4
+
+
+class StaleEpoch(JobError):
+    """The epoch presented is not the record's: somebody claimed since. [JOB-L1]"""
+
+    verdict = "stale_epoch"
+    legacy = "stale-epoch"
+    exit_code = 5
+
+
+class LeaseExpired(JobError):
+    """The epoch is right but the lease lapsed (or was released). [JOB-L5]"""
+
+    verdict = "lease_expired"
+    legacy = "lease-expired"
+    exit_code = 6
+
+
+class Terminal(JobError):
+    """The record is complete, failed or cancelled: nothing reopens it. [JOB-T1]"""
+
+    verdict = "terminal"
+    legacy = "terminal"
+    exit_code = 7
+
+
+class UnknownSchema(JobError):
+    """The record declares a critical model this reader does not know. [JOB-D7]
+
+    The record is fine; this reader is too old. Leave it for a newer one.
+    """
+
+    verdict = "unknown_schema"
+    legacy = "unknown-model"
+    exit_code = 8
+
+
+class Invalid(JobError):
+    """The record or the request is malformed. The request is over."""
+
+    verdict = "invalid"
+    legacy = "invalid"
+    exit_code = 9
+
+
+class Refused(JobError):
+    """Everything else the store turns down: a blank owner, a re-entrant lock, I/O."""
+
+    verdict = "refused"
+    legacy = "refused"
+    exit_code = 10
+
+
+VERDICTS: dict[str, type[JobError]] = {}
+for _cls in (NotFound, LeaseHeld, StaleEpoch, LeaseExpired, Terminal, UnknownSchema, Invalid, Refused):
+    VERDICTS[_cls.verdict] = _cls
+    VERDICTS[_cls.legacy] = _cls
+
+
+def verdict_class(word: str) -> type[JobError]:
+    """The class a verdict word names, in either spelling (``lease_held``/``lease-held``)."""
+    try:
+        return VERDICTS[word]
+    except KeyError:
+        raise ValueError(f"not a verdict word: {word!r}") from None

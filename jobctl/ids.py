@@ -1,0 +1,39 @@
+"""Job ids: minting ``<ms>-<hex20>`` and refusing ids that could escape ``jobs/``."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from .errors import Invalid
+
+__all__ = ["mint", "check"]
+
+
+def mint() -> str:
+    """A fresh id: Unix milliseconds, a dash, ten random bytes as lower-case hex.
+
+    All three upstream implementations mint this form, so the lexical order of
+    ids is creation order while the millisecond field keeps 13 digits.
+    """
+    return f"{time.time_ns() // 1_000_000}-{os.urandom(10).hex()}"
+
+
+def check(job_id: object) -> str:
+    """Return ``job_id`` if it is safe to turn into ``jobs/<id>.json``, else refuse.
+
+    Upstream validates nothing on read; we refuse, before touching the
+    filesystem, any id that is not a string, is blank, holds a separator, NUL
+    or another control character, is ``.``/``..`` or starts with a dot. Every
+    id the upstream implementations mint passes, so this cannot break interop.
+    """
+    if not isinstance(job_id, str):
+        raise Invalid(f"job id must be a string, not {type(job_id).__name__}")
+    if not job_id.strip():
+        raise Invalid("job id is blank")
+    if job_id[0] == ".":
+        raise Invalid(f"job id {job_id!r} starts with a dot")
+    for ch in job_id:
+        if ch in "/\\" or ord(ch) < 0x20 or ord(ch) == 0x7F:
+            raise Invalid(f"job id {job_id!r} holds a separator or control character")
+    return job_id

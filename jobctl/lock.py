@@ -1,0 +1,162 @@
+"""The record lock and the atomic replace (the abstraction-cas file binding).
+
+Every write of ``<id>.json`` happens under ``flock(LOCK_EX)`` on
+``<id>.json.lock``, held from before the read of the current bytes until after
+the rename [JOB-L2]. ``flock`` and not ``fcntl``/``lockf``: on Linux those are a
+separate lock table that the Go and C++ implementations' ``flock`` never sees.
+The lock file is created 0600 and never deleted [JOB-L3] -- a new inode would
+split the lockers into two groups that each think they hold the lock.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import re
+import threading
+from collections.abc import Callable
+
+from .errors import Refused
+
+__all__ = ["change", "read", "sweep", "TEMP_RE"]
+
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+_local = threading.local()
+
+
+def read(path: str) -> bytes | None:
+    """The whole file, or None when it is missing. Empty is not missing."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _held() -> set[str]:
+    got: set[str] | None = getattr(_local, "held", None)
+    if got is None:
+        got = _local.held = set()
+    return got
+
+
+def _fsync_dir(directory: str) -> None:
+    # The rename is durable only once the directory entry is: flush the
+    # directory too. Some filesystems refuse fsync on a directory; that is
+    # their answer, not a failure of the write.
+    fd = os.open(directory, os.O_RDONLY | _O_CLOEXEC | _O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)
+
+
+def _stage(path: str, data: bytes) -> str:
+    """Write ``data`` to a fresh ``<basename>.<unique>.tmp`` beside ``path``, fsynced."""
+    while True:
+        tmp = f"{path}.{os.urandom(5).hex()}.tmp"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC, 0o600)
+        except FileExistsError:
+            continue
+        break
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        _unlink_quietly(tmp)
+        raise
+    os.close(fd)
+    return tmp
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def change(path: str, edit: Callable[[bytes | None], bytes]) -> bytes:
+    """Compare-and-set ``path``: lock, read, ``edit(current)``, replace atomically.
+
+    ``edit`` gets the current bytes (None when missing) and returns the new
+    bytes, or raises to abort with nothing written. Equal bytes write nothing.
+    The replacement is staged in a unique temporary in the same directory,
+    fsynced, renamed over the record, and the directory is fsynced. Taking the
+    same record's lock again inside ``edit`` is refused (it would deadlock).
+    """
+    held = _held()
+    if path in held:
+        raise Refused(f"{path}: lock taken again inside its own edit")
+    fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT | _O_CLOEXEC, 0o600)
+    held.add(path)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        current = read(path)
+        new = edit(current)
+        if new == current:
+            return new
+        tmp = _stage(path, new)
+        try:
+            os.replace(tmp, path)
+        except BaseException:
+            _unlink_quietly(tmp)
+            raise
+        _fsync_dir(os.path.dirname(path) or ".")
+        return new
+    finally:
+        held.discard(path)
+        os.close(fd)  # releases the flock
+
+
+TEMP_RE = re.compile(r"(.+)\.[A-Za-z0-9_]+\.tmp\Z")
+
+
+def sweep(path: str) -> int:
+    """Remove stale temporaries of ``path`` under its lock; return how many.
+
+    A writer killed between staging and rename leaves ``<basename>.<u>.tmp``.
+    Live writers stage only while holding this lock, so under it every match
+    is stale. A name with a further dot in the unique part is not ours.
+    """
+    directory, base = os.path.split(path)
+    directory = directory or "."
+    pattern = re.compile(re.escape(base) + r"\.[A-Za-z0-9_]+\.tmp\Z")
+    held = _held()
+    if path in held:
+        raise Refused(f"{path}: lock taken again inside its own edit")
+    fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT | _O_CLOEXEC, 0o600)
+    held.add(path)
+    removed = 0
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if pattern.match(entry.name) and entry.is_file(follow_symlinks=False):
+                    try:
+                        os.unlink(entry.path)
+                        removed += 1
+                    except FileNotFoundError:
+                        pass
+    finally:
+        held.discard(path)
+        os.close(fd)
+    return removed

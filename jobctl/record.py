@@ -1,0 +1,848 @@
+"""The record: its model, its validation, and its exact bytes on disk.
+
+Pure: no I/O. :func:`decode` turns a file's bytes into a :class:`Record` (or
+refuses with ``Invalid``/``UnknownSchema``); :func:`encode` turns a record back
+into the canonical bytes every upstream writer produces [JOB-E1] [JOB-E6],
+re-deriving ``content``/``critical`` on the way [JOB-D2].
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from . import wire
+from .errors import Invalid, UnknownSchema
+
+__all__ = [
+    "Record",
+    "Progress",
+    "Step",
+    "Lease",
+    "Recall",
+    "Delegation",
+    "Intent",
+    "Envelope",
+    "STATES",
+    "TERMINAL",
+    "WANTS",
+    "MODELS",
+    "BASE",
+    "decode",
+    "encode",
+    "format_time",
+    "parse_time",
+    "ZERO_TIME",
+    "known_models",
+    "understand",
+    "held",
+]
+
+UTC = timezone.utc
+#: Go's spelling of an unset instant; what we write for a never-claimed lease.
+ZERO_TIME = datetime(1, 1, 1, tzinfo=UTC)
+
+STATES = ("pending", "running", "transferred", "complete", "failed", "cancelled")
+TERMINAL = frozenset(("complete", "failed", "cancelled"))
+WANTS = ("run", "pause", "cancel")
+
+BASE = "abstraction.job/base@1"
+INTENT = "abstraction.job/intent@1"
+DELEGATION = "abstraction.job/delegation@1"
+ENVELOPE = "abstraction.job/envelope@1"
+STEP = "abstraction.job/step@1"
+TERMINAL_MODEL = "abstraction.job/terminal@1"
+RECALL = "abstraction.job/recall@1"
+RANGES = "abstraction.download/ranges@1"
+
+#: The normative roster: name -> may it be critical. [JOB-D1]..[JOB-D10]
+MODELS: dict[str, bool] = {
+    BASE: True,
+    INTENT: True,
+    DELEGATION: True,
+    ENVELOPE: True,
+    STEP: False,
+    TERMINAL_MODEL: True,
+    RECALL: True,
+    RANGES: False,
+}
+_NEVER_CRITICAL = frozenset(name for name, ok in MODELS.items() if not ok)
+_CARRIED = (RANGES,)
+# Extension names this process understands well enough to honour when they are
+# marked critical. jobctl's own scheduling keys register here.
+_UNDERSTOOD: set[str] = set(MODELS)
+
+_TOP_KEYS = frozenset(
+    (
+        "content",
+        "critical",
+        "id",
+        "kind",
+        "envelope",
+        "state",
+        "spec",
+        "checkpoint",
+        "progress",
+        "lease",
+        "delegation",
+        "requires",
+        "error",
+        "intent",
+        "extensions",
+        "created_at",
+        "updated_at",
+        "schema",
+    )
+)
+_LEGACY = {
+    3: ([BASE], [BASE]),
+    4: ([BASE, INTENT], [BASE, INTENT]),
+    5: ([BASE, INTENT, STEP], [BASE, INTENT]),
+}
+_INT64 = (1 << 63) - 1
+
+
+def understand(name: str) -> None:
+    """Declare that this process honours the extension ``name`` when it is critical."""
+    _UNDERSTOOD.add(name)
+
+
+def known_models() -> frozenset[str]:
+    return frozenset(_UNDERSTOOD)
+
+
+# -- timestamps [JOB-E5] ---------------------------------------------------
+
+_RFC3339 = re.compile(r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?([Zz]|[+-]\d{2}:\d{2})\Z")
+
+
+def parse_time(text: Any, what: str) -> datetime | None:
+    """Read an RFC 3339 instant leniently; ``""``/``null`` mean unset (None)."""
+    if text is None or text == "":
+        return None
+    if not isinstance(text, str):
+        raise Invalid(f"{what} is not a timestamp")
+    if len(text) == 27 and text[26] == "Z" and text[10] == "T" and text[19] == ".":
+        try:
+            return datetime.fromisoformat(text[:26] + "+00:00")
+        except ValueError:
+            pass
+    m = _RFC3339.match(text)
+    if m is None:
+        raise Invalid(f"{what} {text!r} is not an RFC 3339 timestamp")
+    year, month, day, hour, minute, second, frac, zone = m.groups()
+    micro = int((frac or "0")[:6].ljust(6, "0"))
+    try:
+        when = datetime(int(year), int(month), int(day), int(hour), int(minute), int(second), micro, tzinfo=UTC)
+        if zone not in ("Z", "z"):
+            sign = 1 if zone[0] == "+" else -1
+            when -= sign * timedelta(hours=int(zone[1:3]), minutes=int(zone[4:6]))
+    except (ValueError, OverflowError):
+        raise Invalid(f"{what} {text!r} is not a valid instant") from None
+    return when
+
+
+def format_time(when: datetime | None) -> str:
+    """``YYYY-MM-DDTHH:MM:SS.ffffffZ`` in UTC, six digits always; None is Go's zero."""
+    if when is None:
+        when = ZERO_TIME
+    if when.tzinfo is None:
+        raise Invalid("timestamps must be timezone-aware")
+    if when.utcoffset():
+        when = when.astimezone(UTC)
+    return (
+        f"{when.year:04d}-{when.month:02d}-{when.day:02d}T"
+        f"{when.hour:02d}:{when.minute:02d}:{when.second:02d}.{when.microsecond:06d}Z"
+    )
+
+
+# -- the model ------------------------------------------------------------
+
+
+@dataclass
+class Step:
+    name: str
+    ordinal: int
+    of: int = 0
+    done: int = 0
+    total: int = 0
+
+
+@dataclass
+class Progress:
+    done: int = 0
+    total: int = 0
+    updated_at: datetime | None = None
+    step: Step | None = None
+
+
+@dataclass
+class Recall:
+    reason: str
+    at: datetime | None = None
+    until: datetime | None = None
+    by: str = ""
+
+
+@dataclass
+class Lease:
+    owner: str = ""
+    epoch: int = 0
+    expires_at: datetime | None = None
+    recall: Recall | None = None
+
+
+@dataclass
+class Delegation:
+    system: str
+    external_id: str
+    delivered: bool = False
+
+
+@dataclass
+class Intent:
+    want: str
+    by: str = ""
+    at: datetime | None = None
+
+
+@dataclass
+class Envelope:
+    schema: str
+    actions: list[str] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class Record:
+    """One job. ``spec``, ``checkpoint`` and ``extensions`` values are opaque.
+
+    A caller may set them to ordinary dicts and lists. Values read from disk
+    keep their exact bytes until they are replaced or changed in place.
+    ``content`` and ``critical`` are the lists as read; they are re-derived on
+    every write and need not be set by a caller.
+    """
+
+    id: str = ""
+    kind: str = ""
+    spec: Any = None
+    checkpoint: Any = None
+    state: str = "pending"
+    progress: Progress = field(default_factory=Progress)
+    lease: Lease = field(default_factory=Lease)
+    intent: Intent | None = None
+    error: str = ""
+    extensions: dict[str, Any] = field(default_factory=dict)
+    requires: list[str] = field(default_factory=list)
+    delegation: Delegation | None = None
+    envelope: Envelope | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    content: list[str] = field(default_factory=list)
+    critical: list[str] = field(default_factory=list)
+    # slot -> compact text as read; "spec", "checkpoint", or "x:" + extension key.
+    # Filled from _text on first need: a listing never pays for it.
+    _raw: dict[str, str] = field(default_factory=dict, repr=False)
+    _text: str | None = field(default=None, repr=False)
+    _error_present: bool = field(default=False, repr=False)
+
+    def _load_raw(self) -> None:
+        text, self._text = self._text, None
+        if text is None:
+            return
+        members, _ = wire.parse_object_members(text, wire._WS.match(text).end(), "record")  # type: ignore[union-attr]
+        for name, _value, start, end in members:
+            if name in ("spec", "checkpoint"):
+                self._raw[name] = wire.compact(text[start:end])
+            elif name == "extensions" and text[start] == "{":
+                for key, _v, vs, ve in wire.parse_object_members(text, start, "extensions")[0]:
+                    self._raw["x:" + key] = wire.compact(text[vs:ve])
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL
+
+    @property
+    def want(self) -> str:
+        """The intent's word; absent intent reads ``run`` [JOB-I2]."""
+        return self.intent.want if self.intent is not None else "run"
+
+    @property
+    def paused(self) -> bool:
+        return self.want == "pause" and not self.terminal
+
+    def opaque_text(self, slot: str) -> str | None:
+        """The compact text of ``spec``, ``checkpoint`` or ``x:<extension key>``.
+
+        Exactly as read when the value is unchanged; freshly serialised when the
+        caller replaced or changed it. None when the field is absent.
+        """
+        if slot == "spec":
+            value = self.spec
+        elif slot == "checkpoint":
+            value = self.checkpoint
+        else:
+            value = self.extensions.get(slot[2:], _ABSENT)
+            if value is _ABSENT:
+                return None
+        if value is None and slot != "spec" and slot[:2] != "x:":
+            return None
+        if self._text is not None:
+            self._load_raw()
+        raw = self._raw.get(slot)
+        if raw is not None:
+            if isinstance(value, wire.Raw):
+                return value.text
+            if _same_value(raw, value):
+                return raw
+        return wire.dumps_compact(value)
+
+    def checkpoint_text(self) -> str | None:
+        """The checkpoint compact (spelling kept), or None when there is none."""
+        return self.opaque_text("checkpoint")
+
+    def copy(self) -> Record:
+        """A deep copy [JOB-M2]: nothing the copy's holder does reaches this one."""
+        return decode(encode(self, rederive=False))
+
+
+_ABSENT = object()
+
+
+def _same_value(raw: str, value: Any) -> bool:
+    try:
+        return bool(wire.parse_value(raw) == value)
+    except Exception:
+        return False
+
+
+def held(lease: Lease, now: datetime) -> bool:
+    """A lease is held while it has an owner and has not expired."""
+    return lease.owner != "" and lease.expires_at is not None and now < lease.expires_at
+
+
+# -- decode ---------------------------------------------------------------
+
+
+def _str(value: Any, what: str) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise Invalid(f"{what} is not a string")
+    return value
+
+
+def _int(value: Any, what: str) -> int:
+    if value is None:
+        return 0
+    if type(value) is not int:
+        raise Invalid(f"{what} is not an integer")
+    if value < 0:
+        raise Invalid(f"{what} is negative")
+    if value > _INT64:
+        raise Invalid(f"{what} does not fit in 64 bits")
+    return value
+
+
+def _obj(value: Any, what: str, allowed: frozenset[str]) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise Invalid(f"{what} is not an object")
+    for key in value:
+        if key not in allowed:
+            raise Invalid(f"unknown field {what}.{key}")
+    return value
+
+
+def _names(value: Any, what: str) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise Invalid(f"{what} is not an array of strings")
+    return value
+
+
+_PROGRESS_KEYS = frozenset(("done", "total", "updated_at", "step"))
+_STEP_KEYS = frozenset(("name", "ordinal", "of", "done", "total"))
+_LEASE_KEYS = frozenset(("owner", "epoch", "expires_at", "recall"))
+_RECALL_KEYS = frozenset(("reason", "by", "at", "until"))
+_DELEGATION_KEYS = frozenset(("system", "external_id", "delivered"))
+_INTENT_KEYS = frozenset(("want", "by", "at"))
+_ENVELOPE_KEYS = frozenset(("schema", "actions"))
+
+
+def decode(data: bytes | str, job_id: str = "") -> Record:
+    """Read one record file, validating everything a writer promises.
+
+    Refusals: ``Invalid`` (bad JSON, a duplicate name, an unknown field, a
+    broken rule), ``UnknownSchema`` (a critical model this reader does not
+    know, or a legacy ``schema`` other than 3/4/5). ``job_id`` only labels
+    the error message.
+    """
+    try:
+        return _decode(data)
+    except (Invalid, UnknownSchema) as exc:
+        if job_id and not exc.job_id:
+            exc.job_id = job_id
+        raise
+
+
+def _decode(data: bytes | str) -> Record:
+    if isinstance(data, bytes):
+        if data.startswith(b"\xef\xbb\xbf"):
+            raise Invalid("record starts with a byte order mark")
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise Invalid(f"record is not UTF-8 (byte {exc.start})") from None
+    else:
+        text = data
+    wire.check_text(text)
+    start = wire._WS.match(text).end()  # type: ignore[union-attr]
+    if start >= len(text) or text[start] != "{":
+        raise Invalid("record is not a JSON object")
+    top, end = wire.scan_value(text, start)  # duplicate names refused at every depth [JOB-E9]
+    if wire._WS.match(text, end).end() != len(text):  # type: ignore[union-attr]
+        raise Invalid("extra data after the record")
+    wire.check_surrogates(text, top)
+
+    # content first: a record must say what it contains; then critical [JOB-D10].
+    content = _names(top.get("content"), "content")
+    critical = _names(top.get("critical"), "critical")
+    if not content:
+        schema = top.get("schema")
+        if schema is None:
+            raise Invalid("a record must say what it contains: no content")
+        if type(schema) is not int:
+            raise Invalid("legacy schema is not an integer")
+        if schema not in _LEGACY:
+            raise UnknownSchema(f"unknown legacy schema {schema}")
+        content, critical = (list(x) for x in _LEGACY[schema])
+        if top.get("delegation") is not None:
+            content.append(DELEGATION)
+            critical.append(DELEGATION)
+    critical = [name for name in critical if name not in _NEVER_CRITICAL]
+    for name in critical:
+        if name not in _UNDERSTOOD:
+            raise UnknownSchema(f"critical model {name} is unknown to this reader")
+    for name in critical:
+        if name not in content:
+            raise Invalid(f"critical model {name} is not in content")
+    for key in top:
+        if key not in _TOP_KEYS:
+            raise Invalid(f"unknown field {key}")
+
+    rec = Record(content=content, critical=critical, _text=text)
+    intent = _obj(top.get("intent"), "intent", _INTENT_KEYS)
+    if intent is not None:
+        want = intent.get("want")
+        if want not in WANTS:
+            raise Invalid(f"intent.want {want!r} is not run, pause or cancel")
+        rec.intent = Intent(want, _str(intent.get("by"), "intent.by"), parse_time(intent.get("at"), "intent.at"))
+    rec.id = _str(top.get("id"), "id")
+    if not rec.id.strip():
+        raise Invalid("id is blank")
+    rec.kind = _str(top.get("kind"), "kind")
+    if not rec.kind.strip():
+        raise Invalid("kind is blank")
+    state = top.get("state")
+    if state not in STATES:
+        raise Invalid(f"state {state!r} is not a state")
+    rec.state = state
+    envelope = _obj(top.get("envelope"), "envelope", _ENVELOPE_KEYS)
+    if envelope is not None:
+        rec.envelope = Envelope(
+            _str(envelope.get("schema"), "envelope.schema"), list(_names(envelope.get("actions"), "envelope.actions"))
+        )
+        check_envelope(rec.envelope)
+
+    if "spec" not in top or top["spec"] is None:
+        raise Invalid("spec is missing or null")
+    rec.spec = top["spec"]
+    rec.checkpoint = top.get("checkpoint")
+
+    progress = _obj(top.get("progress"), "progress", _PROGRESS_KEYS) or {}
+    rec.progress = Progress(
+        _int(progress.get("done"), "progress.done"),
+        _int(progress.get("total"), "progress.total"),
+        parse_time(progress.get("updated_at"), "progress.updated_at"),
+    )
+    step = _obj(progress.get("step"), "progress.step", _STEP_KEYS)
+    if step is not None:
+        rec.progress.step = Step(
+            _str(step.get("name"), "progress.step.name"),
+            _int(step.get("ordinal"), "progress.step.ordinal"),
+            _int(step.get("of"), "progress.step.of"),
+            _int(step.get("done"), "progress.step.done"),
+            _int(step.get("total"), "progress.step.total"),
+        )
+        _check_step(rec.progress.step)
+
+    lease = _obj(top.get("lease"), "lease", _LEASE_KEYS) or {}
+    rec.lease = Lease(
+        _str(lease.get("owner"), "lease.owner"),
+        _int(lease.get("epoch"), "lease.epoch"),
+        parse_time(lease.get("expires_at"), "lease.expires_at"),
+    )
+    recall = _obj(lease.get("recall"), "lease.recall", _RECALL_KEYS)
+    if recall is not None:
+        rec.lease.recall = Recall(
+            _str(recall.get("reason"), "lease.recall.reason"),
+            parse_time(recall.get("at"), "lease.recall.at"),
+            parse_time(recall.get("until"), "lease.recall.until"),
+            _str(recall.get("by"), "lease.recall.by"),
+        )
+        _check_recall(rec.lease.recall)
+
+    delegation = _obj(top.get("delegation"), "delegation", _DELEGATION_KEYS)
+    if delegation is not None:
+        delivered = delegation.get("delivered")
+        if delivered is not None and not isinstance(delivered, bool):
+            raise Invalid("delegation.delivered is not a boolean")
+        rec.delegation = Delegation(
+            _str(delegation.get("system"), "delegation.system"),
+            _str(delegation.get("external_id"), "delegation.external_id"),
+            bool(delivered),
+        )
+        _check_delegation(rec.delegation)
+
+    rec.requires = list(_names(top.get("requires"), "requires"))
+    rec.error = _str(top.get("error"), "error")
+    if "error" in top and not rec.error:
+        rec._error_present = True  # written back only by a faithful (non-deriving) encode
+
+    extensions = top.get("extensions")
+    if extensions is not None:
+        if not isinstance(extensions, dict):
+            raise Invalid("extensions is not an object")
+        for name, value in extensions.items():
+            if not name.strip():
+                raise Invalid("an extension key is blank")
+            rec.extensions[name] = value
+
+    rec.created_at = parse_time(top.get("created_at"), "created_at")
+    rec.updated_at = parse_time(top.get("updated_at"), "updated_at")
+    return rec
+
+
+# -- validation shared by decode and encode ---------------------------------
+
+
+def _check_step(step: Step) -> None:
+    if not step.name.strip():
+        raise Invalid("progress.step.name is blank")
+    if step.ordinal < 1:
+        raise Invalid("progress.step.ordinal is below 1")
+    if step.of and step.ordinal > step.of:
+        raise Invalid("progress.step.ordinal is past progress.step.of")
+
+
+def _check_recall(recall: Recall) -> None:
+    if not recall.reason.strip():
+        raise Invalid("lease.recall.reason is blank")
+    if recall.until is None:
+        raise Invalid("lease.recall.until is not set")
+
+
+def _check_delegation(delegation: Delegation) -> None:
+    if not delegation.system.strip() or not delegation.external_id.strip():
+        raise Invalid("delegation needs both system and external_id")
+
+
+_LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
+_SCHEMA = re.compile(rf"({_LABEL}(?:\.{_LABEL})*)/({_LABEL})@([1-9][0-9]{{0,8}})\Z")
+_BARE = re.compile(r"[a-z0-9](?:[a-z0-9_-]{0,62}[a-z0-9])?\Z")
+BASE_ACTIONS = ("pause", "resume", "cancel", "recall")
+
+
+def valid_schema(schema: str) -> bool:
+    """The envelope schema grammar [JOB-V1]: ``namespace/name@version``, at most 128 bytes."""
+    return len(schema.encode()) <= 128 and _SCHEMA.match(schema) is not None
+
+
+def split_action(action: str) -> tuple[str, str] | None:
+    """``(schema, bare)`` for a well-formed action name [JOB-V2] (schema "" if bare), else None."""
+    if action.count("#") > 1:
+        return None
+    schema, sep, bare = action.rpartition("#")
+    if sep and not valid_schema(schema):
+        return None
+    if _BARE.match(bare) is None:
+        return None
+    return schema, bare
+
+
+def check_envelope(envelope: Envelope) -> None:
+    """Refuse an envelope whose schema or actions break [JOB-V1]..[JOB-V3]."""
+    if not valid_schema(envelope.schema):
+        raise Invalid(f"envelope.schema {envelope.schema!r} is not namespace/name@version")
+    seen: set[str] = set()
+    for action in envelope.actions:
+        parts = split_action(action)
+        if parts is None:
+            raise Invalid(f"envelope action {action!r} is not an action name")
+        schema, bare = parts
+        if not schema and bare not in BASE_ACTIONS:
+            raise Invalid(f"bare envelope action {action!r} is not one of {', '.join(BASE_ACTIONS)}")
+        if schema == "abstraction.job/base@1":
+            raise Invalid(f"envelope action {action!r} spells a base action long; write {bare!r}")
+        if schema and schema != envelope.schema:
+            raise Invalid(f"envelope action {action!r} names a schema other than the record's")
+        if action in seen:
+            raise Invalid(f"envelope action {action!r} is listed twice")
+        seen.add(action)
+
+
+def ask(rec: Record, action: str, schemas: list[str], actions: list[str]) -> str:
+    """What a supervisor holding ``schemas`` and ``actions`` is told when it asks [JOB-V6].
+
+    ``ok``, ``invalid`` (not an action name), ``unknown_schema`` (the record's
+    or the action's schema is not the supervisor's) or ``not_supported``.
+    """
+    parts = split_action(action)
+    if parts is None:
+        return "invalid"
+    schema, bare = parts
+    if not schema and bare not in BASE_ACTIONS:
+        return "invalid"
+    if rec.envelope is None:
+        return "not_supported"
+    if rec.envelope.schema not in schemas or (schema and schema not in schemas):
+        return "unknown_schema"
+    if action not in rec.envelope.actions or action not in actions:
+        return "not_supported"
+    return "ok"
+
+
+# -- checkpoint ranges [JOB-C1]..[JOB-C5] -------------------------------------
+
+
+def _offset(value: Any, what: str) -> int:
+    if type(value) is not int:
+        raise Invalid(f"checkpoint {what} is not a whole number")
+    if value < 0:
+        raise Invalid(f"checkpoint {what} is negative")
+    return value
+
+
+def canonical_ranges(checkpoint_text: str) -> str | None:
+    """The canonical checkpoint when it is an object holding ``verified``, else None.
+
+    ``verified_prefix`` first, then the sorted, merged ``verified`` list
+    (touching ranges merge, empty ones drop), then every other member sorted
+    by name with its value verbatim.
+    """
+    if not checkpoint_text.startswith("{") or '"verified"' not in checkpoint_text:
+        return None
+    members, _ = wire.parse_object_members(checkpoint_text, 0, "checkpoint")
+    found = {name: (value, s, e) for name, value, s, e in members}
+    if "verified" not in found:
+        return None
+    verified = found["verified"][0]
+    if not isinstance(verified, list):
+        raise Invalid("checkpoint verified is not an array")
+    ranges: list[tuple[int, int]] = []
+    for pair in verified:
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise Invalid("checkpoint verified holds something other than [start, end] pairs")
+        start, end = _offset(pair[0], "range start"), _offset(pair[1], "range end")
+        if end < start:
+            raise Invalid(f"checkpoint range [{start}, {end}] ends before it starts")
+        if end > start:
+            ranges.append((start, end))
+    if "verified_prefix" in found:
+        prefix = _offset(found["verified_prefix"][0], "verified_prefix")
+        if prefix > 0:
+            ranges.append((0, prefix))
+    ranges.sort()
+    merged: list[list[int]] = []
+    for start, end in ranges:
+        if merged and start <= merged[-1][1]:
+            if end > merged[-1][1]:
+                merged[-1][1] = end
+        else:
+            merged.append([start, end])
+    prefix = merged[0][1] if merged and merged[0][0] == 0 else 0
+    parts = [f'"verified_prefix":{prefix}', '"verified":[' + ",".join(f"[{s},{e}]" for s, e in merged) + "]"]
+    others = sorted((name, s, e) for name, _, s, e in members if name not in ("verified", "verified_prefix"))
+    for name, s, e in others:
+        parts.append(wire.escape(name) + ":" + checkpoint_text[s:e])
+    return "{" + ",".join(parts) + "}"
+
+
+# -- encode -----------------------------------------------------------------
+
+
+def derive(rec: Record, has_ranges: bool) -> tuple[list[str], list[str]]:
+    """``content``/``critical`` for ``rec`` as it is about to be written [JOB-D2]."""
+    content = [BASE]
+    critical = [BASE]
+    if rec.intent is not None:
+        content.append(INTENT)
+        critical.append(INTENT)
+    if rec.delegation is not None:
+        content.append(DELEGATION)
+        critical.append(DELEGATION)
+    if rec.envelope is not None:
+        content.append(ENVELOPE)
+        critical.append(ENVELOPE)
+    if rec.progress.step is not None:
+        content.append(STEP)
+    if rec.state in TERMINAL:
+        content.append(TERMINAL_MODEL)
+        critical.append(TERMINAL_MODEL)
+    if rec.lease.recall is not None:
+        content.append(RECALL)
+        critical.append(RECALL)
+    carried = {name for name in rec.content if name in _CARRIED}
+    if has_ranges:
+        carried.add(RANGES)
+    content.extend(sorted(carried))
+    content.extend(sorted(rec.extensions))  # [JOB-D3]
+    present = set(content)
+    for name in rec.critical:
+        if name not in _NEVER_CRITICAL and name in present and name not in critical:
+            critical.append(name)
+    return content, critical
+
+
+def _names_block(key: str, names: list[str]) -> str:
+    return f'  "{key}": [\n' + ",\n".join("    " + wire.escape(n) for n in names) + "\n  ],\n"
+
+
+def encode(rec: Record, rederive: bool = True) -> bytes:
+    """The canonical bytes of ``rec`` [JOB-E1]..[JOB-E6], validated on the way out.
+
+    With ``rederive`` (every store write) ``content``/``critical`` are derived
+    afresh. Without it the encode is *faithful*: the lists are written as they
+    were read and an explicitly empty ``error`` stays, so any record written by
+    a conforming writer comes back byte for byte (:meth:`Record.copy`, tests).
+    """
+    if not isinstance(rec.id, str) or not rec.id.strip():
+        raise Invalid("id is blank")
+    if not isinstance(rec.kind, str) or not rec.kind.strip():
+        raise Invalid("kind is blank", rec.id)
+    if rec.state not in STATES:
+        raise Invalid(f"state {rec.state!r} is not a state", rec.id)
+    if rec.intent is not None and rec.intent.want not in WANTS:
+        raise Invalid(f"intent.want {rec.intent.want!r} is not run, pause or cancel", rec.id)
+    if rec.envelope is not None:
+        check_envelope(rec.envelope)
+    if rec.spec is None:
+        raise Invalid("spec is missing", rec.id)
+    spec = rec.opaque_text("spec")
+    checkpoint = rec.opaque_text("checkpoint")
+    has_ranges = False
+    if checkpoint is not None:
+        ranged = canonical_ranges(checkpoint)
+        if ranged is not None:
+            checkpoint, has_ranges = ranged, True
+    progress = rec.progress
+    for what, value in (("progress.done", progress.done), ("progress.total", progress.total)):
+        _int(value, what)
+    if progress.step is not None:
+        for what, value in (
+            ("ordinal", progress.step.ordinal),
+            ("of", progress.step.of),
+            ("done", progress.step.done),
+            ("total", progress.step.total),
+        ):
+            _int(value, "progress.step." + what)
+        _check_step(progress.step)
+    lease = rec.lease
+    _int(lease.epoch, "lease.epoch")
+    if lease.recall is not None:
+        _check_recall(lease.recall)
+    if rec.delegation is not None:
+        _check_delegation(rec.delegation)
+    ext_texts: list[tuple[str, str]] = []
+    for key in sorted(rec.extensions):
+        if not isinstance(key, str) or not key.strip():
+            raise Invalid("an extension key is blank", rec.id)
+        text = rec.opaque_text("x:" + key)
+        assert text is not None
+        ext_texts.append((key, text))
+    for name in rec.requires:
+        if not isinstance(name, str):
+            raise Invalid("requires holds something other than a string", rec.id)
+
+    if rederive:
+        content, critical = derive(rec, has_ranges)
+    else:
+        content, critical = rec.content, rec.critical
+    for name in critical:
+        if name not in _UNDERSTOOD:
+            raise UnknownSchema(f"critical model {name} is unknown to this writer", rec.id)
+
+    out = ["{\n", _names_block("content", content)]
+    if critical:
+        out.append(_names_block("critical", critical))
+    out.append(f'  "id": {wire.escape(rec.id)},\n  "kind": {wire.escape(rec.kind)},\n')
+    if rec.envelope is not None:
+        out.append(f'  "envelope": {{\n    "schema": {wire.escape(rec.envelope.schema)}')
+        if rec.envelope.actions:
+            out.append(',\n    "actions": [\n')
+            out.append(",\n".join("      " + wire.escape(a) for a in rec.envelope.actions))
+            out.append("\n    ]")
+        out.append("\n  },\n")
+    out.append(f'  "state": "{rec.state}",\n  "spec": {wire.indent(spec, 1)},\n')  # type: ignore[arg-type]
+    if checkpoint is not None:
+        out.append(f'  "checkpoint": {wire.indent(checkpoint, 1)},\n')
+    out.append(f'  "progress": {{\n    "done": {progress.done},\n')
+    if progress.total:
+        out.append(f'    "total": {progress.total},\n')
+    out.append(f'    "updated_at": "{format_time(progress.updated_at)}"')
+    if progress.step is not None:
+        st = progress.step
+        out.append(f',\n    "step": {{\n      "name": {wire.escape(st.name)},\n      "ordinal": {st.ordinal}')
+        for key, value in (("of", st.of), ("done", st.done), ("total", st.total)):
+            if value:
+                out.append(f',\n      "{key}": {value}')
+        out.append("\n    }")
+    out.append("\n  },\n")
+    out.append(
+        f'  "lease": {{\n    "owner": {wire.escape(lease.owner)},\n    "epoch": {lease.epoch},\n'
+        f'    "expires_at": "{format_time(lease.expires_at)}"'
+    )
+    if lease.recall is not None:
+        rc = lease.recall
+        out.append(f',\n    "recall": {{\n      "reason": {wire.escape(rc.reason)},\n')
+        if rc.by:
+            out.append(f'      "by": {wire.escape(rc.by)},\n')
+        out.append(f'      "at": "{format_time(rc.at)}",\n      "until": "{format_time(rc.until)}"\n    }}')
+    out.append("\n  },\n")
+    if rec.delegation is not None:
+        dg = rec.delegation
+        out.append(
+            f'  "delegation": {{\n    "system": {wire.escape(dg.system)},\n'
+            f'    "external_id": {wire.escape(dg.external_id)}'
+        )
+        if dg.delivered:
+            out.append(',\n    "delivered": true')
+        out.append("\n  },\n")
+    if rec.requires:
+        out.append(_names_block("requires", rec.requires))
+    if rec.error or (not rederive and rec._error_present):
+        out.append(f'  "error": {wire.escape(rec.error)},\n')
+    if rec.intent is not None:
+        it = rec.intent
+        out.append(f'  "intent": {{\n    "want": "{it.want}"')
+        if it.by:
+            out.append(f',\n    "by": {wire.escape(it.by)}')
+        if it.at is not None:
+            out.append(f',\n    "at": "{format_time(it.at)}"')
+        out.append("\n  },\n")
+    if ext_texts:
+        out.append('  "extensions": {\n')
+        out.append(",\n".join(f"    {wire.escape(k)}: {wire.indent(t, 2)}" for k, t in ext_texts))
+        out.append("\n  },\n")
+    out.append(f'  "created_at": "{format_time(rec.created_at)}",\n')
+    out.append(f'  "updated_at": "{format_time(rec.updated_at)}"\n}}\n')
+    return "".join(out).encode("utf-8")
+
+
+def compact_json(value: Any) -> str:
+    """Compact JSON of a plain value, under the record's escape policy."""
+    return wire.dumps_compact(value)

@@ -1,0 +1,104 @@
+"""What every store promises: the operations of the job contract and their refusals.
+
+Refusals are listed in the order they are checked. Every record handed in or
+returned is the caller's own copy [JOB-M2]. ``now`` is the store's own clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from ..errors import JobError
+from ..record import Record
+
+__all__ = ["Store", "Listing", "UNSET"]
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+#: "Leave this field as it is" for optional arguments where None is a value.
+UNSET: Any = _Unset()
+
+
+class Listing(list[Record]):
+    """Records sorted by id, plus the ones that could not be read.
+
+    ``unreadable`` holds ``(id, verdict)`` pairs: a broken record (``Invalid``)
+    or one written for a newer reader (``UnknownSchema``). A listing never
+    refuses as a whole, and never skips a record silently.
+    """
+
+    def __init__(
+        self, records: list[Record] | None = None, unreadable: list[tuple[str, JobError]] | None = None
+    ) -> None:
+        super().__init__(records or [])
+        self.unreadable: list[tuple[str, JobError]] = unreadable or []
+
+
+class Store(Protocol):
+    def submit(self, record: Record) -> str:
+        """Write a new job; return its id (minted when ``record.id`` is empty).
+
+        Refusals: an existing id -> ``Invalid``; a record that does not
+        validate -> ``Invalid``/``UnknownSchema``. The state defaults to
+        ``pending`` [JOB-S1]; the lease starts unset.
+        """
+        ...
+
+    def load(self, job_id: str) -> Record:
+        """Read one record without locking. ``NotFound``, ``Invalid``, ``UnknownSchema``."""
+        ...
+
+    def list(self) -> Listing:
+        """Every record, sorted by id, with the unreadable ones named."""
+        ...
+
+    def claim(self, job_id: str, owner: str, ttl_seconds: float) -> Record:
+        """Take the lease for ``ttl_seconds``; the epoch rises by one [JOB-L4].
+
+        Refusals: blank owner -> ``Refused`` [JOB-O3]; ``NotFound``; the record
+        moved since it was read -> ``LeaseHeld``; terminal -> ``Terminal``
+        [JOB-T1]; held by another owner, or by this owner under a recall ->
+        ``LeaseHeld`` [JOB-O1] [JOB-R5]. Everything but the lease and the
+        state is kept as found [JOB-O5]; ``updated_at`` does not move.
+        """
+        ...
+
+    def renew(self, job_id: str, epoch: int, ttl_seconds: float) -> Record:
+        """Extend the lease (capped at a recall's ``until`` [JOB-R4]).
+
+        ``StaleEpoch``, then ``LeaseExpired``. Allowed on terminal records [JOB-T6].
+        """
+        ...
+
+    def release(self, job_id: str, epoch: int) -> Record:
+        """Give the lease up: ``running`` becomes ``pending`` unless delegated [JOB-L6].
+
+        ``Terminal`` [JOB-T5], ``StaleEpoch``, ``LeaseExpired``. A recall stays [JOB-R6].
+        """
+        ...
+
+    def update(self, job_id: str, epoch: int, mutate: Callable[[Record], object]) -> Record:
+        """Apply ``mutate`` to the record as found under the lock, as its holder.
+
+        ``Terminal`` (judged as read) [JOB-T3], ``StaleEpoch`` [JOB-L1],
+        ``LeaseExpired`` [JOB-L5], whatever ``mutate`` raises, then ``Invalid``
+        when an immutable field moved [JOB-M1].
+        """
+        ...
+
+    def orphans(self) -> Listing:
+        """Records nobody holds that a sweep may adopt [JOB-I11] [JOB-I12] [JOB-T2]."""
+        ...
+
+    def set_intent(self, job_id: str, want: str, by: str) -> Record:
+        """Record what somebody wants (run, pause, cancel); presents no epoch [JOB-I3]."""
+        ...
+
+    def recall(self, job_id: str, epoch: int, reason: str, by: str, grace: float) -> Record:
+        """Demand the lease back within ``grace`` seconds [JOB-R1]..[JOB-R3]."""
+        ...

@@ -1,0 +1,390 @@
+"""The file store: one directory, one JSON file per job, ``flock`` per record.
+
+Layout [JOB-W1] [JOB-W3]::
+
+    <root>/jobs/<id>.json          the record
+    <root>/jobs/<id>.json.lock     its lock (never removed)
+    <root>/jobs/<id>.json.<u>.tmp  a replacement being staged
+    <root>/work/<id>               a name reserved for the job; never created here
+
+Every write is a compare-and-set under the record's lock (:func:`jobctl.lock.change`):
+the current record is decoded, the preconditions run on it *as read*, the
+change is applied, and the record is re-encoded with ``content``/``critical``
+derived afresh. ``load`` and ``list`` never lock.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from .. import ids, lock
+from ..errors import Invalid, JobError, LeaseExpired, LeaseHeld, NotFound, Refused, StaleEpoch, Terminal
+from ..record import (
+    STATES,
+    WANTS,
+    Intent,
+    Lease,
+    Recall,
+    Record,
+    decode,
+    encode,
+    held,
+)
+from ..wire import Raw
+from .base import UNSET, Listing
+
+__all__ = ["FileStore", "Clock"]
+
+Clock = Callable[[], datetime]
+
+
+def _system_clock() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _seconds(value: Any, what: str) -> timedelta:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise Invalid(f"{what} must be a non-negative number of seconds, not {value!r}")
+    return timedelta(seconds=value)
+
+
+def _epoch(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise Invalid(f"epoch must be a non-negative integer, not {value!r}")
+    return value
+
+
+_TEMP = re.compile(r"(.+\.json)\.[A-Za-z0-9_]+\.tmp\Z")
+
+
+class FileStore:
+    """A store rooted at a directory; opening it creates ``jobs/`` and ``work/``."""
+
+    def __init__(self, root: str | os.PathLike[str], clock: Clock | None = None) -> None:
+        self.root = os.fspath(root)
+        self.jobs_dir = os.path.join(self.root, "jobs")
+        self.work_dir = os.path.join(self.root, "work")
+        os.makedirs(self.jobs_dir, mode=0o755, exist_ok=True)
+        os.makedirs(self.work_dir, mode=0o755, exist_ok=True)
+        self._clock: Clock = clock or _system_clock
+
+    def __repr__(self) -> str:
+        return f"FileStore({self.root!r})"
+
+    def now(self) -> datetime:
+        return self._clock()
+
+    def path(self, job_id: str) -> str:
+        """``<root>/jobs/<id>.json`` for a safe id."""
+        return os.path.join(self.jobs_dir, ids.check(job_id) + ".json")
+
+    def work_path(self, job_id: str) -> str:
+        """``<root>/work/<id>``: the job's scratch name. Never created by the store [JOB-W1]."""
+        return os.path.join(self.work_dir, ids.check(job_id))
+
+    # -- reads ---------------------------------------------------------------
+
+    def load(self, job_id: str) -> Record:
+        data = lock.read(self.path(job_id))
+        if data is None:
+            raise NotFound(f"no job {job_id}", job_id)
+        return decode(data, job_id)
+
+    def ids(self) -> list[str]:
+        """Ids of every record file, sorted by byte order."""
+        out = []
+        with os.scandir(self.jobs_dir) as entries:
+            for entry in entries:
+                name = entry.name
+                if name.endswith(".json") and not name.startswith(".") and entry.is_file():
+                    out.append(name[:-5])
+        out.sort()
+        return out
+
+    def list(self) -> Listing:
+        listing = Listing()
+        jobs = self.jobs_dir
+        for job_id in self.ids():
+            data = lock.read(os.path.join(jobs, job_id + ".json"))
+            if data is None:
+                continue  # removed by hand since the directory was read
+            try:
+                listing.append(decode(data, job_id))
+            except JobError as exc:
+                listing.unreadable.append((job_id, exc))
+        return listing
+
+    def orphans(self) -> Listing:
+        """Records a sweep may adopt: not terminal, not held, and stranded.
+
+        Stranded means not ``transferred`` (the bytes are delivered; the
+        external system finishes it) [JOB-T2], and not paused unless still
+        ``running`` under a dead owner [JOB-I11] [JOB-I12]. Freshly submitted
+        records are orphans. Records this reader cannot read are reported in
+        ``unreadable``, never offered.
+        """
+        listing = self.list()
+        now = self.now()
+        out = Listing(unreadable=listing.unreadable)
+        for rec in listing:
+            if is_orphan(rec, now):
+                out.append(rec)
+        return out
+
+    # -- writes --------------------------------------------------------------
+
+    def _write(self, job_id: str, apply: Callable[[Record, datetime], None]) -> Record:
+        path = self.path(job_id)
+
+        def edit(current: bytes | None) -> bytes:
+            if current is None:
+                raise NotFound(f"no job {job_id}", job_id)
+            rec = decode(current, job_id)
+            apply(rec, self.now())
+            return encode(rec)
+
+        try:
+            return decode(lock.change(path, edit), job_id)
+        except JobError as exc:
+            if not exc.job_id:
+                exc.job_id = job_id
+            raise
+
+    def _as_holder(self, job_id: str, epoch: int, apply: Callable[[Record, datetime], None]) -> Record:
+        """A write by the lease holder: terminal, stale epoch and lapse refused first."""
+        _epoch(epoch)
+
+        def checked(rec: Record, now: datetime) -> None:
+            if rec.terminal:
+                raise Terminal(f"job {job_id} is {rec.state}; nothing reopens it")
+            if rec.lease.epoch != epoch:
+                raise StaleEpoch(
+                    f"job {job_id} is at epoch {rec.lease.epoch}, not {epoch}: "
+                    f"{rec.lease.owner or 'somebody'} claimed it since"
+                )
+            if not held(rec.lease, now):
+                raise LeaseExpired(f"job {job_id}: the lease of epoch {epoch} has lapsed or was released")
+            apply(rec, now)
+            rec.updated_at = now
+
+        return self._write(job_id, checked)
+
+    def submit(self, record: Record) -> str:
+        if not isinstance(record, Record):
+            raise Invalid("submit takes a Record")
+        job_id = ids.check(record.id) if record.id else ids.mint()
+        spec = record.spec
+        if not isinstance(spec, dict) and not (isinstance(spec, Raw) and spec.text.startswith("{")):
+            raise Invalid("spec must be a JSON object", job_id)
+        now = self.now()
+        rec = replace(
+            record,
+            id=job_id,
+            state=record.state or "pending",
+            progress=replace(record.progress, updated_at=now),
+            lease=Lease(),
+            created_at=now,
+            updated_at=now,
+            extensions=dict(record.extensions),
+            requires=list(record.requires),
+            content=list(record.content),
+            critical=list(record.critical),
+            _raw=dict(record._raw),
+            _text=record._text,
+        )
+        data = encode(rec)
+
+        def edit(current: bytes | None) -> bytes:
+            if current is not None:
+                raise Invalid(f"job {job_id} already exists", job_id)
+            return data
+
+        lock.change(self.path(job_id), edit)
+        return job_id
+
+    def claim(self, job_id: str, owner: str, ttl_seconds: float) -> Record:
+        if not isinstance(owner, str) or not owner.strip():
+            raise Refused("claim needs an owner", job_id)
+        ttl = _seconds(ttl_seconds, "ttl")
+        seen = self.load(job_id).lease.epoch
+
+        def apply(rec: Record, now: datetime) -> None:
+            lease = rec.lease
+            if lease.epoch != seen:
+                raise LeaseHeld(f"job {job_id} moved since it was read (epoch {seen} -> {lease.epoch})")
+            if rec.terminal:
+                raise Terminal(f"job {job_id} is {rec.state}; nothing reopens it")
+            if held(lease, now):
+                if lease.owner != owner:
+                    raise LeaseHeld(
+                        f"job {job_id} is held by {lease.owner} until {lease.expires_at:%Y-%m-%dT%H:%M:%SZ}"
+                    )
+                if lease.recall is not None:
+                    raise LeaseHeld(f"job {job_id} is recalled ({lease.recall.reason}); its holder cannot re-claim it")
+            rec.lease = Lease(owner, lease.epoch + 1, now + ttl)
+            if rec.state in ("pending", "running"):
+                rec.state = "running"
+
+        return self._write(job_id, apply)
+
+    def renew(self, job_id: str, epoch: int, ttl_seconds: float) -> Record:
+        _epoch(epoch)
+        ttl = _seconds(ttl_seconds, "ttl")
+
+        def apply(rec: Record, now: datetime) -> None:
+            lease = rec.lease
+            if lease.epoch != epoch:
+                raise StaleEpoch(f"job {job_id} is at epoch {lease.epoch}, not {epoch}")
+            if not held(lease, now):
+                raise LeaseExpired(f"job {job_id}: the lease of epoch {epoch} has lapsed or was released")
+            expires = now + ttl
+            if lease.recall is not None and lease.recall.until is not None and expires > lease.recall.until:
+                expires = lease.recall.until
+            lease.expires_at = expires
+
+        return self._write(job_id, apply)
+
+    def release(self, job_id: str, epoch: int) -> Record:
+        def apply(rec: Record, now: datetime) -> None:
+            rec.lease.expires_at = now
+            rec.lease.owner = ""
+            if rec.state == "running" and rec.delegation is None:
+                rec.state = "pending"
+
+        return self._as_holder(job_id, epoch, apply)
+
+    def update(self, job_id: str, epoch: int, mutate: Callable[[Record], object]) -> Record:
+        def apply(rec: Record, now: datetime) -> None:
+            before = (rec.id, rec.kind, rec.opaque_text("spec"), rec.created_at, rec.envelope)
+            lease = replace(rec.lease)
+            intent = rec.intent
+            mutate(rec)
+            after = (rec.id, rec.kind, rec.opaque_text("spec"), rec.created_at, rec.envelope)
+            for name, old, new in zip(("id", "kind", "spec", "created_at", "envelope"), before, after, strict=True):
+                if old != new:
+                    raise Invalid(f"job {job_id}: {name} cannot change under a lease [JOB-M1]")
+            if rec.lease != lease:
+                raise Invalid(f"job {job_id}: the lease changes only by claim, renew and release")
+            if rec.intent != intent:
+                raise Invalid(f"job {job_id}: intent changes only by set_intent")
+
+        return self._as_holder(job_id, epoch, apply)
+
+    def progress(self, job_id: str, epoch: int, done: int, checkpoint: Any = UNSET) -> Record:
+        """Record how far the holder got, and optionally what a successor needs."""
+        if isinstance(done, bool) or not isinstance(done, int) or done < 0:
+            raise Invalid(f"done must be a non-negative integer, not {done!r}", job_id)
+
+        def apply(rec: Record, now: datetime) -> None:
+            rec.progress.done = done
+            rec.progress.updated_at = now
+            if checkpoint is not UNSET:
+                rec.checkpoint = checkpoint
+
+        return self._as_holder(job_id, epoch, apply)
+
+    def finish(
+        self,
+        job_id: str,
+        epoch: int,
+        state: str,
+        *,
+        error: str | None = None,
+        checkpoint: Any = UNSET,
+        done: int | None = None,
+    ) -> Record:
+        """Set the state; error, checkpoint and done travel in the same write [JOB-T4]."""
+        if done is not None and (isinstance(done, bool) or not isinstance(done, int) or done < 0):
+            raise Invalid(f"done must be a non-negative integer, not {done!r}", job_id)
+
+        def apply(rec: Record, now: datetime) -> None:
+            if state not in STATES:
+                raise Invalid(f"{state!r} is not a state ({', '.join(STATES)})")
+            rec.state = state
+            if error is not None:
+                rec.error = error
+            if checkpoint is not UNSET:
+                rec.checkpoint = checkpoint
+            if done is not None:
+                rec.progress.done = done
+                rec.progress.updated_at = now
+
+        return self._as_holder(job_id, epoch, apply)
+
+    def set_intent(self, job_id: str, want: str, by: str = "") -> Record:
+        if want not in WANTS:
+            raise Invalid(f"intent {want!r} is not run, pause or cancel [JOB-I1]", job_id)
+
+        def apply(rec: Record, now: datetime) -> None:
+            if rec.terminal:
+                raise Terminal(f"job {job_id} is {rec.state}; nothing reopens it")
+            rec.intent = Intent(want, by or "", now)
+            rec.updated_at = now
+
+        return self._write(job_id, apply)
+
+    def recall(self, job_id: str, epoch: int, reason: str, by: str = "", grace: float = 30.0) -> Record:
+        if not isinstance(reason, str) or not reason.strip():
+            raise Invalid("a recall needs a reason", job_id)
+        _epoch(epoch)
+        window = _seconds(grace, "grace")
+
+        def apply(rec: Record, now: datetime) -> None:
+            lease = rec.lease
+            if rec.terminal:
+                raise Terminal(f"job {job_id} is {rec.state}; there is nothing to give back")
+            if lease.epoch != epoch:
+                raise StaleEpoch(f"job {job_id} is at epoch {lease.epoch}, not {epoch}")
+            if not held(lease, now):
+                raise LeaseExpired(f"job {job_id}: nobody holds the lease of epoch {epoch}")
+            until = now + window
+            lease.recall = Recall(reason, now, until, by or "")
+            if lease.expires_at is None or until < lease.expires_at:
+                lease.expires_at = until
+            rec.updated_at = now
+
+        return self._write(job_id, apply)
+
+    def cancel(self, job_id: str, by: str, ttl_seconds: float = 15.0) -> Record:
+        """Ask for a stop and, when nobody holds the job, stop it now [JOB-S3] [JOB-S4].
+
+        An already cancelled job is a success (a double click); another
+        terminal state is ``Terminal``. When somebody holds the lease the
+        intent is recorded and its holder is expected to honour it.
+        """
+        rec = self.load(job_id)
+        if rec.state == "cancelled":
+            return rec
+        self.set_intent(job_id, "cancel", by)
+        try:
+            mine = self.claim(job_id, by, ttl_seconds)
+        except (LeaseHeld, Terminal):
+            return self.load(job_id)
+        return self.finish(job_id, mine.lease.epoch, "cancelled")
+
+    # -- maintenance -----------------------------------------------------------
+
+    def sweep(self, job_id: str | None = None) -> int:
+        """Remove stale staging temporaries (of one record, or of all); return the count."""
+        if job_id is not None:
+            return lock.sweep(self.path(job_id))
+        bases = set()
+        with os.scandir(self.jobs_dir) as entries:
+            for entry in entries:
+                m = _TEMP.match(entry.name)
+                if m:
+                    bases.add(m.group(1))
+        return sum(lock.sweep(os.path.join(self.jobs_dir, base)) for base in sorted(bases))
+
+
+def is_orphan(rec: Record, now: datetime) -> bool:
+    """The adoption rule of [JOB-I11] [JOB-I12] [JOB-T2], for one record at ``now``."""
+    if rec.terminal or held(rec.lease, now) or rec.state == "transferred":
+        return False
+    return not rec.paused or rec.state == "running"

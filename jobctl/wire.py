@@ -1,0 +1,366 @@
+"""The byte level of a record: string escaping, a validating scanner, opaque values.
+
+Opaque values (``spec``, ``checkpoint``, every ``extensions`` value) are never
+interpreted: they are validated against RFC 8259 and kept as their *compact*
+text -- the original tokens with insignificant whitespace removed -- so that a
+rewrite reproduces every number and escape exactly as the first writer spelled
+it [JOB-E7] [JOB-E8]. Only the indentation is redone on write.
+
+The scanner leans on the standard library's C scanner (``JSONDecoder.scan_once``)
+for grammar, and walks only the record's own top level and ``extensions`` by
+hand, which is what gives the raw span of each opaque value. The checks the C
+scanner does not make are added here: duplicate member names at every depth
+[JOB-E9], escaped lone surrogates, ``NaN``/``Infinity``, the depth limit.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from decimal import Decimal
+from typing import Any
+
+from .errors import Invalid
+
+__all__ = [
+    "MAX_DEPTH",
+    "Raw",
+    "escape",
+    "compact",
+    "indent",
+    "dumps_compact",
+    "parse_value",
+    "parse_object_members",
+    "check_text",
+]
+
+#: Nesting limit, counting the record object itself [Bounds; go/limits_test.go].
+MAX_DEPTH = 64
+
+# -- string escaping (record-owned strings and programmatic opaque strings) ----
+
+_PLAIN = re.compile(r'[^\x00-\x1f"\\\u2028\u2029\ud800-\udfff]*\Z')
+_SPECIAL = {
+    '"': '\\"',
+    "\\": "\\\\",
+    "\b": "\\b",
+    "\t": "\\t",
+    "\n": "\\n",
+    "\f": "\\f",
+    "\r": "\\r",
+    "\u2028": "\\u2028",
+    "\u2029": "\\u2029",
+}
+
+
+def _escape_char(ch: str) -> str:
+    got = _SPECIAL.get(ch)
+    if got is not None:
+        return got
+    code = ord(ch)
+    if code < 0x20:
+        return f"\\u{code:04x}"
+    # A lone surrogate in a str (from surrogateescape, say) is not text:
+    # replaced one-for-one by the escape of U+FFFD [JOB-E6].
+    return "\\ufffd"
+
+
+def escape(text: str) -> str:
+    """The JSON string form of ``text`` under the record's escape policy [JOB-E6].
+
+    RFC 8785's string form with two declared differences: U+2028 and U+2029 are
+    escaped, and a lone surrogate becomes ``\\ufffd``. Non-ASCII is raw UTF-8.
+    """
+    if _PLAIN.match(text):
+        return '"' + text + '"'
+    return (
+        '"'
+        + "".join(_escape_char(c) if c in _SPECIAL or c < " " or "\ud800" <= c <= "\udfff" else c for c in text)
+        + '"'
+    )
+
+
+# -- the validating scanner ---------------------------------------------------
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    got = dict(pairs)
+    if len(got) != len(pairs):
+        seen: set[str] = set()
+        for name, _ in pairs:
+            if name in seen:
+                raise Invalid(f"duplicate member name {name!r}")
+            seen.add(name)
+    return got
+
+
+def _constant(name: str) -> Any:
+    raise Invalid(f"{name} is not JSON")
+
+
+def _big_int(text: str) -> Any:
+    try:
+        return int(text)
+    except ValueError:  # past sys.int_max_str_digits: keep it exact anyway
+        return Decimal(text)
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_pairs, parse_constant=_constant)
+_scan = _DECODER.scan_once  # type: ignore[attr-defined]  # set by JSONDecoder.__init__, untyped
+_DECODER_BIG = json.JSONDecoder(object_pairs_hook=_pairs, parse_constant=_constant, parse_int=_big_int)
+_scan_big = _DECODER_BIG.scan_once  # type: ignore[attr-defined]  # as above
+_scanstring = json.decoder.scanstring  # type: ignore[attr-defined]  # public in practice, untyped
+_WS = re.compile(r"[ \t\n\r]*")
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+_BRACKETS = re.compile(r"[\[\]{}]")
+_ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _where(text: str, idx: int) -> str:
+    line = text.count("\n", 0, idx) + 1
+    col = idx - (text.rfind("\n", 0, idx) + 1) + 1
+    return f"line {line} column {col}"
+
+
+def scan_value(text: str, idx: int) -> tuple[Any, int]:
+    """Scan one JSON value at ``text[idx]``; return (decoded value, end index)."""
+    try:
+        try:
+            return _scan(text, idx)  # type: ignore[no-any-return]
+        except ValueError as exc:
+            if isinstance(exc, json.JSONDecodeError) or "digits" not in str(exc):
+                raise
+            return _scan_big(text, idx)  # type: ignore[no-any-return]
+    except StopIteration:
+        raise Invalid(f"expected a JSON value at {_where(text, idx)}") from None
+    except json.JSONDecodeError as exc:
+        raise Invalid(f"bad JSON at {_where(text, exc.pos)}: {exc.msg}") from None
+    except RecursionError:
+        raise Invalid(f"nesting deeper than {MAX_DEPTH}") from None
+
+
+def check_text(text: str, base_depth: int = 0) -> None:
+    """The checks the C scanner does not make: depth and escaped lone surrogates.
+
+    ``base_depth`` is how many containers already enclose the text.
+    """
+    opens = text.count("{") + text.count("[")
+    if opens + base_depth > MAX_DEPTH:
+        depth = deepest = base_depth
+        for ch in _BRACKETS.findall(_STRING.sub('""', text)):
+            if ch in "{[":
+                depth += 1
+                if depth > deepest:
+                    deepest = depth
+            else:
+                depth -= 1
+        if deepest > MAX_DEPTH:
+            raise Invalid(f"nesting deeper than {MAX_DEPTH}")
+
+
+def check_surrogates(text: str, value: Any) -> None:
+    """Refuse an escaped lone surrogate anywhere in ``value`` (decoded from ``text``).
+
+    A well-formed pair decodes to one astral character, so any surrogate left in
+    a decoded string was a lone one. The regex keeps this off the common path.
+    """
+    if _ESCAPED_SURROGATE.search(text) is None:
+        return
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                raise Invalid("escaped lone surrogate")
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
+def parse_object_members(text: str, idx: int, what: str) -> tuple[list[tuple[str, Any, int, int]], int]:
+    """Walk the object at ``text[idx]`` one member at a time.
+
+    Returns ``[(name, decoded value, value start, value end)]`` in arrival
+    order and the index after the closing brace. Duplicate names are refused.
+    """
+    if idx >= len(text) or text[idx] != "{":
+        raise Invalid(f"{what} is not a JSON object")
+    members: list[tuple[str, Any, int, int]] = []
+    seen: set[str] = set()
+    idx = _WS.match(text, idx + 1).end()  # type: ignore[union-attr]  # matches empty
+    if idx < len(text) and text[idx] == "}":
+        return members, idx + 1
+    while True:
+        if idx >= len(text) or text[idx] != '"':
+            raise Invalid(f"{what}: expected a member name at {_where(text, idx)}")
+        try:
+            name, idx = _scanstring(text, idx + 1, True)
+        except json.JSONDecodeError as exc:
+            raise Invalid(f"{what}: bad member name at {_where(text, exc.pos)}: {exc.msg}") from None
+        if name in seen:
+            raise Invalid(f"{what}: duplicate member name {name!r}")
+        seen.add(name)
+        idx = _WS.match(text, idx).end()  # type: ignore[union-attr]
+        if idx >= len(text) or text[idx] != ":":
+            raise Invalid(f"{what}: expected ':' at {_where(text, idx)}")
+        start = _WS.match(text, idx + 1).end()  # type: ignore[union-attr]
+        value, end = scan_value(text, start)
+        members.append((name, value, start, end))
+        idx = _WS.match(text, end).end()  # type: ignore[union-attr]
+        if idx < len(text) and text[idx] == ",":
+            idx = _WS.match(text, idx + 1).end()  # type: ignore[union-attr]
+            continue
+        if idx < len(text) and text[idx] == "}":
+            return members, idx + 1
+        raise Invalid(f"{what}: expected ',' or '}}' at {_where(text, idx)}")
+
+
+def parse_value(text: str, base_depth: int = 0) -> Any:
+    """Validate a whole JSON text and return its decoded value."""
+    check_text(text, base_depth)
+    start = _WS.match(text).end()  # type: ignore[union-attr]
+    value, end = scan_value(text, start)
+    if _WS.match(text, end).end() != len(text):  # type: ignore[union-attr]
+        raise Invalid(f"extra data after the JSON value at {_where(text, end)}")
+    check_surrogates(text, value)
+    return value
+
+
+# -- layout -----------------------------------------------------------------
+
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\],:]|[^"{}\[\],:]+', re.S)
+
+
+def compact(text: str) -> str:
+    """``text`` with insignificant whitespace removed and every token kept as spelled.
+
+    A raw U+2028/U+2029 inside a string becomes its escape: the one spelling
+    change the contract allows, since both are line terminators to JavaScript.
+    """
+    parts = _STRING.split(text)
+    strings = _STRING.findall(text)
+    out = []
+    for i, part in enumerate(parts):
+        out.append("".join(part.split()))
+        if i < len(strings):
+            out.append(strings[i])
+    joined = "".join(out)
+    if "\u2028" in joined or "\u2029" in joined:
+        joined = joined.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    return joined
+
+
+def indent(compact_text: str, level: int) -> str:
+    """Lay out a compact value with the record's two-space indentation.
+
+    ``level`` is the nesting level of the line the value starts on; the first
+    line is not indented (it follows ``"key": ``). Empty containers stay ``{}``
+    and ``[]`` on one line, every other member or element on its own line.
+    """
+    if compact_text[0] not in "{[":
+        return compact_text
+    tokens = _TOKEN.findall(compact_text)
+    out: list[str] = []
+    depth = level
+    i = 0
+    n = len(tokens)
+    while i < n:
+        tok = tokens[i]
+        if tok == "{" or tok == "[":
+            if i + 1 < n and tokens[i + 1] in "}]" and len(tokens[i + 1]) == 1:
+                out.append(tok + tokens[i + 1])
+                i += 2
+                continue
+            depth += 1
+            out.append(tok + "\n" + "  " * depth)
+        elif tok == "}" or tok == "]":
+            depth -= 1
+            out.append("\n" + "  " * depth + tok)
+        elif tok == ",":
+            out.append(",\n" + "  " * depth)
+        elif tok == ":":
+            out.append(": ")
+        else:
+            out.append(tok)
+        i += 1
+    return "".join(out)
+
+
+def dumps_compact(value: Any, _depth: int = 0) -> str:
+    """Serialise a value supplied by our own code (not parsed from text), compactly.
+
+    Strings take the record's escape policy; floats must be finite; a
+    :class:`Raw` keeps its own spelling.
+    """
+    if _depth > MAX_DEPTH:
+        raise Invalid(f"nesting deeper than {MAX_DEPTH}")
+    if isinstance(value, Raw):
+        return value.text
+    if isinstance(value, str):
+        return escape(value)
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if value is None:
+        return "null"
+    if isinstance(value, int):
+        return int.__repr__(value)
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise Invalid(f"{value!r} is not a JSON number")
+        return float.__repr__(value)
+    if isinstance(value, Decimal):
+        if not value.is_finite():
+            raise Invalid(f"{value!r} is not a JSON number")
+        return str(value)
+    if isinstance(value, dict):
+        items = []
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise Invalid(f"object member name {key!r} is not a string")
+            items.append(escape(key) + ":" + dumps_compact(item, _depth + 1))
+        return "{" + ",".join(items) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(dumps_compact(item, _depth + 1) for item in value) + "]"
+    raise Invalid(f"a {type(value).__name__} cannot be written as JSON")
+
+
+class Raw:
+    """A JSON value given as text, kept token for token.
+
+    ``Raw('{"n": 1.50}')`` validates the text and writes it back with ``1.50``
+    intact; ``.value`` is the decoded form. Equal to another Raw with the same
+    compact text, or to a plain value that decodes equal.
+    """
+
+    __slots__ = ("_value", "text")
+
+    def __init__(self, text: str | bytes) -> None:
+        if isinstance(text, bytes):
+            if text.startswith(b"\xef\xbb\xbf"):
+                raise Invalid("a byte order mark is not JSON text")
+            try:
+                text = text.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise Invalid(f"not UTF-8 at byte {exc.start}") from None
+        self._value = parse_value(text)
+        self.text = compact(text)
+
+    @property
+    def value(self) -> Any:
+        return self._value
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Raw):
+            return self.text == other.text
+        return bool(self._value == other)
+
+    def __hash__(self) -> int:
+        return hash(self.text)
+
+    def __repr__(self) -> str:
+        return f"Raw({self.text!r})"
