@@ -68,11 +68,17 @@ MODELS: dict[str, bool] = {
     RECALL: True,
     RANGES: False,
 }
+#: jobctl's own extension keys (see jobctl.schedule). Dependencies are declared
+#: critical, so a reader that does not understand them refuses the job rather
+#: than running it before what it waits for.
+RETRY = "jobctl.run/retry@1"
+AFTER = "jobctl.run/after@1"
+PIPELINE = "jobctl.run/pipeline@1"
 _NEVER_CRITICAL = frozenset(name for name, ok in MODELS.items() if not ok)
 _CARRIED = (RANGES,)
 # Extension names this process understands well enough to honour when they are
 # marked critical. jobctl's own scheduling keys register here.
-_UNDERSTOOD: set[str] = set(MODELS)
+_UNDERSTOOD: set[str] = {*MODELS, AFTER}
 
 _TOP_KEYS = frozenset(
     (

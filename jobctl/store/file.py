@@ -189,6 +189,7 @@ class FileStore:
             state=record.state or "pending",
             progress=replace(record.progress, updated_at=now),
             lease=Lease(),
+            intent=None if record.intent is None else replace(record.intent, at=record.intent.at or now),
             created_at=now,
             updated_at=now,
             extensions=dict(record.extensions),

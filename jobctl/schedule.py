@@ -1,0 +1,274 @@
+"""jobctl's scheduling metadata: retries, not-before times, dependencies, pipelines.
+
+These apply to any kind, so they live in the record's ``extensions`` under
+jobctl's own namespaced keys, which every other implementation carries back
+untouched [JOB-F2]:
+
+``jobctl.run/retry@1``
+    ``{"intervals": [10, 30, ...], "no_retry_on": [2, 64], "failures": 1,
+    "not_before": "<timestamp>"}``. ``intervals[k]`` is the wait before the
+    retry that follows the ``k+1``-th failure; its length is the number of
+    retries. ``failures`` counts failed attempts so far (the running attempt
+    is ``failures + 1``). ``not_before`` is when the next attempt may start.
+``jobctl.run/after@1``
+    ``{"jobs": ["<id>", ...]}``: the job may start only once every listed job
+    is ``complete``. Declared **critical**, so an implementation that does
+    not understand dependencies refuses to adopt the job (``unknown_schema``)
+    instead of running it early.
+``jobctl.run/pipeline@1``
+    ``{"name": "nightly", "stage": "fetch"}``: membership, for display.
+
+A job submitted with ``hold`` carries intent ``pause``: nothing adopts it
+until somebody asks for ``run`` -- the "waiting for approval" status.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from .errors import Invalid
+from .record import AFTER, PIPELINE, RETRY, Intent, Record, format_time, parse_time
+
+__all__ = [
+    "RETRY",
+    "AFTER",
+    "PIPELINE",
+    "DEFAULT_INTERVALS",
+    "Retry",
+    "default_intervals",
+    "plan",
+    "retry_of",
+    "after_of",
+    "pipeline_of",
+    "not_before",
+    "record_failure",
+    "blocked_by",
+    "runnable",
+    "attempt",
+    "parse_intervals",
+]
+
+DEFAULT_INTERVALS: tuple[float, ...] = (10, 30, 60, 120, 240, 240, 240, 240, 240, 240)
+
+
+def parse_intervals(text: str, what: str = "retry intervals") -> list[float]:
+    """``"10,30,60"`` -> ``[10, 30, 60]`` seconds; refuses anything else."""
+    out: list[float] = []
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            value = float(part)
+        except ValueError:
+            raise Invalid(f"{what}: {part!r} is not a number of seconds") from None
+        if not value >= 0 or value == float("inf"):
+            raise Invalid(f"{what}: {part!r} is not a number of seconds")
+        out.append(int(value) if value.is_integer() else value)
+    return out
+
+
+def default_intervals(env: Mapping[str, str] | None = None) -> list[float]:
+    """The retry schedule: ``JOB_RETRY_INTERVALS`` when set, else :data:`DEFAULT_INTERVALS`."""
+    env = os.environ if env is None else env
+    text = env.get("JOB_RETRY_INTERVALS", "").strip()
+    if text:
+        return parse_intervals(text, "JOB_RETRY_INTERVALS")
+    return list(DEFAULT_INTERVALS)
+
+
+@dataclass
+class Retry:
+    intervals: list[float] = field(default_factory=list)
+    no_retry_on: list[int] = field(default_factory=list)
+    failures: int = 0
+    not_before: datetime | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"intervals": self.intervals}
+        if self.no_retry_on:
+            out["no_retry_on"] = self.no_retry_on
+        out["failures"] = self.failures
+        if self.not_before is not None:
+            out["not_before"] = format_time(self.not_before)
+        return out
+
+
+def _ints(value: Any, what: str) -> list[int]:
+    if not isinstance(value, list) or not all(type(v) is int for v in value):
+        raise Invalid(f"{what} is not a list of integers")
+    return value
+
+
+def retry_of(rec: Record) -> Retry | None:
+    """The retry policy and state a record carries, or None."""
+    raw = rec.extensions.get(RETRY)
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise Invalid(f"extension {RETRY} is not an object", rec.id)
+    intervals = raw.get("intervals", [])
+    if not isinstance(intervals, list) or not all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in intervals
+    ):
+        raise Invalid(f"{RETRY}.intervals is not a list of seconds", rec.id)
+    failures = raw.get("failures", 0)
+    if type(failures) is not int or failures < 0:
+        raise Invalid(f"{RETRY}.failures is not a count", rec.id)
+    return Retry(
+        list(intervals),
+        list(_ints(raw.get("no_retry_on", []), f"{RETRY}.no_retry_on")),
+        failures,
+        parse_time(raw.get("not_before"), f"{RETRY}.not_before"),
+    )
+
+
+def after_of(rec: Record) -> list[str]:
+    """Ids this job waits for."""
+    raw = rec.extensions.get(AFTER)
+    if raw is None:
+        return []
+    jobs = raw.get("jobs") if isinstance(raw, dict) else None
+    if not isinstance(jobs, list) or not all(isinstance(j, str) and j for j in jobs):
+        raise Invalid(f"extension {AFTER} has no list of job ids", rec.id)
+    return list(jobs)
+
+
+def pipeline_of(rec: Record) -> tuple[str, str] | None:
+    """``(pipeline name, stage)`` or None."""
+    raw = rec.extensions.get(PIPELINE)
+    if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
+        return None
+    stage = raw.get("stage")
+    return raw["name"], stage if isinstance(stage, str) else ""
+
+
+def not_before(rec: Record) -> datetime | None:
+    retry = retry_of(rec)
+    return retry.not_before if retry is not None else None
+
+
+def plan(
+    rec: Record,
+    *,
+    retries: int | None = None,
+    intervals: Iterable[float] | None = None,
+    no_retry_on: Iterable[int] = (),
+    after: Iterable[str] = (),
+    pipeline: str | None = None,
+    stage: str | None = None,
+    start_after: datetime | None = None,
+    hold: bool = False,
+    by: str = "",
+    env: Mapping[str, str] | None = None,
+) -> Record:
+    """Write the scheduling choices of a submit into ``rec`` (before it is submitted).
+
+    ``retries`` alone takes that many intervals from the default schedule
+    (repeating its last entry); ``intervals`` alone gives one retry per
+    interval; both: ``retries`` intervals, the given list extended by its
+    last entry. Neither: no retries, unless ``no_retry_on`` or ``start_after``
+    need the key.
+    """
+    chosen: list[float] | None = None
+    if intervals is not None:
+        chosen = list(intervals)
+        if not chosen and retries:
+            raise Invalid("an empty retry schedule cannot give retries")
+    if retries is not None:
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise Invalid(f"retries must be a non-negative integer, not {retries!r}")
+        base = chosen if chosen else default_intervals(env)
+        chosen = [base[min(k, len(base) - 1)] for k in range(retries)] if base else []
+    codes = list(no_retry_on)
+    for code in codes:
+        if isinstance(code, bool) or not isinstance(code, int) or not 0 <= code <= 255:
+            raise Invalid(f"no-retry exit code {code!r} is not 0..255")
+    if chosen is not None or codes or start_after is not None:
+        rec.extensions[RETRY] = Retry(chosen or [], codes, 0, start_after).to_json()
+    deps = list(dict.fromkeys(after))
+    if deps:
+        for dep in deps:
+            if not isinstance(dep, str) or not dep.strip():
+                raise Invalid("a dependency id is blank")
+        rec.extensions[AFTER] = {"jobs": deps}
+        if AFTER not in rec.critical:
+            rec.critical.append(AFTER)
+    if pipeline:
+        rec.extensions[PIPELINE] = {"name": pipeline, "stage": stage or rec.kind}
+    if hold:
+        rec.intent = Intent("pause", by)
+    return rec
+
+
+def record_failure(rec: Record, exit_code: int | None, now: datetime) -> bool:
+    """Count a failed attempt on ``rec`` (its holder's copy); True if it will be retried.
+
+    On a retry the record's ``not_before`` moves to ``now`` plus the next
+    interval. An exit code listed in ``no_retry_on`` fails at once.
+    """
+    retry = retry_of(rec)
+    if retry is None:
+        return False
+    retry.failures += 1
+    again = retry.failures <= len(retry.intervals) and (exit_code is None or exit_code not in retry.no_retry_on)
+    if again:
+        retry.not_before = now + timedelta(seconds=retry.intervals[retry.failures - 1])
+    rec.extensions[RETRY] = retry.to_json()
+    return again
+
+
+def attempt(rec: Record) -> int:
+    """The number of the attempt that starts now (1 for the first)."""
+    retry = retry_of(rec)
+    return (retry.failures if retry is not None else 0) + 1
+
+
+def blocked_by(rec: Record, states: Mapping[str, str], now: datetime) -> tuple[str, str]:
+    """Why ``rec`` may not start now: ``("", "")`` when it may.
+
+    Otherwise ``(reason, detail)`` with reason one of ``waiting`` (a
+    dependency is not complete yet, or the not-before time has not come),
+    ``doomed`` (a dependency ended failed or cancelled, or is missing:
+    the job must be cancelled, never left waiting), ``held`` (paused).
+    ``states`` maps job ids to their states.
+    """
+    for dep in after_of(rec):
+        state = states.get(dep)
+        if state is None:
+            return "doomed", f"dependency {dep} does not exist"
+        if state in ("failed", "cancelled"):
+            return "doomed", f"dependency {dep} ended {state}"
+        if state != "complete":
+            return "waiting", f"waiting for {dep} ({state})"
+    if rec.want == "pause":
+        return "held", "paused; resume with: jobctl intent <id> run"
+    when = not_before(rec)
+    if when is not None and now < when:
+        return "waiting", f"not before {format_time(when)}"
+    return "", ""
+
+
+def runnable(records: Iterable[Record], now: datetime, kinds: Iterable[str] | None = None) -> list[Record]:
+    """The records a worker may claim now, oldest first.
+
+    Orphans [JOB-I11] [JOB-I12] whose dependencies are all complete, whose
+    not-before time has passed, not paused, and (when ``kinds`` is given) of
+    one of those kinds. ``records`` should be the whole store, so that
+    dependency states can be looked up.
+    """
+    from .store.file import is_orphan
+
+    recs = list(records)
+    states = {r.id: r.state for r in recs}
+    wanted = None if kinds is None else set(kinds)
+    out = []
+    for rec in recs:
+        if wanted is not None and rec.kind not in wanted:
+            continue
+        if is_orphan(rec, now) and blocked_by(rec, states, now)[0] == "":
+            out.append(rec)
+    out.sort(key=lambda r: r.id)
+    return out
