@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 
 from .errors import Invalid
 
 __all__ = ["mint", "check"]
+
+# No leading dot, no separator, no control character, something visible.
+_SAFE = re.compile(r"[^./\\\x00-\x20\x7f-\x9f][^/\\\x00-\x1f\x7f-\x9f]*\Z")
 
 
 def mint() -> str:
@@ -29,11 +33,13 @@ def check(job_id: object) -> str:
     """
     if not isinstance(job_id, str):
         raise Invalid(f"job id must be a string, not {type(job_id).__name__}")
+    if _SAFE.match(job_id):
+        return job_id
     if not job_id.strip():
         raise Invalid("job id is blank")
     if job_id[0] == ".":
         raise Invalid(f"job id {job_id!r} starts with a dot")
     for ch in job_id:
-        if ch in "/\\" or ord(ch) < 0x20 or ord(ch) == 0x7F:
+        if ch in "/\\" or ord(ch) < 0x20 or 0x7F <= ord(ch) <= 0x9F:
             raise Invalid(f"job id {job_id!r} holds a separator or control character")
     return job_id

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from functools import lru_cache
 from typing import Any
 
 from . import wire
@@ -108,6 +109,9 @@ _LEGACY = {
     5: ([BASE, INTENT, STEP], [BASE, INTENT]),
 }
 _INT64 = (1 << 63) - 1
+_CANONICAL_START = '{\n  "content": [\n'
+_OPAQUE_AT = re.compile(r'\n  "(spec|checkpoint|extensions)": ')
+_OPAQUE_NAMES = frozenset(("spec", "checkpoint", "extensions"))
 
 
 def understand(name: str) -> None:
@@ -130,6 +134,11 @@ def parse_time(text: Any, what: str) -> datetime | None:
         return None
     if not isinstance(text, str):
         raise Invalid(f"{what} is not a timestamp")
+    return _parse_time(text, what)
+
+
+@lru_cache(maxsize=1024)
+def _parse_time(text: str, what: str) -> datetime:
     if len(text) == 27 and text[26] == "Z" and text[10] == "T" and text[19] == ".":
         try:
             return datetime.fromisoformat(text[:26] + "+00:00")
@@ -150,6 +159,7 @@ def parse_time(text: Any, what: str) -> datetime | None:
     return when
 
 
+@lru_cache(maxsize=1024)
 def format_time(when: datetime | None) -> str:
     """``YYYY-MM-DDTHH:MM:SS.ffffffZ`` in UTC, six digits always; None is Go's zero."""
     if when is None:
@@ -252,18 +262,43 @@ class Record:
     _raw: dict[str, str] = field(default_factory=dict, repr=False)
     _text: str | None = field(default=None, repr=False)
     _error_present: bool = field(default=False, repr=False)
+    # The opaque objects decode handed out, and whether anybody outside the
+    # store may hold them. While nobody does, an identical object is known
+    # unchanged and its text is reused without a comparison.
+    _orig: dict[str, Any] = field(default_factory=dict, repr=False)
+    _exposed: bool = field(default=True, repr=False)
 
     def _load_raw(self) -> None:
         text, self._text = self._text, None
         if text is None:
             return
-        members, _ = wire.parse_object_members(text, wire._WS.match(text).end(), "record")  # type: ignore[union-attr]
-        for name, _value, start, end in members:
-            if name in ("spec", "checkpoint"):
-                self._raw[name] = wire.compact(text[start:end])
-            elif name == "extensions" and text[start] == "{":
+        spans: dict[str, tuple[int, int]] = {}
+        if text.startswith(_CANONICAL_START):
+            # Every conforming writer puts top-level members at two spaces, and
+            # a raw newline cannot occur inside a string, so these are the
+            # members themselves; the C scanner finds where each value ends.
+            for m in _OPAQUE_AT.finditer(text):
+                name = m.group(1)
+                if name in spans:
+                    spans.clear()
+                    break
+                value, end = wire.scan_value(text, m.end())
+                if value != (self._orig.get(name) if name != "extensions" else self._ext_orig()):
+                    spans.clear()
+                    break
+                spans[name] = (m.end(), end)
+        if not spans:
+            members, _ = wire.parse_object_members(text, wire._WS.match(text).end(), "record")  # type: ignore[union-attr]
+            spans = {name: (start, end) for name, _v, start, end in members if name in _OPAQUE_NAMES}
+        for name, (start, end) in spans.items():
+            if name != "extensions":
+                self._raw[name] = text[start:end]
+            elif text[start] == "{":
                 for key, _v, vs, ve in wire.parse_object_members(text, start, "extensions")[0]:
-                    self._raw["x:" + key] = wire.compact(text[vs:ve])
+                    self._raw["x:" + key] = text[vs:ve]
+
+    def _ext_orig(self) -> dict[str, Any]:
+        return {k[2:]: v for k, v in self._orig.items() if k.startswith("x:")}
 
     @property
     def terminal(self) -> bool:
@@ -284,6 +319,11 @@ class Record:
         Exactly as read when the value is unchanged; freshly serialised when the
         caller replaced or changed it. None when the field is absent.
         """
+        got = self._opaque(slot)
+        return None if got is None else wire.compact(got[0]) if got[1] else got[0]
+
+    def _opaque(self, slot: str) -> tuple[str, bool] | None:
+        """``(text, as_read)``: the span as read (any whitespace) when unchanged, else compact."""
         if slot == "spec":
             value = self.spec
         elif slot == "checkpoint":
@@ -294,15 +334,17 @@ class Record:
                 return None
         if value is None and slot != "spec" and slot[:2] != "x:":
             return None
+        if isinstance(value, wire.Raw):
+            return value.text, False
         if self._text is not None:
             self._load_raw()
         raw = self._raw.get(slot)
         if raw is not None:
-            if isinstance(value, wire.Raw):
-                return value.text
+            if not self._exposed and value is self._orig.get(slot):
+                return raw, True
             if _same_value(raw, value):
-                return raw
-        return wire.dumps_compact(value)
+                return raw, True
+        return wire.dumps_compact(value), False
 
     def checkpoint_text(self) -> str | None:
         """The checkpoint compact (spelling kept), or None when there is none."""
@@ -318,7 +360,7 @@ _ABSENT = object()
 
 def _same_value(raw: str, value: Any) -> bool:
     try:
-        return bool(wire.parse_value(raw) == value)
+        return wire.strict_equal(wire.parse_value(raw), value)
     except Exception:
         return False
 
@@ -466,8 +508,8 @@ def _decode(data: bytes | str) -> Record:
 
     if "spec" not in top or top["spec"] is None:
         raise Invalid("spec is missing or null")
-    rec.spec = top["spec"]
-    rec.checkpoint = top.get("checkpoint")
+    rec.spec = rec._orig["spec"] = top["spec"]
+    rec.checkpoint = rec._orig["checkpoint"] = top.get("checkpoint")
 
     progress = _obj(top.get("progress"), "progress", _PROGRESS_KEYS) or {}
     rec.progress = Progress(
@@ -526,7 +568,7 @@ def _decode(data: bytes | str) -> Record:
         for name, value in extensions.items():
             if not name.strip():
                 raise Invalid("an extension key is blank")
-            rec.extensions[name] = value
+            rec.extensions[name] = rec._orig["x:" + name] = value
 
     rec.created_at = parse_time(top.get("created_at"), "created_at")
     rec.updated_at = parse_time(top.get("updated_at"), "updated_at")
@@ -640,8 +682,10 @@ def canonical_ranges(checkpoint_text: str) -> str | None:
     (touching ranges merge, empty ones drop), then every other member sorted
     by name with its value verbatim.
     """
-    if not checkpoint_text.startswith("{") or '"verified"' not in checkpoint_text:
+    if not checkpoint_text.startswith("{"):
         return None
+    if '"verified"' not in checkpoint_text and "\\u" not in checkpoint_text:
+        return None  # names compare after decoding escapes: only then can it hide
     members, _ = wire.parse_object_members(checkpoint_text, 0, "checkpoint")
     found = {name: (value, s, e) for name, value, s, e in members}
     if "verified" not in found:
@@ -718,13 +762,18 @@ def _names_block(key: str, names: list[str]) -> str:
     return f'  "{key}": [\n' + ",\n".join("    " + wire.escape(n) for n in names) + "\n  ],\n"
 
 
-def encode(rec: Record, rederive: bool = True) -> bytes:
+def encode(rec: Record, rederive: bool = True, settle: bool = False) -> bytes:
     """The canonical bytes of ``rec`` [JOB-E1]..[JOB-E6], validated on the way out.
 
     With ``rederive`` (every store write) ``content``/``critical`` are derived
     afresh. Without it the encode is *faithful*: the lists are written as they
     were read and an explicitly empty ``error`` stays, so any record written by
     a conforming writer comes back byte for byte (:meth:`Record.copy`, tests).
+
+    With ``settle`` the record is left equal to what decoding the returned
+    bytes would give -- derived lists, canonical checkpoint, opaque values
+    re-read from their texts (so nothing aliases what a caller handed in) --
+    which spares a store write a second decode.
     """
     if not isinstance(rec.id, str) or not rec.id.strip():
         raise Invalid("id is blank")
@@ -738,13 +787,22 @@ def encode(rec: Record, rederive: bool = True) -> bytes:
         check_envelope(rec.envelope)
     if rec.spec is None:
         raise Invalid("spec is missing", rec.id)
-    spec = rec.opaque_text("spec")
-    checkpoint = rec.opaque_text("checkpoint")
+    spec_got = rec._opaque("spec")
+    assert spec_got is not None  # spec is checked non-None above
+    spec, spec_kept = spec_got
+    if not spec_kept:
+        wire.check_text(spec, 1)  # the record object is the first of the 64 [JOB-E8]
+        if spec == "null":
+            raise Invalid("spec is null", rec.id)
+    cp_got = rec._opaque("checkpoint")
+    checkpoint, cp_kept = cp_got if cp_got is not None else (None, False)
+    if checkpoint is not None and not cp_kept:
+        wire.check_text(checkpoint, 1)
     has_ranges = False
     if checkpoint is not None:
         ranged = canonical_ranges(checkpoint)
         if ranged is not None:
-            checkpoint, has_ranges = ranged, True
+            checkpoint, has_ranges, cp_kept = ranged, True, False
     progress = rec.progress
     for what, value in (("progress.done", progress.done), ("progress.total", progress.total)):
         _int(value, what)
@@ -763,13 +821,15 @@ def encode(rec: Record, rederive: bool = True) -> bytes:
         _check_recall(lease.recall)
     if rec.delegation is not None:
         _check_delegation(rec.delegation)
-    ext_texts: list[tuple[str, str]] = []
+    ext_texts: list[tuple[str, str, bool]] = []
     for key in sorted(rec.extensions):
         if not isinstance(key, str) or not key.strip():
             raise Invalid("an extension key is blank", rec.id)
-        text = rec.opaque_text("x:" + key)
-        assert text is not None
-        ext_texts.append((key, text))
+        got = rec._opaque("x:" + key)
+        assert got is not None
+        if not got[1]:
+            wire.check_text(got[0], 2)  # record -> extensions -> value
+        ext_texts.append((key, *got))
     for name in rec.requires:
         if not isinstance(name, str):
             raise Invalid("requires holds something other than a string", rec.id)
@@ -793,7 +853,7 @@ def encode(rec: Record, rederive: bool = True) -> bytes:
             out.append(",\n".join("      " + wire.escape(a) for a in rec.envelope.actions))
             out.append("\n    ]")
         out.append("\n  },\n")
-    out.append(f'  "state": "{rec.state}",\n  "spec": {wire.indent(spec, 1)},\n')  # type: ignore[arg-type]
+    out.append(f'  "state": "{rec.state}",\n  "spec": {wire.indent(spec, 1)},\n')
     if checkpoint is not None:
         out.append(f'  "checkpoint": {wire.indent(checkpoint, 1)},\n')
     out.append(f'  "progress": {{\n    "done": {progress.done},\n')
@@ -842,10 +902,31 @@ def encode(rec: Record, rederive: bool = True) -> bytes:
         out.append("\n  },\n")
     if ext_texts:
         out.append('  "extensions": {\n')
-        out.append(",\n".join(f"    {wire.escape(k)}: {wire.indent(t, 2)}" for k, t in ext_texts))
+        out.append(",\n".join(f"    {wire.escape(k)}: {wire.indent(t, 2)}" for k, t, _ in ext_texts))
         out.append("\n  },\n")
     out.append(f'  "created_at": "{format_time(rec.created_at)}",\n')
     out.append(f'  "updated_at": "{format_time(rec.updated_at)}"\n}}\n')
+    if settle:
+        rec.content, rec.critical = list(content), list(critical)
+        rec._text, rec._error_present = None, rec._error_present and not rederive
+        # A value kept as read was never in a caller's hands (or equals what
+        # was read): keep the object. Anything else is re-read from its text
+        # so the returned record aliases nothing a caller holds [JOB-M2].
+        trusted = not rec._exposed
+        rec._raw = {"spec": spec}
+        rec.spec = rec._orig["spec"] = rec.spec if spec_kept and trusted else wire.parse_value(spec)
+        rec._orig["checkpoint"] = None
+        if checkpoint is not None:
+            rec._raw["checkpoint"] = checkpoint
+            keep = cp_kept and trusted
+            rec.checkpoint = rec._orig["checkpoint"] = rec.checkpoint if keep else wire.parse_value(checkpoint)
+        else:
+            rec.checkpoint = None
+        for key, text, kept in ext_texts:
+            rec._raw["x:" + key] = text
+            value = rec.extensions[key] if kept and trusted else wire.parse_value(text)
+            rec.extensions[key] = rec._orig["x:" + key] = value
+        rec._exposed = True
     return "".join(out).encode("utf-8")
 
 

@@ -111,7 +111,11 @@ _DECODER_BIG = json.JSONDecoder(object_pairs_hook=_pairs, parse_constant=_consta
 _scan_big = _DECODER_BIG.scan_once  # type: ignore[attr-defined]  # as above
 _scanstring = json.decoder.scanstring  # type: ignore[attr-defined]  # public in practice, untyped
 _WS = re.compile(r"[ \t\n\r]*")
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+# Unrolled ("normal* (special normal*)*"): linear, and far faster than an
+# alternation per character on long strings.
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_KEY = re.compile(r'[ \t\n\r]*"([^"\\\x00-\x1f]*)"[ \t\n\r]*:[ \t\n\r]*')
+_AFTER = re.compile(r"[ \t\n\r]*([,}])[ \t\n\r]*")
 _BRACKETS = re.compile(r"[\[\]{}]")
 _ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -190,32 +194,37 @@ def parse_object_members(text: str, idx: int, what: str) -> tuple[list[tuple[str
         raise Invalid(f"{what} is not a JSON object")
     members: list[tuple[str, Any, int, int]] = []
     seen: set[str] = set()
-    idx = _WS.match(text, idx + 1).end()  # type: ignore[union-attr]  # matches empty
-    if idx < len(text) and text[idx] == "}":
-        return members, idx + 1
+    idx += 1
+    closing = _WS.match(text, idx).end()  # type: ignore[union-attr]  # matches empty
+    if closing < len(text) and text[closing] == "}":
+        return members, closing + 1
     while True:
-        if idx >= len(text) or text[idx] != '"':
-            raise Invalid(f"{what}: expected a member name at {_where(text, idx)}")
-        try:
-            name, idx = _scanstring(text, idx + 1, True)
-        except json.JSONDecodeError as exc:
-            raise Invalid(f"{what}: bad member name at {_where(text, exc.pos)}: {exc.msg}") from None
+        m = _KEY.match(text, idx)
+        if m is not None:  # the common case: a name with no escapes
+            name, start = m.group(1), m.end()
+        else:
+            idx = _WS.match(text, idx).end()  # type: ignore[union-attr]
+            if idx >= len(text) or text[idx] != '"':
+                raise Invalid(f"{what}: expected a member name at {_where(text, idx)}")
+            try:
+                name, idx = _scanstring(text, idx + 1, True)
+            except json.JSONDecodeError as exc:
+                raise Invalid(f"{what}: bad member name at {_where(text, exc.pos)}: {exc.msg}") from None
+            idx = _WS.match(text, idx).end()  # type: ignore[union-attr]
+            if idx >= len(text) or text[idx] != ":":
+                raise Invalid(f"{what}: expected ':' at {_where(text, idx)}")
+            start = _WS.match(text, idx + 1).end()  # type: ignore[union-attr]
         if name in seen:
             raise Invalid(f"{what}: duplicate member name {name!r}")
         seen.add(name)
-        idx = _WS.match(text, idx).end()  # type: ignore[union-attr]
-        if idx >= len(text) or text[idx] != ":":
-            raise Invalid(f"{what}: expected ':' at {_where(text, idx)}")
-        start = _WS.match(text, idx + 1).end()  # type: ignore[union-attr]
         value, end = scan_value(text, start)
         members.append((name, value, start, end))
-        idx = _WS.match(text, end).end()  # type: ignore[union-attr]
-        if idx < len(text) and text[idx] == ",":
-            idx = _WS.match(text, idx + 1).end()  # type: ignore[union-attr]
-            continue
-        if idx < len(text) and text[idx] == "}":
-            return members, idx + 1
-        raise Invalid(f"{what}: expected ',' or '}}' at {_where(text, idx)}")
+        m = _AFTER.match(text, end)
+        if m is None:
+            raise Invalid(f"{what}: expected ',' or '}}' at {_where(text, end)}")
+        if m.group(1) == "}":
+            return members, m.start(1) + 1
+        idx = m.end()
 
 
 def parse_value(text: str, base_depth: int = 0) -> Any:
@@ -231,7 +240,7 @@ def parse_value(text: str, base_depth: int = 0) -> Any:
 
 # -- layout -----------------------------------------------------------------
 
-_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\],:]|[^"{}\[\],:]+', re.S)
+_TOKEN = re.compile(r'[ \t\n\r]*("[^"\\]*(?:\\.[^"\\]*)*"|[{}\[\],:]|[^"{}\[\],: \t\n\r]+)', re.S)
 
 
 def compact(text: str) -> str:
@@ -253,16 +262,20 @@ def compact(text: str) -> str:
     return joined
 
 
-def indent(compact_text: str, level: int) -> str:
-    """Lay out a compact value with the record's two-space indentation.
+def indent(text: str, level: int) -> str:
+    """Lay out a valid JSON value with the record's two-space indentation.
 
-    ``level`` is the nesting level of the line the value starts on; the first
-    line is not indented (it follows ``"key": ``). Empty containers stay ``{}``
-    and ``[]`` on one line, every other member or element on its own line.
+    Whatever whitespace ``text`` has is dropped first. ``level`` is the
+    nesting level of the line the value starts on; the first line is not
+    indented (it follows ``"key": ``). Empty containers stay ``{}`` and ``[]``
+    on one line, every other member or element on its own line. A raw
+    U+2028/U+2029 inside a string becomes its escape.
     """
-    if compact_text[0] not in "{[":
-        return compact_text
-    tokens = _TOKEN.findall(compact_text)
+    if "\u2028" in text or "\u2029" in text:
+        text = text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    tokens = _TOKEN.findall(text)
+    if len(tokens) == 1:
+        return tokens[0]  # type: ignore[no-any-return]
     out: list[str] = []
     depth = level
     i = 0
@@ -347,6 +360,11 @@ class Raw:
                 text = text.decode("utf-8")
             except UnicodeDecodeError as exc:
                 raise Invalid(f"not UTF-8 at byte {exc.start}") from None
+        if _SURROGATE.search(text):
+            # A str can hold a lone surrogate (surrogateescape, say); it is not
+            # text. Inside a string it becomes the escape of U+FFFD [JOB-E6];
+            # anywhere else the scanner refuses it.
+            text = _SURROGATE.sub(lambda _m: "\\ufffd", text)
         self._value = parse_value(text)
         self.text = compact(text)
 
@@ -364,3 +382,20 @@ class Raw:
 
     def __repr__(self) -> str:
         return f"Raw({self.text!r})"
+
+
+def strict_equal(a: Any, b: Any) -> bool:
+    """JSON equality that tells ``true`` from ``1`` and ``1`` from ``1.0``.
+
+    Python's ``==`` says ``True == 1 == 1.0``; a record must not keep the old
+    bytes of a value a caller changed from one to the other.
+    """
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(strict_equal(v, b[k]) for k, v in a.items())
+    if isinstance(a, list):
+        return len(a) == len(b) and all(strict_equal(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float) and a == 0.0:
+        return str(a) == str(b)  # -0.0 and 0.0 are different spellings a caller may mean
+    return bool(a == b)

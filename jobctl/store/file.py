@@ -60,6 +60,9 @@ def _epoch(value: Any) -> int:
     return value
 
 
+# The lease block as every conforming writer lays it out; "\n  " anchors it
+# at the record's top level (a raw newline cannot occur inside a JSON string).
+_EPOCH = re.compile(rb'\n  "lease": \{\n    "owner": "[^"\\\n]*(?:\\.[^"\\\n]*)*",\n    "epoch": (\d+),\n')
 _TEMP = re.compile(r"(.+\.json)\.[A-Za-z0-9_]+\.tmp\Z")
 
 
@@ -95,6 +98,20 @@ class FileStore:
         if data is None:
             raise NotFound(f"no job {job_id}", job_id)
         return decode(data, job_id)
+
+    def _read_epoch(self, job_id: str) -> int:
+        """The lease epoch as read now, without the lock [JOB-L4].
+
+        A canonical record gives it up to one regular expression; anything
+        else is decoded in full (which also raises its refusal).
+        """
+        data = lock.read(self.path(job_id))
+        if data is None:
+            raise NotFound(f"no job {job_id}", job_id)
+        m = _EPOCH.search(data)
+        if m is not None:
+            return int(m.group(1))
+        return decode(data, job_id).lease.epoch
 
     def ids(self) -> list[str]:
         """Ids of every record file, sorted by byte order."""
@@ -139,24 +156,38 @@ class FileStore:
 
     # -- writes --------------------------------------------------------------
 
-    def _write(self, job_id: str, apply: Callable[[Record, datetime], None]) -> Record:
+    def _write(self, job_id: str, apply: Callable[[Record, datetime], None], fresh: bool = False) -> Record:
+        """Decode, ``apply``, encode and replace under the lock; return the record written.
+
+        Internal operations hand nobody the record, so it is settled in place
+        instead of decoded again; ``fresh`` decodes the bytes written (for a
+        record outside code has touched).
+        """
         path = self.path(job_id)
+
+        done: list[Record] = []
 
         def edit(current: bytes | None) -> bytes:
             if current is None:
                 raise NotFound(f"no job {job_id}", job_id)
             rec = decode(current, job_id)
+            rec._exposed = False  # only update() hands it to outside code
             apply(rec, self.now())
-            return encode(rec)
+            data = encode(rec, settle=True)
+            done.append(rec)
+            return data
 
         try:
-            return decode(lock.change(path, edit), job_id)
+            data = lock.change(path, edit)
+            return decode(data, job_id) if fresh else done[-1]
         except JobError as exc:
             if not exc.job_id:
                 exc.job_id = job_id
             raise
 
-    def _as_holder(self, job_id: str, epoch: int, apply: Callable[[Record, datetime], None]) -> Record:
+    def _as_holder(
+        self, job_id: str, epoch: int, apply: Callable[[Record, datetime], None], fresh: bool = False
+    ) -> Record:
         """A write by the lease holder: terminal, stale epoch and lapse refused first."""
         _epoch(epoch)
 
@@ -173,7 +204,7 @@ class FileStore:
             apply(rec, now)
             rec.updated_at = now
 
-        return self._write(job_id, checked)
+        return self._write(job_id, checked, fresh)
 
     def submit(self, record: Record) -> str:
         if not isinstance(record, Record):
@@ -213,7 +244,7 @@ class FileStore:
         if not isinstance(owner, str) or not owner.strip():
             raise Refused("claim needs an owner", job_id)
         ttl = _seconds(ttl_seconds, "ttl")
-        seen = self.load(job_id).lease.epoch
+        seen = self._read_epoch(job_id)
 
         def apply(rec: Record, now: datetime) -> None:
             lease = rec.lease
@@ -261,12 +292,16 @@ class FileStore:
         return self._as_holder(job_id, epoch, apply)
 
     def update(self, job_id: str, epoch: int, mutate: Callable[[Record], object]) -> Record:
+        def envelope(rec: Record) -> tuple[str, tuple[str, ...]] | None:
+            return None if rec.envelope is None else (rec.envelope.schema, tuple(rec.envelope.actions))
+
         def apply(rec: Record, now: datetime) -> None:
-            before = (rec.id, rec.kind, rec.opaque_text("spec"), rec.created_at, rec.envelope)
-            lease = replace(rec.lease)
-            intent = rec.intent
+            before = (rec.id, rec.kind, rec.opaque_text("spec"), rec.created_at, envelope(rec))
+            lease = replace(rec.lease, recall=None if rec.lease.recall is None else replace(rec.lease.recall))
+            intent = None if rec.intent is None else replace(rec.intent)
+            rec._exposed = True
             mutate(rec)
-            after = (rec.id, rec.kind, rec.opaque_text("spec"), rec.created_at, rec.envelope)
+            after = (rec.id, rec.kind, rec.opaque_text("spec"), rec.created_at, envelope(rec))
             for name, old, new in zip(("id", "kind", "spec", "created_at", "envelope"), before, after, strict=True):
                 if old != new:
                     raise Invalid(f"job {job_id}: {name} cannot change under a lease [JOB-M1]")
@@ -275,7 +310,9 @@ class FileStore:
             if rec.intent != intent:
                 raise Invalid(f"job {job_id}: intent changes only by set_intent")
 
-        return self._as_holder(job_id, epoch, apply)
+        # The caller's mutate may keep references into the record it was handed:
+        # what it gets back is decoded afresh from the bytes written [JOB-M2].
+        return self._as_holder(job_id, epoch, apply, fresh=True)
 
     def progress(self, job_id: str, epoch: int, done: int, checkpoint: Any = UNSET) -> Record:
         """Record how far the holder got, and optionally what a successor needs."""
