@@ -11,7 +11,7 @@ from .errors import Invalid
 __all__ = ["mint", "check"]
 
 # No leading dot, no separator, no control character, something visible.
-_SAFE = re.compile(r"[^./\\\x00-\x20\x7f-\x9f][^/\\\x00-\x1f\x7f-\x9f]*\Z")
+_SAFE = re.compile(r"[^./\\\s\x00-\x1f\x7f-\x9f][^/\\\x00-\x1f\x7f-\x9f]*\Z")
 
 
 def mint() -> str:

@@ -796,6 +796,8 @@ def encode(rec: Record, rederive: bool = True, settle: bool = False) -> bytes:
             raise Invalid("spec is null", rec.id)
     cp_got = rec._opaque("checkpoint")
     checkpoint, cp_kept = cp_got if cp_got is not None else (None, False)
+    if checkpoint is not None and checkpoint.strip() == "null":
+        checkpoint = None  # absent and null are one state, spelled one way [JOB-E4]
     if checkpoint is not None and not cp_kept:
         wire.check_text(checkpoint, 1)
     has_ranges = False

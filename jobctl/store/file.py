@@ -99,19 +99,21 @@ class FileStore:
             raise NotFound(f"no job {job_id}", job_id)
         return decode(data, job_id)
 
-    def _read_epoch(self, job_id: str) -> int:
-        """The lease epoch as read now, without the lock [JOB-L4].
+    def _read_epoch(self, job_id: str) -> tuple[int, bytes, bool]:
+        """The lease epoch as read now, without the lock [JOB-L4]: (epoch, bytes, exact).
 
         A canonical record gives it up to one regular expression; anything
-        else is decoded in full (which also raises its refusal).
+        else is decoded in full (which also raises its refusal). A pattern
+        match is not proof -- a hand-laid spec could mimic the lease block --
+        so the claim re-decodes these bytes before it refuses on a mismatch.
         """
         data = lock.read(self.path(job_id))
         if data is None:
             raise NotFound(f"no job {job_id}", job_id)
         m = _EPOCH.search(data)
         if m is not None:
-            return int(m.group(1))
-        return decode(data, job_id).lease.epoch
+            return int(m.group(1)), data, False
+        return decode(data, job_id).lease.epoch, data, True
 
     def ids(self) -> list[str]:
         """Ids of every record file, sorted by byte order."""
@@ -244,10 +246,13 @@ class FileStore:
         if not isinstance(owner, str) or not owner.strip():
             raise Refused("claim needs an owner", job_id)
         ttl = _seconds(ttl_seconds, "ttl")
-        seen = self._read_epoch(job_id)
+        seen, data, exact = self._read_epoch(job_id)
 
         def apply(rec: Record, now: datetime) -> None:
+            nonlocal seen, exact
             lease = rec.lease
+            if lease.epoch != seen and not exact:
+                seen, exact = decode(data, job_id).lease.epoch, True  # the pattern may have misread
             if lease.epoch != seen:
                 raise LeaseHeld(f"job {job_id} moved since it was read (epoch {seen} -> {lease.epoch})")
             if rec.terminal:

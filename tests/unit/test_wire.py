@@ -1,0 +1,279 @@
+"""The byte level: string escaping (DIGEST §3.3), opaque values (§3.4), the scanner, depth (§3.5)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from jobctl import wire
+from jobctl.errors import Invalid
+
+# -- escaping [JOB-E6] ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('"', r'"\""'),
+        ("\\", r'"\\"'),
+        ("\b", r'"\b"'),
+        ("\t", r'"\t"'),
+        ("\n", r'"\n"'),
+        ("\f", r'"\f"'),
+        ("\r", r'"\r"'),
+        ('a"b\\c\nd', r'"a\"b\\c\nd"'),
+    ],
+)
+def test_escape_short_forms(text: str, expected: str) -> None:
+    assert wire.escape(text) == expected
+
+
+@pytest.mark.parametrize("code", [c for c in range(0x20) if chr(c) not in "\b\t\n\f\r"])
+def test_escape_other_controls_are_lower_case_u00xx(code: int) -> None:
+    assert wire.escape(chr(code)) == '"\\u' + f"{code:04x}" + '"'
+    assert wire.escape(chr(code)) == '"' + "\\u00" + format(code, "02x") + '"'
+
+
+def test_escape_control_hex_is_lower_case() -> None:
+    assert wire.escape("\x1b\x1f\x0b") == r'"\u001b\u001f\u000b"'
+
+
+def test_escape_line_and_paragraph_separators() -> None:
+    assert wire.escape("a\u2028b\u2029c") == r'"a\u2028b\u2029c"'
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["/", "&", "<", ">", "&<>/", "\x7f", "\u00e9", "\u00a0", "\u0085", "\u200b", "\ufeff", "\U0001f600", "日本"],
+)
+def test_escape_everything_else_is_raw_utf8(text: str) -> None:
+    got = wire.escape(text)
+    assert got == '"' + text + '"'
+
+
+def test_escape_astral_is_four_raw_bytes_never_a_surrogate_pair() -> None:
+    got = wire.escape("\U0001f600").encode("utf-8")
+    assert got == b'"\xf0\x9f\x98\x80"'
+    assert b"\\ud83d" not in got.lower()
+
+
+@pytest.mark.parametrize(("lone", "where"), [("\ud800", "high"), ("\udfff", "low"), ("\udc80", "surrogateescape")])
+def test_escape_lone_surrogate_becomes_ufffd_escape(lone: str, where: str) -> None:
+    assert wire.escape("a" + lone + "b") == r'"a\ufffdb"', where
+    assert wire.escape(lone + lone) == r'"\ufffd\ufffd"'  # one for one
+
+
+def test_escape_differs_from_json_dumps_defaults() -> None:
+    """Neither ensure_ascii nor HTML escaping: the two wrong defaults of §3.3."""
+    text = "é<>&\u2028\x01"
+    assert wire.escape(text) != json.dumps(text)
+    assert wire.escape(text) == '"é<>&\\u2028\\u0001"'
+
+
+# -- compact: tokens kept, whitespace removed [JOB-E7] -----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('{ "a" : "a\\/b" }', '{"a":"a\\/b"}'),
+        ('[ "\\u00e9" , "\\u00E9" ]', '["\\u00e9","\\u00E9"]'),
+        ("[1.50, 1e2, 1E+2, -0.0, -0, 0.1e-3]", "[1.50,1e2,1E+2,-0.0,-0,0.1e-3]"),
+        ("[123456789012345678901234567890]", "[123456789012345678901234567890]"),
+        ('{"zebra": 1,\n\t"apple": 2}', '{"zebra":1,"apple":2}'),
+        ('"  spaces  inside  "', '"  spaces  inside  "'),
+        ('{"k": "x \\" y , : { ["}', '{"k":"x \\" y , : { ["}'),
+        ('"a\\\\"', '"a\\\\"'),
+        ("[ true , false , null ]", "[true,false,null]"),
+        (" {} ", "{}"),
+    ],
+)
+def test_compact_keeps_tokens(text: str, expected: str) -> None:
+    assert wire.compact(text) == expected
+
+
+def test_compact_escapes_raw_line_separators_only() -> None:
+    """A raw U+2028/U+2029 inside an opaque string becomes its escape: the one spelling change."""
+    assert wire.compact('{"a": "x\u2028y\u2029z"}') == '{"a":"x\\u2028y\\u2029z"}'
+    assert wire.compact('{"a": "\\u2028"}') == '{"a":"\\u2028"}'
+
+
+# -- indent ----------------------------------------------------------------------------------
+
+
+def test_indent_layout() -> None:
+    got = wire.indent('{"a":[1,{"b":{}},[]],"c":"x:y,z"}', 1)
+    assert got == (
+        '{\n    "a": [\n      1,\n      {\n        "b": {}\n      },\n      []\n    ],\n    "c": "x:y,z"\n  }'
+    )
+
+
+def test_indent_scalars_and_empties() -> None:
+    assert wire.indent("1.50", 3) == "1.50"
+    assert wire.indent('"a"', 1) == '"a"'
+    assert wire.indent("{}", 1) == "{}"
+    assert wire.indent("[]", 1) == "[]"
+
+
+def test_indent_leaves_brackets_inside_strings_alone() -> None:
+    assert wire.indent('["[]","{}"]', 0) == '[\n  "[]",\n  "{}"\n]'
+
+
+# -- the scanner: grammar refusals ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "NaN",
+        "[Infinity]",
+        "[-Infinity]",
+        '{"a":01}',
+        "[-01]",
+        "[+1]",
+        "[0x10]",
+        "[.5]",
+        "[1.]",
+        "[1e]",
+        "[-]",
+        "[1,]",
+        '{"a":1,}',
+        "[1 /* c */]",
+        "[1] // c",
+        "[1] # c",
+        "{'a':1}",
+        '["\\x"]',
+        '["\\U0041"]',
+        '["a\x01b"]',
+        '["a\tb"]',
+        '["a\nb"]',
+        "[tru]",
+        "[True]",
+        "[nul]",
+        '["abc',
+        "[1",
+        "[1] [2]",
+        "",
+        "   ",
+        "[1]x",
+        '{"a"}',
+        '{"a" 1}',
+        "{1:2}",
+    ],
+)
+def test_scanner_refuses_what_rfc8259_does(text: str) -> None:
+    with pytest.raises(Invalid):
+        wire.parse_value(text)
+    with pytest.raises(Invalid):
+        wire.Raw(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"x":1,"\\u0078":2}',
+        '{"a":{"b":[{"c":1,"c":2}]}}',
+        '[{"k":1},{"k":1,"k":1}]',
+        '{"\\u00e9":1,"\u00e9":2}',
+    ],
+)
+def test_duplicate_member_names_refused_at_every_depth(text: str) -> None:
+    with pytest.raises(Invalid):
+        wire.parse_value(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"a":1,"A":2}', '{"\\u00e9":1,"e\\u0301":2}', '{"a":{"x":1},"b":{"x":1}}', '[{"x":1},{"x":2}]'],
+)
+def test_distinct_names_accepted(text: str) -> None:
+    wire.parse_value(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '["\\ud800"]',
+        '["\\uDBFF x"]',
+        '["\\udc00"]',
+        '["x\\uDFFF"]',
+        '["\\ude00\\ud83d"]',
+        '{"\\ud800":1}',
+        '{"a":[{"b":"\\udc01"}]}',
+        '["\\ud83d\\u0041"]',
+    ],
+)
+def test_escaped_lone_surrogates_refused(text: str) -> None:
+    with pytest.raises(Invalid):
+        wire.parse_value(text)
+
+
+def test_surrogate_pairs_and_look_alikes_accepted() -> None:
+    assert wire.parse_value('["\\ud83d\\ude00"]') == ["\U0001f600"]
+    assert wire.parse_value('["\\\\ud800"]') == ["\\ud800"]  # an escaped backslash, then text
+
+
+def test_number_spellings_accepted_and_kept() -> None:
+    raw = wire.Raw("[ 1.50, 1e2, -0.0, 123456789012345678901234567890, 1E-7, 0 ]")
+    assert raw.text == "[1.50,1e2,-0.0,123456789012345678901234567890,1E-7,0]"
+    assert raw.value[3] == 123456789012345678901234567890
+
+
+def test_enormous_integer_survives() -> None:
+    digits = "9" * 5000  # past Python's int-from-str digit limit
+    raw = wire.Raw("[" + digits + "]")
+    assert raw.text == "[" + digits + "]"
+
+
+# -- depth [§3.5] ------------------------------------------------------------------------------
+
+
+def _nested(n: int) -> str:
+    return "[" * n + "]" * n
+
+
+def test_depth_limit_standalone() -> None:
+    wire.parse_value(_nested(64))
+    with pytest.raises(Invalid):
+        wire.parse_value(_nested(65))
+
+
+def test_depth_limit_counts_enclosing_containers() -> None:
+    wire.check_text(_nested(63), base_depth=1)
+    with pytest.raises(Invalid):
+        wire.check_text(_nested(64), base_depth=1)
+
+
+def test_depth_ignores_brackets_inside_strings() -> None:
+    text = '["' + "[" * 200 + '"]'
+    assert wire.parse_value(text) == ["[" * 200]
+
+
+# -- Raw and programmatic values ----------------------------------------------------------------
+
+
+def test_raw_keeps_spelling_and_compares_by_text() -> None:
+    a = wire.Raw('{"n": 1.50, "s": "a\\/b"}')
+    assert a.text == '{"n":1.50,"s":"a\\/b"}'
+    assert a.value == {"n": 1.5, "s": "a/b"}
+    assert a == wire.Raw('{ "n":1.50 , "s":"a\\/b" }')
+    assert a != wire.Raw('{"n":1.5,"s":"a\\/b"}')
+    assert a == {"n": 1.5, "s": "a/b"}
+
+
+@pytest.mark.parametrize("data", [b"\xef\xbb\xbf{}", b'{"a":"\xff"}', b'{"a":"\xc0\xaf"}', b'["\xed\xa0\x80"]'])
+def test_raw_bytes_must_be_utf8_without_bom(data: bytes) -> None:
+    with pytest.raises(Invalid):
+        wire.Raw(data)
+
+
+def test_dumps_compact_uses_the_record_escape_policy() -> None:
+    value = {"é": "a/b<&>\u2028\x01", "n": [1, 1.5, True, False, None], "r": wire.Raw("[1.50]")}
+    assert wire.dumps_compact(value) == '{"é":"a/b<&>\\u2028\\u0001","n":[1,1.5,true,false,null],"r":[1.50]}'
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), {1: 2}, object(), {"a": {1, 2}}])
+def test_dumps_compact_refuses_non_json(bad: object) -> None:
+    with pytest.raises(Invalid):
+        wire.dumps_compact(bad)
