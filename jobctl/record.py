@@ -438,15 +438,7 @@ def decode(data: bytes | str, job_id: str = "") -> Record:
 
 
 def _decode(data: bytes | str) -> Record:
-    if isinstance(data, bytes):
-        if data.startswith(b"\xef\xbb\xbf"):
-            raise Invalid("record starts with a byte order mark")
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise Invalid(f"record is not UTF-8 (byte {exc.start})") from None
-    else:
-        text = data
+    text = wire.utf8_text(data, "record") if isinstance(data, bytes) else data
     wire.check_text(text)
     start = wire._WS.match(text).end()  # type: ignore[union-attr]
     if start >= len(text) or text[start] != "{":

@@ -144,6 +144,16 @@ def scan_value(text: str, idx: int) -> tuple[Any, int]:
         raise Invalid(f"nesting deeper than {MAX_DEPTH}") from None
 
 
+def utf8_text(data: bytes, what: str) -> str:
+    """Bytes as text: UTF-8 without a byte order mark, or ``Invalid``."""
+    if data.startswith(b"\xef\xbb\xbf"):
+        raise Invalid(f"{what} starts with a byte order mark")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise Invalid(f"{what} is not UTF-8 (byte {exc.start})") from None
+
+
 def check_text(text: str, base_depth: int = 0) -> None:
     """The checks the C scanner does not make: depth and escaped lone surrogates.
 
@@ -354,12 +364,7 @@ class Raw:
 
     def __init__(self, text: str | bytes) -> None:
         if isinstance(text, bytes):
-            if text.startswith(b"\xef\xbb\xbf"):
-                raise Invalid("a byte order mark is not JSON text")
-            try:
-                text = text.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise Invalid(f"not UTF-8 at byte {exc.start}") from None
+            text = utf8_text(text, "JSON text")
         if _SURROGATE.search(text):
             # A str can hold a lone surrogate (surrogateescape, say); it is not
             # text. Inside a string it becomes the escape of U+FFFD [JOB-E6];
