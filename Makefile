@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test lint type bench check demo clean
+.PHONY: install test lint type bench check demo docs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,11 @@ type: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/store_bench.py
+	$(BIN)/python bench/startup_bench.py
+	$(BIN)/python bench/worker_bench.py
+
+docs: $(STAMP)
+	$(BIN)/python -m jobctl.cli.docgen
 
 demo: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" sh examples/demo.sh

@@ -9,7 +9,6 @@ re-deriving ``content``/``critical`` on the way [JOB-D2].
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 from typing import Any
@@ -177,96 +176,175 @@ def format_time(when: datetime | None) -> str:
 # -- the model ------------------------------------------------------------
 
 
-@dataclass
-class Step:
-    name: str
-    ordinal: int
-    of: int = 0
-    done: int = 0
-    total: int = 0
+class _Model:
+    """Plain slotted classes with value equality, a repr and ``replace``.
+
+    Not dataclasses: generating nine of them costs more than the rest of a
+    piped ``jobctl submit`` start-up, and these are simple enough to write out.
+    """
+
+    __slots__: tuple[str, ...] = ()
+    _repr: tuple[str, ...] = ()
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return all(getattr(self, name) == getattr(other, name) for name in self.__slots__)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable values
+
+    def __repr__(self) -> str:
+        names = self._repr or self.__slots__
+        return f"{type(self).__name__}({', '.join(f'{n}={getattr(self, n)!r}' for n in names)})"
+
+    def replace(self, **changes: Any) -> Any:
+        """A shallow copy with ``changes`` applied."""
+        clone = object.__new__(type(self))
+        for name in self.__slots__:
+            object.__setattr__(clone, name, changes.pop(name) if name in changes else getattr(self, name))
+        if changes:
+            raise TypeError(f"{type(self).__name__} has no field {next(iter(changes))!r}")
+        return clone
 
 
-@dataclass
-class Progress:
-    done: int = 0
-    total: int = 0
-    updated_at: datetime | None = None
-    step: Step | None = None
+class Step(_Model):
+    __slots__ = ("name", "ordinal", "of", "done", "total")
+
+    def __init__(self, name: str, ordinal: int, of: int = 0, done: int = 0, total: int = 0) -> None:
+        self.name = name
+        self.ordinal = ordinal
+        self.of = of
+        self.done = done
+        self.total = total
 
 
-@dataclass
-class Recall:
-    reason: str
-    at: datetime | None = None
-    until: datetime | None = None
-    by: str = ""
+class Progress(_Model):
+    __slots__ = ("done", "total", "updated_at", "step")
+
+    def __init__(
+        self, done: int = 0, total: int = 0, updated_at: datetime | None = None, step: Step | None = None
+    ) -> None:
+        self.done = done
+        self.total = total
+        self.updated_at = updated_at
+        self.step = step
 
 
-@dataclass
-class Lease:
-    owner: str = ""
-    epoch: int = 0
-    expires_at: datetime | None = None
-    recall: Recall | None = None
+class Recall(_Model):
+    __slots__ = ("reason", "at", "until", "by")
+
+    def __init__(self, reason: str, at: datetime | None = None, until: datetime | None = None, by: str = "") -> None:
+        self.reason = reason
+        self.at = at
+        self.until = until
+        self.by = by
 
 
-@dataclass
-class Delegation:
-    system: str
-    external_id: str
-    delivered: bool = False
+class Lease(_Model):
+    __slots__ = ("owner", "epoch", "expires_at", "recall")
+
+    def __init__(
+        self, owner: str = "", epoch: int = 0, expires_at: datetime | None = None, recall: Recall | None = None
+    ) -> None:
+        self.owner = owner
+        self.epoch = epoch
+        self.expires_at = expires_at
+        self.recall = recall
 
 
-@dataclass
-class Intent:
-    want: str
-    by: str = ""
-    at: datetime | None = None
+class Delegation(_Model):
+    __slots__ = ("system", "external_id", "delivered")
+
+    def __init__(self, system: str, external_id: str, delivered: bool = False) -> None:
+        self.system = system
+        self.external_id = external_id
+        self.delivered = delivered
 
 
-@dataclass
-class Envelope:
-    schema: str
-    actions: list[str] = field(default_factory=list)
+class Intent(_Model):
+    __slots__ = ("want", "by", "at")
+
+    def __init__(self, want: str, by: str = "", at: datetime | None = None) -> None:
+        self.want = want
+        self.by = by
+        self.at = at
 
 
-@dataclass(eq=False)
-class Record:
+class Envelope(_Model):
+    __slots__ = ("schema", "actions")
+
+    def __init__(self, schema: str, actions: list[str] | None = None) -> None:
+        self.schema = schema
+        self.actions = [] if actions is None else actions
+
+
+class Record(_Model):
     """One job. ``spec``, ``checkpoint`` and ``extensions`` values are opaque.
 
     A caller may set them to ordinary dicts and lists. Values read from disk
     keep their exact bytes until they are replaced or changed in place.
     ``content`` and ``critical`` are the lists as read; they are re-derived on
-    every write and need not be set by a caller.
+    every write and need not be set by a caller. Records compare by identity.
     """
 
-    id: str = ""
-    kind: str = ""
-    spec: Any = None
-    checkpoint: Any = None
-    state: str = "pending"
-    progress: Progress = field(default_factory=Progress)
-    lease: Lease = field(default_factory=Lease)
-    intent: Intent | None = None
-    error: str = ""
-    extensions: dict[str, Any] = field(default_factory=dict)
-    requires: list[str] = field(default_factory=list)
-    delegation: Delegation | None = None
-    envelope: Envelope | None = None
-    created_at: datetime | None = None
-    updated_at: datetime | None = None
-    content: list[str] = field(default_factory=list)
-    critical: list[str] = field(default_factory=list)
-    # slot -> compact text as read; "spec", "checkpoint", or "x:" + extension key.
-    # Filled from _text on first need: a listing never pays for it.
-    _raw: dict[str, str] = field(default_factory=dict, repr=False)
-    _text: str | None = field(default=None, repr=False)
-    _error_present: bool = field(default=False, repr=False)
-    # The opaque objects decode handed out, and whether anybody outside the
-    # store may hold them. While nobody does, an identical object is known
-    # unchanged and its text is reused without a comparison.
-    _orig: dict[str, Any] = field(default_factory=dict, repr=False)
-    _exposed: bool = field(default=True, repr=False)
+    __slots__ = (
+        "id", "kind", "spec", "checkpoint", "state", "progress", "lease", "intent", "error", "extensions",
+        "requires", "delegation", "envelope", "created_at", "updated_at", "content", "critical",
+        # slot -> the value's text as read ("spec", "checkpoint", or "x:" + extension
+        # key), filled from _text on first need: a listing never pays for it.
+        "_raw", "_text", "_error_present",
+        # The opaque objects decode handed out, and whether anybody outside the
+        # store may hold them. While nobody does, an identical object is known
+        # unchanged and its text is reused without a comparison.
+        "_orig", "_exposed",
+    )  # fmt: skip
+    _repr = __slots__[:17]
+
+    def __init__(
+        self,
+        id: str = "",
+        kind: str = "",
+        spec: Any = None,
+        checkpoint: Any = None,
+        state: str = "pending",
+        progress: Progress | None = None,
+        lease: Lease | None = None,
+        intent: Intent | None = None,
+        error: str = "",
+        extensions: dict[str, Any] | None = None,
+        requires: list[str] | None = None,
+        delegation: Delegation | None = None,
+        envelope: Envelope | None = None,
+        created_at: datetime | None = None,
+        updated_at: datetime | None = None,
+        content: list[str] | None = None,
+        critical: list[str] | None = None,
+    ) -> None:
+        self.id = id
+        self.kind = kind
+        self.spec = spec
+        self.checkpoint = checkpoint
+        self.state = state
+        self.progress = Progress() if progress is None else progress
+        self.lease = Lease() if lease is None else lease
+        self.intent = intent
+        self.error = error
+        self.extensions: dict[str, Any] = {} if extensions is None else extensions
+        self.requires: list[str] = [] if requires is None else requires
+        self.delegation = delegation
+        self.envelope = envelope
+        self.created_at = created_at
+        self.updated_at = updated_at
+        self.content: list[str] = [] if content is None else content
+        self.critical: list[str] = [] if critical is None else critical
+        self._raw: dict[str, str] = {}
+        self._text: str | None = None
+        self._error_present = False
+        self._orig: dict[str, Any] = {}
+        self._exposed = True
+
+    __eq__ = object.__eq__  # a record is a handle on a job, not a value
+    __hash__ = object.__hash__  # type: ignore[assignment]
 
     def _load_raw(self) -> None:
         text, self._text = self._text, None
@@ -474,7 +552,8 @@ def _decode(data: bytes | str) -> Record:
         if key not in _TOP_KEYS:
             raise Invalid(f"unknown field {key}")
 
-    rec = Record(content=content, critical=critical, _text=text)
+    rec = Record(content=content, critical=critical)
+    rec._text = text
     intent = _obj(top.get("intent"), "intent", _INTENT_KEYS)
     if intent is not None:
         want = intent.get("want")

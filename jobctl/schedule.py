@@ -31,7 +31,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from .errors import Invalid
-from .record import AFTER, PIPELINE, RETRY, Intent, Record, format_time, parse_time
+from .record import AFTER, PIPELINE, RETRY, ZERO_TIME, Intent, Record, format_time, parse_time
 
 __all__ = [
     "RETRY",
@@ -50,6 +50,8 @@ __all__ = [
     "runnable",
     "attempt",
     "parse_intervals",
+    "Stage",
+    "pipeline_stages",
 ]
 
 DEFAULT_INTERVALS: tuple[float, ...] = (10, 30, 60, 120, 240, 240, 240, 240, 240, 240)
@@ -270,5 +272,82 @@ def runnable(records: Iterable[Record], now: datetime, kinds: Iterable[str] | No
             continue
         if is_orphan(rec, now) and blocked_by(rec, states, now)[0] == "":
             out.append(rec)
-    out.sort(key=lambda r: r.id)
+    # Oldest first to the microsecond: ids minted within one millisecond sort by their random part.
+    out.sort(key=lambda r: (r.created_at or ZERO_TIME, r.id))
+    return out
+
+
+@dataclass
+class Stage:
+    """One job of a pipeline as ``jobctl pipeline`` shows it.
+
+    ``status``: ``done``, ``running``, ``waiting``, ``failed`` or ``cancelled``;
+    ``detail`` says what it waits for, who runs it, or why it ended.
+    """
+
+    record: Record
+    stage: str
+    status: str
+    detail: str
+    after: list[str] = field(default_factory=list)
+
+
+def _stage_status(rec: Record, states: Mapping[str, str], now: datetime) -> tuple[str, str]:
+    from .record import held
+
+    if rec.state == "complete":
+        return "done", ""
+    if rec.state in ("failed", "cancelled"):
+        return rec.state, rec.error
+    if held(rec.lease, now):
+        return "running", f"by {rec.lease.owner}, epoch {rec.lease.epoch}"
+    if rec.state == "transferred":
+        return "running", "transferred; the external system finishes it"
+    if rec.state == "running":
+        return "running", f"lease of {rec.lease.owner or 'its holder'} lapsed; the next worker adopts it"
+    try:
+        why, detail = blocked_by(rec, states, now)
+    except Invalid as exc:
+        return "waiting", f"unreadable scheduling metadata: {exc.message}"
+    if why == "held":
+        return "waiting", f"for approval (jobctl approve {rec.id})"
+    if why == "doomed":
+        return "waiting", f"to be cancelled: {detail}"
+    if why == "waiting":
+        return "waiting", detail.removeprefix("waiting ")
+    return "waiting", "ready; no worker has taken it yet"
+
+
+def pipeline_stages(records: Iterable[Record], name: str, now: datetime) -> list[Stage]:
+    """The jobs of pipeline ``name``, each after the jobs it waits for, oldest first otherwise."""
+    recs = list(records)
+    states = {r.id: r.state for r in recs}
+    members: dict[str, Record] = {}
+    stages: dict[str, str] = {}
+    for rec in recs:
+        membership = pipeline_of(rec)
+        if membership is not None and membership[0] == name:
+            members[rec.id] = rec
+            stages[rec.id] = membership[1] or rec.kind
+    deps: dict[str, list[str]] = {}
+    for job_id, rec in members.items():
+        try:
+            deps[job_id] = after_of(rec)
+        except Invalid:
+            deps[job_id] = []
+    placed: list[str] = []
+    done: set[str] = set()
+    pending = sorted(members, key=lambda j: (members[j].created_at or ZERO_TIME, j))
+    while pending:
+        ready = [j for j in pending if all(d in done or d not in members for d in deps[j])]
+        if not ready:  # a cycle (no writer makes one): show the rest in age order
+            ready = pending
+        first = ready[0]
+        placed.append(first)
+        done.add(first)
+        pending.remove(first)
+    out = []
+    for job_id in placed:
+        status, detail = _stage_status(members[job_id], states, now)
+        out.append(Stage(members[job_id], stages[job_id], status, detail, deps[job_id]))
     return out

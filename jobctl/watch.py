@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from .record import Record
 from .store.base import Store
@@ -29,12 +28,17 @@ def fingerprint(records: list[Record]) -> tuple[str, ...]:
     return tuple(f"{r.id}|{r.state}|{r.progress.done}/{r.progress.total}|{r.lease.owner}|{r.error}" for r in records)
 
 
-@dataclass
 class Notice:
     """``changed``, ``quiet`` or ``closed``, with the kind's records at that moment."""
 
-    what: str
-    records: list[Record] = field(default_factory=list)
+    __slots__ = ("what", "records")
+
+    def __init__(self, what: str, records: list[Record] | None = None) -> None:
+        self.what = what
+        self.records: list[Record] = [] if records is None else records
+
+    def __repr__(self) -> str:
+        return f"Notice({self.what!r}, {len(self.records)} records)"
 
 
 class Watch:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import re
-from decimal import Decimal
 from typing import Any
 
 from .errors import Invalid
@@ -102,6 +101,8 @@ def _big_int(text: str) -> Any:
     try:
         return int(text)
     except ValueError:  # past sys.int_max_str_digits: keep it exact anyway
+        from decimal import Decimal  # only ever needed here: off the start-up path
+
         return Decimal(text)
 
 
@@ -336,7 +337,7 @@ def dumps_compact(value: Any, _depth: int = 0) -> str:
         if value != value or value in (float("inf"), float("-inf")):
             raise Invalid(f"{value!r} is not a JSON number")
         return float.__repr__(value)
-    if isinstance(value, Decimal):
+    if type(value).__name__ == "Decimal" and type(value).__module__ == "decimal":  # without importing decimal
         if not value.is_finite():
             raise Invalid(f"{value!r} is not a JSON number")
         return str(value)

@@ -19,7 +19,6 @@ import math
 import os
 import re
 from collections.abc import Callable
-from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -216,13 +215,12 @@ class FileStore:
         if not isinstance(spec, dict) and not (isinstance(spec, Raw) and spec.text.startswith("{")):
             raise Invalid("spec must be a JSON object", job_id)
         now = self.now()
-        rec = replace(
-            record,
+        rec = record.replace(
             id=job_id,
             state=record.state or "pending",
-            progress=replace(record.progress, updated_at=now),
+            progress=record.progress.replace(updated_at=now),
             lease=Lease(),
-            intent=None if record.intent is None else replace(record.intent, at=record.intent.at or now),
+            intent=None if record.intent is None else record.intent.replace(at=record.intent.at or now),
             created_at=now,
             updated_at=now,
             extensions=dict(record.extensions),
@@ -302,8 +300,8 @@ class FileStore:
 
         def apply(rec: Record, now: datetime) -> None:
             before = (rec.id, rec.kind, rec.opaque_text("spec"), rec.created_at, envelope(rec))
-            lease = replace(rec.lease, recall=None if rec.lease.recall is None else replace(rec.lease.recall))
-            intent = None if rec.intent is None else replace(rec.intent)
+            lease = rec.lease.replace(recall=None if rec.lease.recall is None else rec.lease.recall.replace())
+            intent = None if rec.intent is None else rec.intent.replace()
             rec._exposed = True
             mutate(rec)
             after = (rec.id, rec.kind, rec.opaque_text("spec"), rec.created_at, envelope(rec))

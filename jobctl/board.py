@@ -1,0 +1,333 @@
+"""What a worker knows of its store: which jobs are open, and which one to run next.
+
+Picking the next job must not cost more as finished jobs pile up. Two facts
+make that possible:
+
+* a terminal record never changes state again [JOB-T1], so once a record is
+  seen ``complete``, ``failed`` or ``cancelled`` the board keeps only its
+  state (for dependency look-ups) and never reads it again;
+* on Linux the board learns *which* records changed from inotify on the
+  store's ``jobs/`` directory (every write is a rename onto ``<id>.json``), so
+  it re-reads only those. The open records are kept in memory oldest first
+  (by ``created_at``, then id), and choosing walks them from the front.
+
+Time alone changes what is runnable (a lease lapses, a not-before time
+passes) without any write, so the board re-evaluates its open records against
+``now`` at every pick and tells the caller when the next such moment is.
+
+Where inotify is missing (another OS, a store without a ``jobs_dir``), or
+when its queue overflowed, the board rescans: it lists the ids and re-reads
+every one that is not known terminal. It also rescans every minute anyway, as
+insurance against a filesystem that drops notices.
+
+The board is advisory: the claim is the arbiter. A stale view costs at most a
+refused claim (``lease_held``/``terminal``) and a re-read of that one record.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import ctypes
+import ctypes.util
+import os
+import struct
+import sys
+import time
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from .errors import JobError, NotFound
+from .record import TERMINAL, ZERO_TIME, Record, held
+from .schedule import blocked_by, not_before
+
+__all__ = ["Board", "BoardStore", "Pick"]
+
+UNREADABLE = "unreadable"
+RESCAN_EVERY = 60.0
+
+
+class BoardStore(Protocol):
+    def ids(self) -> list[str]: ...
+    def load(self, job_id: str) -> Record: ...
+    def now(self) -> datetime: ...
+
+
+@dataclass
+class Pick:
+    """The oldest runnable record (or None), the doomed ones, and when time alone may change the answer."""
+
+    record: Record | None
+    doomed: list[tuple[Record, str]]
+    wake: datetime | None
+
+
+# -- inotify ---------------------------------------------------------------------
+
+_IN_CLOSE_WRITE = 0x008
+_IN_MOVED_FROM = 0x040
+_IN_MOVED_TO = 0x080
+_IN_DELETE = 0x200
+_IN_DELETE_SELF = 0x400
+_IN_MOVE_SELF = 0x800
+_IN_Q_OVERFLOW = 0x4000
+_IN_IGNORED = 0x8000
+_MASK = _IN_CLOSE_WRITE | _IN_MOVED_FROM | _IN_MOVED_TO | _IN_DELETE | _IN_DELETE_SELF | _IN_MOVE_SELF
+_EVENT = struct.Struct("iIII")
+
+
+class _Notices:
+    """inotify on one directory: the names of record files replaced, written or removed since the last read."""
+
+    def __init__(self, directory: str) -> None:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        init = libc.inotify_init1
+        init.argtypes = [ctypes.c_int]
+        init.restype = ctypes.c_int
+        add = libc.inotify_add_watch
+        add.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+        add.restype = ctypes.c_int
+        fd = init(os.O_NONBLOCK | os.O_CLOEXEC)
+        if fd < 0:
+            raise OSError(ctypes.get_errno(), "inotify_init1")
+        if add(fd, os.fsencode(directory), _MASK) < 0:
+            err = ctypes.get_errno()
+            os.close(fd)
+            raise OSError(err, f"inotify_add_watch {directory}")
+        self.fd = fd
+
+    def read(self) -> tuple[set[str], set[str]] | None:
+        """``(written, removed)`` ids since the last read; None when notices were lost (rescan)."""
+        written: set[str] = set()
+        removed: set[str] = set()
+        lost = False
+        while True:
+            try:
+                buf = os.read(self.fd, 1 << 16)
+            except BlockingIOError:
+                break
+            off = 0
+            while off + _EVENT.size <= len(buf):
+                _wd, mask, _cookie, length = _EVENT.unpack_from(buf, off)
+                off += _EVENT.size
+                name = buf[off : off + length].rstrip(b"\0")
+                off += length
+                if mask & (_IN_Q_OVERFLOW | _IN_IGNORED | _IN_DELETE_SELF | _IN_MOVE_SELF):
+                    lost = True
+                elif name.endswith(b".json") and not name.startswith(b"."):
+                    job_id = os.fsdecode(name[:-5])
+                    if mask & (_IN_DELETE | _IN_MOVED_FROM):
+                        removed.add(job_id)
+                        written.discard(job_id)
+                    else:
+                        written.add(job_id)
+                        removed.discard(job_id)
+        return None if lost else (written, removed)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
+def _notices(store: BoardStore) -> _Notices | None:
+    directory = getattr(store, "jobs_dir", None)
+    if not sys.platform.startswith("linux") or not isinstance(directory, str):
+        return None
+    try:
+        return _Notices(directory)
+    except (OSError, AttributeError):
+        return None
+
+
+# -- the board -------------------------------------------------------------------
+
+
+class Board:
+    """The open records of a store, oldest first, and the states of all.
+
+    ``kinds`` restricts what :meth:`pick` offers (None: every kind).
+    ``notices=False`` forces the rescanning mode (the benchmark compares both).
+    """
+
+    def __init__(self, store: BoardStore, kinds: Iterable[str] | None = None, *, notices: bool = True) -> None:
+        self.store = store
+        self.kinds = None if kinds is None else frozenset(kinds)
+        self.states: dict[str, str] = {}
+        self.open: dict[str, Record] = {}
+        # (created_at, id) of the open records: oldest first, to the microsecond
+        # (ids minted in one millisecond sort by their random part). created_at never moves [JOB-M1].
+        self._order: list[tuple[datetime, str]] = []
+        # Notices first, then the scan: a write between the two is seen twice, never missed.
+        self._notices = _notices(store) if notices else None
+        self._scanned = 0.0
+        self.rescans = 0
+        self.reads = 0
+        self.rescan()
+
+    @property
+    def watching(self) -> bool:
+        """True while the board learns of changes from notices rather than by rescanning."""
+        return self._notices is not None
+
+    def fileno(self) -> int | None:
+        """A descriptor that becomes readable when the store changes (None without notices)."""
+        return None if self._notices is None else self._notices.fd
+
+    def close(self) -> None:
+        if self._notices is not None:
+            self._notices.close()
+            self._notices = None
+
+    # -- keeping up ------------------------------------------------------------
+
+    def refresh(self, *, force: bool = False, max_age: float = 0.0, skip: Collection[str] = ()) -> None:
+        """Catch up with the store.
+
+        With notices: re-read the records they name (rescan on overflow, and
+        every minute). Without: rescan when ``force`` or when the last scan is
+        older than ``max_age`` seconds; in between, the caller's own writes
+        reach the view through :meth:`note` and :meth:`reload`. Notices about
+        the ids in ``skip`` (jobs the caller is running) are not followed.
+        """
+        age = time.monotonic() - self._scanned
+        if self._notices is None:
+            if force or age >= max_age:
+                self.rescan()
+            return
+        if force or age > RESCAN_EVERY:
+            self.rescan()
+            return
+        changed = self._notices.read()
+        if changed is None:
+            self.rescan()
+            return
+        written, removed = changed
+        for job_id in removed:
+            self.reload(job_id)  # gone, or replaced again since: the file decides
+        for job_id in written:
+            if job_id in skip or self.states.get(job_id) in TERMINAL:
+                continue  # ours (its run reports the end), or final: nothing to learn [JOB-T1]
+            self.reload(job_id)
+
+    def rescan(self) -> None:
+        """List the ids; read every one not known terminal; forget the ones that are gone."""
+        self._scanned = time.monotonic()
+        self.rescans += 1
+        present = self.store.ids()
+        seen = set(present)
+        for job_id in [j for j in self.states if j not in seen]:
+            self._forget(job_id)
+        for job_id in present:
+            state = self.states.get(job_id)
+            if state is None or state == UNREADABLE or job_id in self.open:
+                self.reload(job_id)
+
+    def reload(self, job_id: str) -> None:
+        """Re-read one record (a terminal one only if it reappeared or was never read)."""
+        self.reads += 1
+        try:
+            rec = self.store.load(job_id)
+        except NotFound:
+            self._forget(job_id)
+            return
+        except JobError:
+            # Broken, or written for a newer reader [JOB-D7]: never offered,
+            # and a job waiting for it waits rather than being cancelled.
+            self._close(job_id)
+            self.states[job_id] = UNREADABLE
+            return
+        self.note(rec)
+
+    def settle(self, job_id: str, state: str) -> None:
+        """Record that ``job_id`` ended in the terminal ``state`` (its holder's final write said so)."""
+        self._close(job_id)
+        self.states[job_id] = state
+
+    def note(self, rec: Record) -> None:
+        """Take ``rec`` as the latest version of its record (after one of our own writes, say)."""
+        job_id = rec.id
+        self.states[job_id] = rec.state
+        if rec.terminal:
+            self._close(job_id)
+            return
+        if job_id not in self.open:
+            bisect.insort(self._order, (rec.created_at or ZERO_TIME, job_id))
+        self.open[job_id] = rec
+
+    def _close(self, job_id: str) -> None:
+        rec = self.open.pop(job_id, None)
+        if rec is not None:
+            key = (rec.created_at or ZERO_TIME, job_id)
+            i = bisect.bisect_left(self._order, key)
+            if i < len(self._order) and self._order[i] == key:
+                del self._order[i]
+
+    def _forget(self, job_id: str) -> None:
+        self._close(job_id)
+        self.states.pop(job_id, None)
+
+    # -- choosing ----------------------------------------------------------------
+
+    def _judge(self, rec: Record, now: datetime) -> tuple[str, str, datetime | None]:
+        """``("run" | "doomed" | "", detail, wake)`` for one open record at ``now``."""
+        if self.kinds is not None and rec.kind not in self.kinds:
+            return "", "", None
+        if rec.state == "transferred":
+            return "", "", None
+        if held(rec.lease, now):
+            return "", "", rec.lease.expires_at
+        try:
+            why, detail = blocked_by(rec, self.states, now)
+        except JobError as exc:
+            return "doomed", f"its scheduling metadata is unreadable: {exc.message}", None
+        if why == "doomed":
+            return "doomed", detail, None
+        if why == "waiting":
+            when = not_before(rec)
+            return "", detail, when if when is not None and when > now else None
+        if why == "held" and rec.state != "running":
+            return "", detail, None
+        # Paused but still "running" under a dead owner is adopted so that it
+        # can be released properly [JOB-I12]; the run checks the intent first.
+        return "run", "", None
+
+    def pick(self, now: datetime, exclude: Iterable[str] = (), only: set[str] | None = None) -> Pick:
+        """The oldest open record a worker may claim now.
+
+        Runnable: not held, not ``transferred``, dependencies complete,
+        not-before passed, not paused (an orphan [JOB-I11] [JOB-I12]), of a
+        wanted kind, not in ``exclude``, and in ``only`` when given. On the
+        way, records whose dependencies ended ``failed``/``cancelled`` or are
+        missing are collected as doomed. ``wake`` is the earliest moment a
+        lease lapses or a not-before time passes among the records passed over.
+        """
+        skip = exclude if isinstance(exclude, (set, frozenset, dict)) else set(exclude)
+        doomed: list[tuple[Record, str]] = []
+        wake: datetime | None = None
+        for _, job_id in self._order:
+            if job_id in skip or (only is not None and job_id not in only):
+                continue
+            rec = self.open[job_id]
+            verdict, detail, when = self._judge(rec, now)
+            if verdict == "run":
+                return Pick(rec, doomed, wake)
+            if verdict == "doomed":
+                doomed.append((rec, detail))
+            elif when is not None and (wake is None or when < wake):
+                wake = when
+        return Pick(None, doomed, wake)
+
+    def survey_doomed(self, now: datetime) -> list[tuple[Record, str]]:
+        """Every open record whose dependencies can no longer complete, with the reason."""
+        out = []
+        for _, job_id in self._order:
+            verdict, detail, _ = self._judge(self.open[job_id], now)
+            if verdict == "doomed":
+                out.append((self.open[job_id], detail))
+        return out
+
+    def runnable_ids(self, now: datetime) -> list[str]:
+        """Every id :meth:`pick` would offer now, oldest first (``--once`` takes this snapshot)."""
+        return [job_id for _, job_id in self._order if self._judge(self.open[job_id], now)[0] == "run"]

@@ -1,0 +1,610 @@
+"""The ``jobctl`` command group and the plumbing every command shares.
+
+Parsing and dispatch only: a command module parses its arguments, calls the
+library and hands the result to :mod:`jobctl.cli.render`. What lives here:
+
+* :class:`State`, the per-run context object (store discovery, ``--json``,
+  whether stdout is a terminal -- injectable, so tests can pretend);
+* the option types and decorators that make one option mean one thing on
+  every command (``--store``, ``--json``, ``--epoch``, ``--ttl``, ``--by``);
+* :class:`JobCommand`, which accepts upstream's Go flag spellings
+  (``-owner me``, ``-owner=me``) beside click's;
+* :class:`JobGroup`, which loads a command's module only when that command
+  runs (start-up is a cron job's latency) and is the one place where a
+  verdict becomes a stderr line and an exit code.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import os
+import sys
+from collections.abc import Callable, Mapping
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from .. import __version__
+from ..discovery import Unavailable
+from ..errors import EXIT_FAILURE, EXIT_USAGE, JobError
+from ..record import STATES
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from ..store.file import FileStore
+    from .render import Screen
+
+__all__ = [
+    "cli",
+    "State",
+    "JobGroup",
+    "JobCommand",
+    "pass_state",
+    "common",
+    "job_id_argument",
+    "complete_ids",
+    "epoch_option",
+    "ttl_option",
+    "by_option",
+    "TEXT",
+    "JSON_TEXT",
+    "SECONDS",
+    "COUNT",
+    "STATE_CHOICE",
+    "STATES_HELP",
+    "default_by",
+    "raw_json",
+    "EXIT_OK",
+    "EXIT_FAILURE",
+    "EXIT_USAGE",
+    "EXIT_FAILED",
+    "EXIT_CANCELLED",
+    "EXIT_ENDED_OTHERWISE",
+    "EXIT_TIMEOUT",
+    "EXIT_INTERRUPTED",
+    "EXIT_BROKEN_PIPE",
+    "HINTS",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# Exit codes beyond the verdicts' own (3..10, see jobctl.errors); docs/reference/exit-codes.md.
+EXIT_OK = 0
+#: ``wait``: a job ended ``failed`` instead of reaching the awaited state.
+EXIT_FAILED = 11
+#: ``wait``: a job ended ``cancelled`` instead of reaching the awaited state.
+EXIT_CANCELLED = 12
+#: ``wait --state S``: a job ended ``complete`` without being seen in state S.
+EXIT_ENDED_OTHERWISE = 13
+#: ``wait --timeout`` ran out first (as coreutils ``timeout``).
+EXIT_TIMEOUT = 124
+#: Interrupted (Ctrl-C): 128 + SIGINT, as a shell reports it.
+EXIT_INTERRUPTED = 130
+#: stdout was closed under us (``jobctl list | head -1``): 128 + SIGPIPE.
+EXIT_BROKEN_PIPE = 141
+
+#: What to do next, by verdict: the second half of every refusal line.
+HINTS: dict[str, str] = {
+    "not_found": "check the id (jobctl list shows every job)",
+    "lease_held": "claim another job (jobctl claim --next) or wait for its lease to lapse",
+    "stale_epoch": "stop working on it and read it again (jobctl show {id})",
+    "lease_expired": "claim it again (jobctl claim {id}) and resume from its checkpoint",
+    "terminal": "submit a new job if the work must run again",
+    "unknown_schema": "a newer implementation wrote it; leave it for a reader that understands it",
+    "invalid": "fix the request (jobctl COMMAND --help shows what each command takes)",
+    "refused": "nothing was changed; fix the cause and try again",
+}
+
+
+# -- the per-run state -----------------------------------------------------------
+
+
+class State:
+    """What one run of ``jobctl`` knows beyond its arguments.
+
+    ``terminal`` is None to ask stdout; tests pass True or False. ``env``
+    is None for the process environment. ``store`` skips discovery (a test
+    hands in a store on its own clock). ``clock`` is the clock used for
+    display (relative times, who is an orphan): the store's when it has one.
+    """
+
+    def __init__(
+        self,
+        terminal: bool | None = None,
+        env: Mapping[str, str] | None = None,
+        clock: Callable[[], datetime] | None = None,
+        store: FileStore | None = None,
+    ) -> None:
+        self.store_flag: str | None = None
+        self.json = False
+        self.debug = False
+        self._terminal = terminal
+        self._env = env
+        self._clock = clock
+        self._store: FileStore | None = store
+
+    @property
+    def env(self) -> Mapping[str, str]:
+        return os.environ if self._env is None else self._env
+
+    def now(self) -> datetime:
+        if self._clock is not None:
+            return self._clock()
+        if self._store is not None:
+            return self._store.now()
+        return datetime.now(timezone.utc)
+
+    def store(self) -> FileStore:
+        """The store this run talks to, discovered on first use (DIGEST §7)."""
+        if self._store is None:
+            from .. import discovery
+
+            root, rung = discovery.resolve(self.store_flag, self.env, warn=lambda line: click.echo(line, err=True))
+            self._store = discovery.open_store(root, rung)
+        return self._store
+
+    @property
+    def terminal(self) -> bool:
+        if self._terminal is not None:
+            return self._terminal
+        try:
+            return sys.stdout.isatty()
+        except (ValueError, AttributeError):  # closed under us, or replaced by something without a tty
+            return False
+
+    def screen(self) -> Screen:
+        from .render import Screen
+
+        return Screen(self.terminal and not self.json, self.env)
+
+
+pass_state = click.make_pass_decorator(State, ensure=True)
+
+
+# -- option types ------------------------------------------------------------------
+
+
+if TYPE_CHECKING:  # click 8.5 types ParamType by what it returns; older clicks are not generic
+    _StrType = click.ParamType[str]
+    _FloatType = click.ParamType[float]
+    _IntType = click.ParamType[int]
+else:
+    _StrType = _FloatType = _IntType = click.ParamType
+
+
+class _Text(_StrType):
+    """A string that must not be empty: ``--by "$WHO"`` with WHO unset is a usage error, as upstream."""
+
+    name = "text"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value)
+        if text == "":
+            self.fail("wants a value, not an empty string", param, ctx)
+        return text
+
+
+class _JsonText(_Text):
+    """JSON given inline, as ``@FILE``, or as ``-`` for stdin; returned as text, never re-spelled."""
+
+    name = "json"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = super().convert(value, param, ctx)
+        if text == "-":
+            return sys.stdin.buffer.read().decode("utf-8", "surrogateescape")
+        if text.startswith("@"):
+            try:
+                with open(text[1:], "rb") as fh:
+                    return fh.read().decode("utf-8", "surrogateescape")
+            except OSError as exc:
+                self.fail(f"cannot read {text[1:]}: {exc.strerror or exc}", param, ctx)
+        return text
+
+
+class _Seconds(_FloatType):
+    """A non-negative, finite number of seconds (fractions allowed)."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, float):
+            return value
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not math.isfinite(seconds) or seconds < 0:
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        return seconds
+
+
+class _Count(_IntType):
+    """A whole number, zero or more (an epoch, work done, a total)."""
+
+    name = "count"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+        text = str(value).strip()
+        if not text.isdigit() or not text.isascii():
+            self.fail(f"{value!r} is not a whole number (0 or more)", param, ctx)
+        return int(text)
+
+
+#: The six states, for --state options; the list goes in the help text, not the metavar.
+STATE_CHOICE = click.Choice(STATES)
+STATES_HELP = ", ".join(STATES[:-1]) + " or " + STATES[-1]
+
+TEXT = _Text()
+JSON_TEXT = _JsonText()
+SECONDS = _Seconds()
+COUNT = _Count()
+
+
+def raw_json(text: str, what: str) -> Any:
+    """Validate JSON text and keep it token for token (an ``invalid`` refusal names ``what``)."""
+    from ..errors import Invalid
+    from ..wire import Raw
+
+    try:
+        return Raw(text)
+    except Invalid as exc:
+        raise Invalid(f"{what} is not JSON: {exc.message}") from None
+
+
+def default_by() -> str:
+    """Who is asking, when nobody said: ``jobctl@<host>:<pid>``, upstream's spelling."""
+    try:
+        host = os.uname().nodename
+    except AttributeError:  # Windows has no uname
+        host = os.environ.get("COMPUTERNAME", "localhost")
+    return f"jobctl@{host}:{os.getpid()}"
+
+
+# -- shared options ------------------------------------------------------------------
+
+
+def _set_store(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value:
+        ctx.ensure_object(State).store_flag = value
+
+
+def _set_json(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value:
+        ctx.ensure_object(State).json = True
+
+
+def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(f"jobctl {__version__}")
+        ctx.exit()
+
+
+def _set_debug(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value:
+        ctx.ensure_object(State).debug = True
+
+
+store_option = click.option(
+    "--store",
+    metavar="DIR",
+    type=TEXT,
+    expose_value=False,
+    callback=_set_store,
+    is_eager=True,
+    help="Store root; beats JOB_STORE, ABSTRACTION_STORE and the config file.",
+)
+json_option = click.option(
+    "--json",
+    is_flag=True,
+    expose_value=False,
+    callback=_set_json,
+    help="Print JSON (JSON Lines for lists and streams), versioned.",
+)
+
+
+def common(fn: F) -> F:
+    """``--store`` and ``--json``, the same on every command."""
+    return store_option(json_option(fn))
+
+
+def complete_ids(ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[Any]:
+    """Job ids for shell completion: the names in ``<root>/jobs``; nothing is decoded or created."""
+    from click.shell_completion import CompletionItem
+
+    from .. import discovery
+
+    state = ctx.find_object(State) or State()
+    try:
+        root, _rung = discovery.resolve(state.store_flag, state.env)
+        with os.scandir(os.path.join(root, "jobs")) as entries:
+            names = sorted(e.name[:-5] for e in entries if e.name.endswith(".json") and not e.name.startswith("."))
+    except (OSError, discovery.Unavailable):
+        return []
+    return [CompletionItem(name) for name in names if name.startswith(incomplete)]
+
+
+def job_id_argument(fn: F) -> F:
+    """``ID``, defaulting to ``$JOB_ID`` so a command run under a lease needs no arguments."""
+    return click.argument("job_id", metavar="ID", envvar="JOB_ID", type=TEXT, shell_complete=complete_ids)(fn)
+
+
+def epoch_option(fn: F) -> F:
+    return click.option(
+        "--epoch",
+        type=COUNT,
+        metavar="N",
+        envvar="JOB_EPOCH",
+        default=0,
+        show_default=True,
+        show_envvar=True,
+        help="The epoch this holder's claim returned.",
+    )(fn)
+
+
+def ttl_option(fn: F) -> F:
+    return click.option(
+        "--ttl",
+        type=SECONDS,
+        default=30.0,
+        show_default=True,
+        help="How long the lease lasts, in seconds.",
+    )(fn)
+
+
+def by_option(fn: F) -> F:
+    return click.option("--by", type=TEXT, help="Who is asking. [default: jobctl@HOST:PID]")(fn)
+
+
+# -- command and group classes -----------------------------------------------------------
+
+
+def _show_help(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(ctx.get_help(), color=ctx.color)
+        ctx.exit()
+
+
+def _help_option(command: click.Command, ctx: click.Context) -> click.Option | None:
+    """click's help option, built without a gettext lookup.
+
+    click translates the option's help text as it builds it, and the first
+    translation imports ``locale`` and searches the disk for catalogues: a
+    millisecond and more on every start of a command that never shows help.
+    """
+    names = command.get_help_option_names(ctx)
+    if not names or not command.add_help_option:
+        return None
+    cached: click.Option | None = command.__dict__.get("_jobctl_help")
+    if cached is None:
+        storage = getattr(click.core, "_HELP_OPTION_STORAGE_NAME", "help")
+        cached = click.Option(
+            [*sorted(names, key=len), storage],
+            is_flag=True,
+            expose_value=False,
+            is_eager=True,
+            help="Show this message and exit.",
+            callback=_show_help,
+        )
+        command.__dict__["_jobctl_help"] = cached
+    return cached
+
+
+class JobCommand(click.Command):
+    """A command that also takes upstream's Go flag spellings: ``-owner me`` and ``-owner=me``.
+
+    Positionals may sit anywhere among the flags (click's default for a
+    command), so a script written for upstream's jobctl parses the same.
+    """
+
+    def get_help_option(self, ctx: click.Context) -> click.Option | None:
+        return _help_option(self, ctx)
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        longs = {
+            opt
+            for param in self.params
+            if isinstance(param, click.Option)
+            for opt in (*param.opts, *param.secondary_opts)
+            if opt.startswith("--")
+        }
+        fixed: list[str] = []
+        for index, arg in enumerate(args):
+            if arg == "--":
+                fixed.extend(args[index:])
+                break
+            if len(arg) > 2 and arg[0] == "-" and arg[1] != "-" and "-" + arg.split("=", 1)[0] in longs:
+                arg = "-" + arg
+            fixed.append(arg)
+        return super().parse_args(ctx, fixed)
+
+
+#: Command name -> (module, attribute). A module is imported only when one of its commands runs.
+LAZY: dict[str, tuple[str, str]] = {
+    "submit": ("submit", "submit"),
+    "claim": ("lease", "claim"),
+    "progress": ("lease", "progress"),
+    "checkpoint": ("lease", "checkpoint"),
+    "renew": ("lease", "renew"),
+    "release": ("lease", "release"),
+    "finish": ("lease", "finish"),
+    "show": ("view", "show"),
+    "list": ("view", "list_jobs"),
+    "orphans": ("view", "orphans"),
+    "intent": ("control", "intent"),
+    "approve": ("control", "approve"),
+    "recall": ("control", "recall"),
+    "cancel": ("control", "cancel"),
+    "watch": ("live", "watch"),
+    "wait": ("live", "wait"),
+    "sweep": ("upkeep", "sweep"),
+    "paths": ("upkeep", "paths"),
+    "doctor": ("upkeep", "doctor"),
+}
+
+#: How ``jobctl --help`` groups the commands; anything unlisted goes under "Other".
+SECTIONS: list[tuple[str, tuple[str, ...]]] = [
+    ("Submit and look", ("submit", "show", "list", "orphans", "watch", "wait")),
+    ("Hold a lease", ("claim", "progress", "checkpoint", "renew", "release", "finish")),
+    ("Ask a holder", ("intent", "approve", "recall", "cancel")),
+    ("Do the work", ("run", "worker", "pipeline", "logs")),  # registered by jobctl.cli.work
+    ("Upkeep", ("sweep", "paths", "doctor", "help")),
+]
+
+
+class JobGroup(click.Group):
+    """The ``jobctl`` group: lazy command loading, sectioned help, verdicts mapped to exit codes."""
+
+    command_class = JobCommand
+
+    def get_help_option(self, ctx: click.Context) -> click.Option | None:
+        return _help_option(self, ctx)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*LAZY, *self.commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.commands:
+            return self.commands[cmd_name]
+        spec = LAZY.get(cmd_name)
+        if spec is None:
+            return None
+        module = importlib.import_module(f"{__package__}.{spec[0]}")
+        command: click.Command = getattr(module, spec[1])
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        names = self.list_commands(ctx)
+        placed = {name for _, members in SECTIONS for name in members}
+        sections = [*SECTIONS, ("Other", tuple(n for n in names if n not in placed))]
+        limit = formatter.width - 6 - max((len(n) for n in names), default=0)
+        for title, members in sections:
+            rows = []
+            for name in members:
+                cmd = self.get_command(ctx, name)
+                if cmd is None or cmd.hidden:
+                    continue
+                rows.append((name, cmd.get_short_help_str(limit)))
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the command; the one place where a refusal becomes a stderr line and an exit code."""
+        state = ctx.ensure_object(State)
+        try:
+            return super().invoke(ctx)
+        except JobError as exc:
+            if state.debug:
+                _traceback()
+            click.echo(refusal_line(exc), err=True)
+            ctx.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("", err=True)
+            ctx.exit(EXIT_INTERRUPTED)
+        except BrokenPipeError:
+            # Nobody reads stdout any more. Point it at /dev/null so the flush at
+            # interpreter exit does not raise a second time and print a traceback.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, sys.stdout.fileno())
+            except (OSError, ValueError, AttributeError):
+                pass
+            finally:
+                os.close(devnull)
+            ctx.exit(EXIT_BROKEN_PIPE)
+        except Unavailable as exc:
+            if state.debug:
+                _traceback()
+            for line in exc.lines:
+                click.echo(line, err=True)
+            ctx.exit(EXIT_FAILURE)
+        except OSError as exc:
+            if state.debug:
+                _traceback()
+            where = f"{exc.filename}: " if exc.filename else ""
+            click.echo(f"jobctl: {where}{exc.strerror or exc}", err=True)
+            ctx.exit(EXIT_FAILURE)
+
+
+def _traceback() -> None:
+    import traceback
+
+    traceback.print_exc(file=sys.stderr)
+
+
+def refusal_line(exc: JobError) -> str:
+    """``jobctl: <verdict>: <what and which job>; <what to do next>`` -- one line."""
+    message = " ".join(str(exc).split()) or exc.verdict.replace("_", " ")
+    hint = str(getattr(exc, "hint", "") or HINTS.get(exc.verdict, "")).replace("{id}", exc.job_id or "ID")
+    return f"jobctl: {exc.verdict}: {message}; {hint}" if hint else f"jobctl: {exc.verdict}: {message}"
+
+
+# -- the group ---------------------------------------------------------------------------------
+
+CONTEXT: dict[str, Any] = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+@click.group(cls=JobGroup, context_settings=CONTEXT, no_args_is_help=True)
+@store_option
+@json_option
+@click.option(
+    "--debug", is_flag=True, expose_value=False, callback=_set_debug, help="Show a traceback when something fails."
+)
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_show_version,
+    help="Show the version and exit.",
+)
+def cli() -> None:
+    """Durable jobs in a shared directory: leased, fenced, checkpointed, resumable.
+
+    Every command works on one store root (a directory). It is the one given
+    with --store, else $JOB_STORE, else $ABSTRACTION_STORE, else the "store"
+    in the per-user abstraction/config.json, else ~/.abstraction;
+    `jobctl paths` says which and why.
+
+    Piped, each command prints the plain lines of upstream's jobctl; on a
+    terminal, tables; with --json, versioned JSON. Data goes to stdout,
+    everything else to stderr; a refusal exits with its verdict's code
+    (docs/reference/exit-codes.md).
+
+    \b
+    Examples:
+      jobctl submit --kind K --spec '<json>' [--total N] [--requires a,b]
+      jobctl claim --next --owner "$HOSTNAME" --format env
+      jobctl recall <id> --epoch N --reason WHY [--grace SECONDS] [--by who]
+    """
+
+
+@cli.command("help", cls=JobCommand)
+@click.argument("command", required=False, metavar="[COMMAND]")
+@click.pass_context
+def help_command(ctx: click.Context, command: str | None) -> None:
+    """Show help for jobctl or for one command.
+
+    \b
+    Example:
+      jobctl help claim
+    """
+    parent = ctx.parent
+    assert parent is not None  # a subcommand always has its group's context
+    if command is None:
+        click.echo(parent.get_help())
+        return
+    cmd = cli.get_command(parent, command)
+    if cmd is None:
+        raise click.UsageError(f"no such command {command!r}", ctx=parent)
+    with cmd.make_context(command, [], parent=parent, resilient_parsing=True) as sub:
+        click.echo(cmd.get_help(sub))
+
+
+from . import work  # noqa: E402  -- the worker's commands register on the finished group
+
+work.register(cli)

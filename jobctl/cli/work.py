@@ -1,0 +1,468 @@
+"""Doing the work: ``run``, ``worker``, ``logs`` and ``pipeline``.
+
+Only parsing and printing here; :mod:`jobctl.runner`, :mod:`jobctl.worker`,
+:mod:`jobctl.settings` and :mod:`jobctl.schedule` do the work. This module is
+imported whenever ``jobctl`` starts (the group registers its commands), so
+the library modules are imported inside the commands, never at the top.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from . import render
+from .main import SECONDS, TEXT, JobCommand, State, common, default_by, job_id_argument, pass_state, ttl_option
+
+if TYPE_CHECKING:
+    from ..record import Record
+    from ..runner import Outcome, Processor, Run
+    from ..worker import Event
+
+__all__ = ["register", "run", "worker", "logs", "pipeline"]
+
+
+def register(group: click.Group) -> None:
+    """Add the worker-side commands to ``group`` (called by :mod:`jobctl.cli.main`)."""
+    for command in (run, worker, logs, pipeline):
+        group.add_command(command)
+
+
+def _say(line: str) -> None:
+    click.echo(line, err=True)
+
+
+# -- run -------------------------------------------------------------------------------
+
+
+def _outcome_json(out: Outcome) -> dict[str, Any]:
+    return {
+        "id": out.job_id,
+        "kind": out.kind,
+        "epoch": out.epoch,
+        "attempt": out.attempt,
+        "state": out.state,
+        "reason": out.reason,
+        "exit_code": out.exit_code,
+        "error": out.error,
+        "retried": out.retried,
+        "not_before": None if out.not_before is None else _time(out.not_before),
+        "verdict": None if out.verdict is None else out.verdict.verdict,
+        "log": out.log,
+    }
+
+
+def _time(when: Any) -> str:
+    from ..record import format_time
+
+    return format_time(when)
+
+
+def _startable(store: Any, job_id: str) -> None:
+    """Refuse, before claiming, a job that must not start: paused, or waiting for a dependency.
+
+    A not-before time is not checked: asking for one job by its id is asking
+    for it now (a retry by hand).
+    """
+    from .. import schedule
+    from ..errors import JobError, Refused
+
+    rec = store.load(job_id)
+    if rec.terminal:
+        return  # the claim says terminal, with its own words
+    if rec.want == "pause":
+        raise Refused(f"job {job_id} is paused; resume it first (jobctl intent {job_id} run)", job_id)
+    states = {}
+    for dep in schedule.after_of(rec):
+        try:
+            states[dep] = store.load(dep).state
+        except JobError:
+            pass
+    why, detail = schedule.blocked_by(rec, states, store.now())
+    if why in ("waiting", "doomed") and not detail.startswith("not before"):
+        raise Refused(f"job {job_id} cannot start: {detail}", job_id)
+
+
+def _processor(state: State, rec: Record, command: list[str], handlers: tuple[str, ...]) -> Processor:
+    from .. import runner, settings
+    from ..errors import Refused
+
+    if command:
+        argv = list(command)
+        return lambda _rec: runner.Command(argv)
+    resolved = settings.load(handlers=handlers, env=state.env)
+    for warning in resolved.warnings:
+        _say(f"jobctl: {warning}")
+    table = runner.processors(resolved.handler_commands())
+    if rec.kind not in table:
+        raise Refused(
+            f"no command for kind {rec.kind}: give one after --, or a handler (--handler {rec.kind}=CMD)", rec.id
+        )
+    return table[rec.kind]
+
+
+@contextmanager
+def _stopping(run_: Run) -> Iterator[list[int]]:
+    """SIGINT/SIGTERM stop the child and release the job; the list gets the signal's number."""
+    got: list[int] = []
+
+    def handler(signum: int, _frame: Any) -> None:
+        got.append(signum)
+        run_.stop(f"jobctl run got {signal.Signals(signum).name}", grace=0 if len(got) > 1 else None)
+
+    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield got
+    finally:
+        for sig, previous in old.items():
+            signal.signal(sig, previous)
+
+
+_RUN_HELP = """Run a command under a job's lease, which jobctl keeps alive.
+
+Claims job ID (or, with --next, the oldest runnable job) and runs CMD with
+JOB_STORE, JOB_ID, JOB_EPOCH, JOB_KIND, JOB_WORK, JOB_CHECKPOINT (the
+predecessor's checkpoint; unset when none) and JOB_ATTEMPT in its
+environment, so it can call `jobctl checkpoint` with no flags and resume.
+Without CMD the job's kind decides: a `shell` job runs its spec's argv;
+another kind runs its handler (--handler KIND=CMD, or the config file).
+
+While CMD runs the lease is renewed every third of --ttl, and the job's
+intent and recall are read: cancel, pause and recall stop CMD (SIGTERM to
+its process group, SIGKILL after --grace). Exit 0 completes the job;
+anything else fails it, or schedules the next attempt under its retry
+policy. CMD's output goes to stdout and to the attempt's log (`jobctl logs
+ID`); with --json only to the log, and stdout gets one object saying how the
+run ended. SIGINT or SIGTERM stops CMD and releases the job.
+
+The exit status is CMD's (128+N when a signal N ended it), or a verdict's
+code when the lease was lost to somebody else (5 stale_epoch, 6
+lease_expired): then CMD was killed at once and nothing more was written.
+
+\b
+Examples:
+  jobctl run 1787202430967-a752f9a9c2c77b123ffd -- ./fetch.sh
+  jobctl run --next --kind shell
+  while jobctl run --next --kind resize -- ./resize.sh; do :; done
+"""
+
+
+@click.command(cls=JobCommand, help=_RUN_HELP, short_help="Run a command under a job's lease.")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED, metavar="[ID] [-- CMD...]")
+@click.option("--next", "next_", is_flag=True, help="Claim the oldest runnable job instead of ID.")
+@click.option("--kind", "kinds", multiple=True, type=TEXT, metavar="K", help="With --next: only kind K (repeatable).")
+@click.option("--owner", type=TEXT, help="The lease owner. [default: jobctl@HOST:PID]")
+@ttl_option
+@click.option("--grace", type=SECONDS, default=10.0, show_default=True, help="Seconds from SIGTERM to SIGKILL.")
+@click.option("--handler", "handlers", multiple=True, type=TEXT, metavar="KIND=CMD", help="Command for a kind.")
+@common
+@pass_state
+def run(
+    state: State,
+    args: tuple[str, ...],
+    next_: bool,
+    kinds: tuple[str, ...],
+    owner: str | None,
+    ttl: float,
+    grace: float,
+    handlers: tuple[str, ...],
+) -> None:
+    from .. import runner
+    from ..errors import JobError
+
+    if ttl <= 0:
+        raise click.BadParameter("must be more than 0", param_hint="--ttl")
+    store = state.store()
+    owner = owner or default_by()
+    if next_:
+        command = list(args)
+        wanted: set[str] | None = set(kinds) or None
+        if not command and wanted is None:
+            from .. import settings
+
+            wanted = set(runner.processors(settings.load(handlers=handlers, env=state.env).handler_commands()))
+        rec = runner.claim_next(store, owner, ttl, wanted)
+    else:
+        if not args:
+            raise click.UsageError("give a job ID, or --next")
+        if kinds:
+            raise click.UsageError("--kind goes with --next")
+        job_id, command = args[0], list(args[1:])
+        _startable(store, job_id)
+        rec = store.claim(job_id, owner, ttl)
+    try:
+        processor = _processor(state, rec, command, handlers)
+    except (JobError, OSError):
+        store.release(rec.id, rec.lease.epoch)  # not ours to run after all: give it back at once
+        raise
+    tee = None if state.json else getattr(sys.stdout, "buffer", None)
+    job = runner.Run(store, rec, processor, ttl=ttl, grace=grace, tee=tee)
+    with _stopping(job) as signals:
+        outcome = job.execute()
+    if state.json:
+        render.out_json(_outcome_json(outcome))
+    elif outcome.verdict is not None:
+        from .main import refusal_line
+
+        _say(refusal_line(outcome.verdict))
+    elif outcome.state != "complete":
+        detail = outcome.error or outcome.reason
+        if outcome.retried and outcome.not_before is not None:
+            detail += f"; next attempt not before {_time(outcome.not_before)}"
+        _say(f"jobctl: run: {outcome.job_id} {outcome.state} ({detail})")
+    code = outcome.status
+    if signals and not outcome.fenced:
+        code = 128 + signals[0]
+    click.get_current_context().exit(code)
+
+
+# -- worker ------------------------------------------------------------------------------
+
+_WORKER_HELP = """Run runnable jobs until stopped: pick, claim, run, retry, alert.
+
+Picks the oldest runnable jobs (nobody holds them, their dependencies are
+complete, their not-before time has passed, not paused, of a kind it can
+run: `shell`, and every kind with a handler) and runs up to --concurrency
+at once, each under its own renewed lease, its output in the job's attempt
+log. Jobs whose owner died are adopted once their lease lapses; jobs whose
+dependency failed or was cancelled are cancelled with a reason. A job that
+finally fails runs --on-failure with JOB_ID, JOB_KIND, JOB_ERROR and
+JOB_ATTEMPT in its environment. Any number of workers may share a store:
+the lease's epoch makes sure no job runs twice at once.
+
+--once: one pass over what is runnable now, then exit. --drain: go on while
+anything is runnable or running, then exit (the cron form). SIGTERM: claim
+nothing more, let running jobs finish within --shutdown-grace, stop and
+release the rest; a second SIGTERM stops them at once.
+
+Each setting comes from its flag, else its environment variable, else the
+config file ($JOBCTL_CONFIG, or config.ini in the user config directory),
+else its default; `jobctl paths` shows which. Variables:
+MAX_CONCURRENT_JOBS, JOB_PROCESSOR_POLL_INTERVAL, JOBCTL_TTL, JOBCTL_GRACE,
+JOBCTL_SHUTDOWN_GRACE, JOBCTL_WORKER_NAME, JOBCTL_KINDS, JOBCTL_ON_FAILURE.
+
+\b
+Examples:
+  jobctl worker --concurrency 4
+  jobctl worker --drain --handler fetch=./fetch.sh
+  jobctl worker --on-failure 'curl -fsS -d "text=$JOB_ID failed: $JOB_ERROR" "$HOOK"'
+"""
+
+_QUIET_SHOWS = frozenset(("failed", "refused", "fenced", "alert-failed"))
+
+
+@click.command(cls=JobCommand, help=_WORKER_HELP, short_help="Run runnable jobs until stopped.")
+@click.option("--concurrency", type=click.IntRange(min=1), help="Jobs at once. [default: 1]")
+@click.option("--poll-interval", type=SECONDS, help="Seconds between looks when idle. [default: 1]")
+@click.option("--ttl", type=SECONDS, help="Lease length for the jobs it runs, in seconds. [default: 30]")
+@click.option("--grace", type=SECONDS, help="Seconds from SIGTERM to SIGKILL when stopping a job. [default: 10]")
+@click.option("--shutdown-grace", type=SECONDS, help="Seconds running jobs get after SIGTERM. [default: 30]")
+@click.option("--name", type=TEXT, help="Lease owner prefix: NAME@HOST:PID. [default: worker]")
+@click.option("--kind", "kinds", multiple=True, type=TEXT, metavar="K", help="Only kind K (repeatable).")
+@click.option("--handler", "handlers", multiple=True, type=TEXT, metavar="KIND=CMD", help="Command for a kind.")
+@click.option("--on-failure", type=TEXT, metavar="CMD", help="Shell command run when a job finally fails.")
+@click.option("--once", "mode", flag_value="once", help="One pass over what is runnable now, then exit.")
+@click.option("--drain", "mode", flag_value="drain", help="Exit once nothing is runnable or running.")
+@click.option("--quiet", "-q", is_flag=True, help="Print only failures, not every start and end.")
+@common
+@pass_state
+def worker(
+    state: State,
+    concurrency: int | None,
+    poll_interval: float | None,
+    ttl: float | None,
+    grace: float | None,
+    shutdown_grace: float | None,
+    name: str | None,
+    kinds: tuple[str, ...],
+    handlers: tuple[str, ...],
+    on_failure: str | None,
+    mode: str | None,
+    quiet: bool,
+) -> None:
+    from .. import settings
+    from ..worker import Worker
+
+    for option, value in (("--poll-interval", poll_interval), ("--ttl", ttl)):
+        if value is not None and value <= 0:
+            raise click.BadParameter("must be more than 0", param_hint=option)
+    flags = {
+        "concurrency": concurrency,
+        "poll_interval": poll_interval,
+        "ttl": ttl,
+        "grace": grace,
+        "shutdown_grace": shutdown_grace,
+        "name": name,
+        "kinds": kinds,
+        "on_failure": on_failure,
+    }
+    resolved = settings.load(flags, handlers, env=state.env)
+    for warning in resolved.warnings:
+        _say(f"jobctl: {warning}")
+    store = state.store()
+
+    def report(event: Event) -> None:
+        if state.json:
+            obj: dict[str, Any] = {"event": event.what, "id": event.job_id or None, "kind": event.kind or None}
+            obj["detail"] = event.detail
+            if event.outcome is not None:
+                obj["outcome"] = _outcome_json(event.outcome)
+            render.out_json(obj)
+        elif not quiet or event.what in _QUIET_SHOWS:
+            _say(f"jobctl worker: {event.line()}")
+
+    loop = Worker(
+        store,
+        name=resolved.name,
+        concurrency=resolved.concurrency,
+        poll_interval=resolved.poll_interval,
+        ttl=resolved.ttl,
+        grace=resolved.grace,
+        shutdown_grace=resolved.shutdown_grace,
+        handlers=resolved.handler_commands(),
+        kinds=resolved.kinds or None,
+        on_failure=resolved.on_failure,
+        on_event=report,
+        env=state.env,
+    )
+    if not quiet and not state.json:
+        _say(
+            f"jobctl worker: {loop.owner} on {store.root}: kinds {', '.join(sorted(loop.processors)) or 'none'}, "
+            f"concurrency {resolved.concurrency}, ttl {resolved.ttl:g} s, mode {mode or 'loop'}"
+        )
+    with loop.signals():
+        summary = loop.run(mode or "loop")
+    if not quiet and not state.json:
+        counts = ", ".join(f"{n} {what}" for what, n in sorted(summary.counts.items()) if what != "finished")
+        _say(f"jobctl worker: done ({counts or 'nothing to do'})")
+
+
+# -- logs ------------------------------------------------------------------------------------
+
+_LOGS_HELP = """Print the output of job ID's attempts.
+
+Each attempt's stdout and stderr, as `jobctl run` and `jobctl worker` wrote
+them, between `--- jobctl: ... ---` lines that say which attempt, epoch and
+owner, and how it ended. The logs live under the store's
+work/.jobctl/logs/ID/ (never inside work/ID, which belongs to the job).
+With --json, one object per log file: attempt, path and size.
+
+\b
+Examples:
+  jobctl logs 1787202430967-a752f9a9c2c77b123ffd
+  jobctl logs "$ID" --attempt 2
+  jobctl logs "$ID" --follow
+"""
+
+
+@click.command(cls=JobCommand, help=_LOGS_HELP, short_help="Print the output of a job's attempts.")
+@job_id_argument
+@click.option("--attempt", type=click.IntRange(min=1), metavar="N", help="Only attempt N.")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing as the job writes, until it ends.")
+@common
+@pass_state
+def logs(state: State, job_id: str, attempt: int | None, follow: bool) -> None:
+    from .. import runner
+    from ..errors import NotFound
+
+    store = state.store()
+    store.load(job_id)  # not_found for a job that does not exist
+
+    def files() -> list[tuple[int, str]]:
+        found = runner.log_files(store, job_id)
+        return [f for f in found if attempt is None or f[0] == attempt]
+
+    found = files()
+    if state.json:
+        for number, path in found:
+            render.out_json({"id": job_id, "attempt": number, "path": path, "size": os.path.getsize(path)})
+        return
+    if not found and not follow:
+        if attempt is not None:
+            raise NotFound(f"job {job_id} has no log of attempt {attempt}", job_id)
+        _say(f"jobctl: job {job_id} has no logs yet")
+        return
+    offsets: dict[str, int] = {}
+
+    def pump() -> bool:
+        moved = False
+        for _number, path in files():
+            try:
+                with open(path, "rb") as handle:
+                    handle.seek(offsets.get(path, 0))
+                    chunk = handle.read()
+            except FileNotFoundError:
+                continue
+            if chunk:
+                click.echo(chunk, nl=False)  # bytes go to stdout's binary stream as they are
+                offsets[path] = offsets.get(path, 0) + len(chunk)
+                moved = True
+        return moved
+
+    pump()
+    while follow:
+        time.sleep(0.2)
+        moved = pump()
+        if not moved and store.load(job_id).terminal:
+            pump()  # what was written between the last read and the final write
+            break
+
+
+# -- pipeline ----------------------------------------------------------------------------------
+
+_PIPELINE_HELP = """Show the stages of pipeline NAME: done, running or waiting.
+
+One line per job of the pipeline (submitted with --pipeline NAME), each
+after the jobs it waits for: its stage, its status (done, running, waiting,
+failed, cancelled), its id, and what it waits for or why it ended. With
+--json, one object per job.
+
+\b
+Example:
+  jobctl pipeline nightly
+"""
+
+
+@click.command(cls=JobCommand, help=_PIPELINE_HELP, short_help="Show a pipeline's stages.")
+@click.argument("name", metavar="NAME", type=TEXT)
+@common
+@pass_state
+def pipeline(state: State, name: str) -> None:
+    from .. import schedule
+    from ..errors import NotFound
+
+    store = state.store()
+    listing = store.list()
+    stages = schedule.pipeline_stages(listing, name, state.now())
+    if not stages:
+        raise NotFound(f"no job belongs to pipeline {name}")
+    if state.json:
+        for stage in stages:
+            render.out_json(
+                {
+                    "pipeline": name,
+                    "stage": stage.stage,
+                    "id": stage.record.id,
+                    "status": stage.status,
+                    "state": stage.record.state,
+                    "detail": stage.detail,
+                    "after": stage.after,
+                }
+            )
+        return
+    # Aligned for a person; single spaces for a script (the detail, last, may hold spaces).
+    aligned = state.screen().terminal
+    width = max(len(s.stage) for s in stages) if aligned else 0
+    status_width = max(len(s.status) for s in stages) if aligned else 0
+    for stage in stages:
+        line = f"{stage.stage:<{width}} {stage.status:<{status_width}} {stage.record.id}"
+        render.out(f"{line} {stage.detail}" if stage.detail else line)
+    if listing.unreadable:
+        _say(render.unreadable_line(listing.unreadable))

@@ -1,0 +1,313 @@
+"""Worker settings: from flags, then the environment, then a config file, then defaults.
+
+Each resolved value remembers where it came from, so ``jobctl paths`` can
+show which rung applied [CFG-P1]. An empty environment variable is not an
+override [CFG-E1]. A config file that does not parse is ignored, and said so
+in :attr:`Settings.warnings`, never silently [CFG-T2]; a value that parses but
+makes no sense (``concurrency = lots``) is refused with ``Invalid`` naming
+where it came from.
+
+The config file is INI (standard library, no quoting needed for shell
+commands), at ``$JOBCTL_CONFIG`` when set, else ``config.ini`` in the per-user
+config directory (platformdirs: ``~/.config/jobctl`` on Linux)::
+
+    [worker]
+    concurrency = 4
+    poll_interval = 0.5
+    ttl = 60
+    grace = 10
+    shutdown_grace = 30
+    name = batch
+    kinds = shell, fetch
+    on_failure = curl -fsS -d "text=job $JOB_ID ($JOB_KIND) failed: $JOB_ERROR" https://example.invalid/hook
+
+    [handlers]
+    fetch = ./bin/fetch-one
+"""
+
+from __future__ import annotations
+
+import configparser
+import math
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import Invalid
+from .schedule import DEFAULT_INTERVALS, parse_intervals
+
+__all__ = ["Setting", "Settings", "load", "describe", "config_path", "parse_handler", "SETTINGS"]
+
+DEFAULT = "default"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One resolved value and where it came from: ``flag --x``, ``env NAME``, ``config PATH``, ``default``."""
+
+    name: str
+    value: Any
+    source: str
+
+    def text(self) -> str:
+        value = self.value
+        if isinstance(value, (list, tuple)):
+            return ",".join(str(v) for v in value) if value else "(all)" if self.name == "kinds" else ""
+        if isinstance(value, float) and value.is_integer():
+            return f"{value:g}"
+        return str(value)
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError
+    return value
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not 0 <= value < math.inf:
+        raise ValueError
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    value = _seconds(text)
+    if value <= 0:
+        raise ValueError
+    return value
+
+
+def _words(text: str) -> tuple[str, ...]:
+    return tuple(w.strip() for w in text.split(",") if w.strip())
+
+
+def _text(text: str) -> str:
+    return text.strip()
+
+
+@dataclass(frozen=True)
+class _Spec:
+    name: str
+    flag: str
+    env: str
+    parse: Callable[[str], Any]
+    default: Any
+    what: str
+
+
+#: Every worker setting: name, flag, environment variable, parser, default, meaning.
+SETTINGS: tuple[_Spec, ...] = (
+    _Spec("concurrency", "--concurrency", "MAX_CONCURRENT_JOBS", _count, 1, "jobs run at once"),
+    _Spec(
+        "poll_interval",
+        "--poll-interval",
+        "JOB_PROCESSOR_POLL_INTERVAL",
+        _positive_seconds,
+        1.0,
+        "seconds between looks at the store when idle (changes wake it sooner on Linux)",
+    ),
+    _Spec("ttl", "--ttl", "JOBCTL_TTL", _positive_seconds, 30.0, "lease length in seconds; renewed every third"),
+    _Spec(
+        "grace", "--grace", "JOBCTL_GRACE", _seconds, 10.0, "seconds between SIGTERM and SIGKILL when stopping a job"
+    ),
+    _Spec(
+        "shutdown_grace",
+        "--shutdown-grace",
+        "JOBCTL_SHUTDOWN_GRACE",
+        _seconds,
+        30.0,
+        "seconds running jobs may go on after SIGTERM to the worker",
+    ),
+    _Spec("name", "--name", "JOBCTL_WORKER_NAME", _text, "worker", "lease owner prefix: NAME@HOST:PID"),
+    _Spec("kinds", "--kind", "JOBCTL_KINDS", _words, (), "only these kinds (default: every kind it can run)"),
+    _Spec("on_failure", "--on-failure", "JOBCTL_ON_FAILURE", _text, "", "shell command run when a job finally fails"),
+)
+_BY_NAME = {spec.name: spec for spec in SETTINGS}
+
+
+def config_path(env: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """``(path, source)`` of the config file: ``$JOBCTL_CONFIG``, else the user config directory's ``config.ini``."""
+    env = os.environ if env is None else env
+    given = env.get("JOBCTL_CONFIG", "")
+    if given:
+        return given, "env JOBCTL_CONFIG"
+    import platformdirs
+
+    return os.path.join(platformdirs.user_config_dir("jobctl", appauthor=False), "config.ini"), DEFAULT
+
+
+def parse_handler(text: str) -> tuple[str, str]:
+    """``KIND=CMD`` -> ``(kind, cmd)``."""
+    kind, sep, command = text.partition("=")
+    if not sep or not kind.strip() or not command.strip():
+        raise Invalid(f"handler {text!r} is not KIND=COMMAND")
+    return kind.strip(), command.strip()
+
+
+@dataclass
+class Settings:
+    """Resolved worker settings, each a :class:`Setting` with its provenance."""
+
+    values: dict[str, Setting] = field(default_factory=dict)
+    handlers: dict[str, Setting] = field(default_factory=dict)
+    retry_intervals: Setting = field(
+        default_factory=lambda: Setting("retry_intervals", list(DEFAULT_INTERVALS), DEFAULT)
+    )
+    config: str = ""
+    config_source: str = DEFAULT
+    config_state: str = "absent"
+    warnings: list[str] = field(default_factory=list)
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name].value
+
+    @property
+    def concurrency(self) -> int:
+        return int(self["concurrency"])
+
+    @property
+    def poll_interval(self) -> float:
+        return float(self["poll_interval"])
+
+    @property
+    def ttl(self) -> float:
+        return float(self["ttl"])
+
+    @property
+    def grace(self) -> float:
+        return float(self["grace"])
+
+    @property
+    def shutdown_grace(self) -> float:
+        return float(self["shutdown_grace"])
+
+    @property
+    def name(self) -> str:
+        return str(self["name"])
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return tuple(self["kinds"])
+
+    @property
+    def on_failure(self) -> str:
+        return str(self["on_failure"])
+
+    def handler_commands(self) -> dict[str, str]:
+        return {kind: str(s.value) for kind, s in self.handlers.items()}
+
+    def describe(self) -> list[tuple[str, str, str]]:
+        """``(name, value, source)`` rows for ``jobctl paths``: the config file first, then every setting."""
+        rows = [("config", self.config, f"{self.config_state} ({self.config_source})")]
+        for spec in SETTINGS:
+            setting = self.values[spec.name]
+            rows.append((spec.name, setting.text(), setting.source))
+        for kind in sorted(self.handlers):
+            setting = self.handlers[kind]
+            rows.append((f"handler {kind}", str(setting.value), setting.source))
+        rows.append(
+            ("retry_intervals", self.retry_intervals.text(), self.retry_intervals.source + " (submit's default)")
+        )
+        return rows
+
+
+def _read_config(path: str, out: Settings) -> configparser.ConfigParser | None:
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            parser.read_file(handle)
+    except FileNotFoundError:
+        out.config_state = "absent"
+        return None
+    except (OSError, UnicodeDecodeError, configparser.Error) as exc:
+        out.config_state = "ignored"
+        out.warnings.append(f"{path}: ignored, it could not be read: {exc}".replace("\n", " "))
+        return None
+    out.config_state = "read"
+    for section in parser.sections():
+        if section not in ("worker", "handlers"):
+            out.warnings.append(f"{path}: section [{section}] is not one jobctl reads (worker, handlers)")
+    if parser.has_section("worker"):
+        for key in parser["worker"]:
+            if key not in _BY_NAME:
+                out.warnings.append(f"{path}: [worker] {key} is not a setting ({', '.join(_BY_NAME)})")
+    return parser
+
+
+def _parse(spec: _Spec, text: str, source: str) -> Any:
+    try:
+        return spec.parse(text)
+    except ValueError:
+        raise Invalid(f"{spec.name} from {source}: {text!r} is not valid ({spec.what})") from None
+
+
+def load(
+    flags: Mapping[str, Any] | None = None,
+    handlers: Iterable[str] = (),
+    env: Mapping[str, str] | None = None,
+    path: str | None = None,
+) -> Settings:
+    """Resolve every worker setting: ``flags`` (name -> value, None = not given) > env > config file > default.
+
+    ``handlers`` are ``KIND=CMD`` strings from the command line; they override
+    the config file's ``[handlers]`` kind by kind.
+    """
+    env = os.environ if env is None else env
+    flags = flags or {}
+    out = Settings()
+    if path is None:
+        out.config, out.config_source = config_path(env)
+    else:
+        out.config, out.config_source = path, "given"
+    parser = _read_config(out.config, out)
+    section = parser["worker"] if parser is not None and parser.has_section("worker") else None
+    for spec in SETTINGS:
+        flag = flags.get(spec.name)
+        if flag is not None and flag != ():
+            value = flag
+            if isinstance(flag, str) and spec.parse is not _text:
+                value = _parse(spec, flag, f"flag {spec.flag}")
+            elif isinstance(flag, (list, tuple)):
+                value = tuple(flag)
+            out.values[spec.name] = Setting(spec.name, value, f"flag {spec.flag}")
+            continue
+        text = env.get(spec.env, "")
+        if text.strip():
+            out.values[spec.name] = Setting(spec.name, _parse(spec, text, f"env {spec.env}"), f"env {spec.env}")
+            continue
+        if section is not None and spec.name in section and section[spec.name].strip():
+            source = f"config {out.config}"
+            out.values[spec.name] = Setting(spec.name, _parse(spec, section[spec.name], source), source)
+            continue
+        out.values[spec.name] = Setting(spec.name, spec.default, DEFAULT)
+    if parser is not None and parser.has_section("handlers"):
+        for kind, command in parser["handlers"].items():
+            if command.strip():
+                out.handlers[kind] = Setting(kind, command.strip(), f"config {out.config}")
+    for text in handlers:
+        kind, command = parse_handler(text)
+        out.handlers[kind] = Setting(kind, command, "flag --handler")
+    intervals = env.get("JOB_RETRY_INTERVALS", "")
+    if intervals.strip():
+        out.retry_intervals = Setting(
+            "retry_intervals", parse_intervals(intervals, "JOB_RETRY_INTERVALS"), "env JOB_RETRY_INTERVALS"
+        )
+    return out
+
+
+def describe(env: Mapping[str, str] | None = None) -> list[tuple[str, str, str]]:
+    """What ``jobctl paths`` prints for the worker: every setting, its value and its source.
+
+    Never refuses: a bad value is shown with the reason instead.
+    """
+    try:
+        resolved = load(env=env)
+    except Invalid as exc:
+        path, source = config_path(env)
+        return [("config", path, source), ("worker settings", "unusable", exc.message)]
+    rows = resolved.describe()
+    rows.extend(("warning", text, "") for text in resolved.warnings)
+    return rows

@@ -1,0 +1,564 @@
+"""The worker loop: pick runnable jobs, run up to N at once, retry, respect dependencies.
+
+One :class:`Worker` is one process's loop over one store. Its main thread
+keeps a :class:`jobctl.board.Board` up to date and, while a slot is free,
+hands the oldest runnable job to one of ``concurrency`` slot threads, which
+claims it and runs it under its lease (:class:`jobctl.runner.Run`). The
+command runs as a child of the worker process, directly: no ``jobctl run``
+process per job. A small guardian process (:class:`jobctl.runner.Guardian`)
+kills the children's process groups if the worker dies.
+
+Nothing here coordinates workers with each other. Two workers, or twenty, on
+one store never run a job twice at the same time because of the lease: a
+claim is a compare-and-set on the record's epoch [JOB-L2] [JOB-L4], a live
+lease refuses every other claimant [JOB-O1], each worker's lease owner is
+unique to its process (``<name>@<host>:<pid>``, so the same-owner re-claim of
+[JOB-O2] never joins two workers), and a run kills its child before the lease
+it holds can run out, or at once when a write tells it somebody else owns the
+job now [JOB-L5].
+
+Scheduling metadata (:mod:`jobctl.schedule`): a job runs only once every job
+it depends on is ``complete``; when one ends ``failed`` or ``cancelled`` (or
+does not exist) the dependent is cancelled here with a reason naming it, so
+nothing waits forever and the cancellation cascades down a pipeline. A
+failed attempt under a retry policy goes back to ``pending`` with its next
+not-before time; only the last one leaves the job ``failed``, and then the
+``on_failure`` command runs with ``JOB_ID``, ``JOB_KIND``, ``JOB_ERROR`` and
+``JOB_ATTEMPT`` in its environment.
+
+Stopping: :meth:`Worker.request_stop` (the CLI calls it on SIGTERM/SIGINT)
+stops claiming and lets running jobs go on for ``shutdown_grace`` seconds,
+then stops them (SIGTERM, SIGKILL after ``grace``) and releases them for
+somebody else; a second request stops them at once (SIGKILL) and releases.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import queue
+import select
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import FrameType
+from typing import Protocol
+
+from .board import Board
+from .errors import JobError, LeaseHeld, NotFound, Terminal
+from .record import TERMINAL, Record, format_time
+from .runner import Guardian, Outcome, Processor, Run, RunStore, processors
+from .schedule import blocked_by
+
+__all__ = ["Worker", "WorkerStore", "Event", "Summary", "MODES", "default_owner"]
+
+MODES = ("loop", "once", "drain")
+
+
+class WorkerStore(RunStore, Protocol):
+    """What the loop needs of a store beyond a run's needs."""
+
+    def ids(self) -> list[str]: ...
+    def claim(self, job_id: str, owner: str, ttl_seconds: float) -> Record: ...
+    def set_intent(self, job_id: str, want: str, by: str = "") -> Record: ...
+
+
+@dataclass
+class Event:
+    """Something the worker did, for its log.
+
+    ``what``: ``started``, ``complete``, ``failed``, ``retry``, ``cancelled``
+    (a run honoured a cancel, or a dependency failed), ``released`` (pause,
+    recall, shutdown), ``fenced`` (the lease was lost), ``refused`` (a write
+    or claim refused for another reason), ``alert`` / ``alert-failed``,
+    ``stopping``.
+    """
+
+    what: str
+    job_id: str = ""
+    kind: str = ""
+    detail: str = ""
+    outcome: Outcome | None = None
+
+    def line(self) -> str:
+        parts = [self.what]
+        if self.job_id:
+            parts.append(self.job_id)
+        if self.kind:
+            parts.append(f"kind={self.kind}")
+        if self.detail:
+            parts.append(self.detail)
+        return " ".join(parts)
+
+
+@dataclass
+class Summary:
+    """What one call to :meth:`Worker.run` did, counted by event."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def add(self, what: str) -> None:
+        self.counts[what] = self.counts.get(what, 0) + 1
+
+    def __getitem__(self, what: str) -> int:
+        return self.counts.get(what, 0)
+
+
+def default_owner(name: str = "worker") -> str:
+    """``<name>@<host>:<pid>``: unique to this process, so two workers never share a lease owner."""
+    return f"{name}@{socket.gethostname()}:{os.getpid()}"
+
+
+class Worker:
+    """A loop over one store. See the module docstring for what it promises.
+
+    The main thread owns the board and hands the oldest runnable records to
+    ``concurrency`` slot threads; each slot claims its record, runs it and
+    reports back through a queue. Claims happen in the slots so that their
+    fsyncs overlap, and a slot thread lives as long as the worker, so it
+    outlives every child it starts (the thread a parent-death signal is tied to).
+    """
+
+    def __init__(
+        self,
+        store: WorkerStore,
+        *,
+        name: str = "worker",
+        concurrency: int = 1,
+        poll_interval: float = 1.0,
+        ttl: float = 30.0,
+        grace: float = 10.0,
+        shutdown_grace: float = 30.0,
+        handlers: Mapping[str, str] | None = None,
+        processors_: Mapping[str, Processor] | None = None,
+        kinds: Iterable[str] | None = None,
+        on_failure: str = "",
+        on_event: Callable[[Event], None] | None = None,
+        env: Mapping[str, str] | None = None,
+        notices: bool = True,
+        guardian: bool = True,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.store = store
+        self.owner = default_owner(name)
+        self.concurrency = int(concurrency)
+        self.poll_interval = max(0.01, float(poll_interval))
+        self.ttl = float(ttl)
+        self.grace = float(grace)
+        self.shutdown_grace = float(shutdown_grace)
+        table = dict(processors_) if processors_ is not None else processors(handlers)
+        if kinds is not None:
+            wanted = set(kinds)
+            table = {k: v for k, v in table.items() if k in wanted}
+        self.processors: dict[str, Processor] = table
+        self.on_failure = on_failure
+        self.on_event = on_event
+        self.env = dict(os.environ if env is None else env)
+        self.notices = notices
+        self.guard = guardian
+        self.summary = Summary()
+        self._guardian: Guardian | None = None
+        self._states: Mapping[str, str] = {}
+        # Main thread only: ids handed to a slot and not reported back yet.
+        self._busy: dict[str, Record] = {}
+        self._skip: dict[str, float] = {}
+        self._alerts: list[tuple[subprocess.Popen[bytes], str]] = []
+        # Shared with the slots.
+        self._lock = threading.Lock()
+        self._runs: dict[str, Run] = {}
+        self._work: queue.SimpleQueue[Record | None] = queue.SimpleQueue()
+        self._done: queue.SimpleQueue[_Report] = queue.SimpleQueue()
+        self._slots: list[threading.Thread] = []
+        self._stop_level = 0
+        self._stop_deadline = math.inf
+        self._stop_applied: tuple[int, str, float | None] = (0, "", None)
+        self._announced = False
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+
+    # -- control ----------------------------------------------------------------
+
+    def request_stop(self, immediate: bool = False) -> None:
+        """Stop claiming; running jobs get ``shutdown_grace``. A second call (or ``immediate``) stops them now.
+
+        Safe from a signal handler and from another thread.
+        """
+        level = 2 if immediate or self._stop_level >= 1 else 1
+        if level == 1 and self._stop_level == 0:
+            self._stop_deadline = time.monotonic() + self.shutdown_grace
+        self._stop_level = max(self._stop_level, level)
+        self._wake()
+
+    def _wake(self) -> None:
+        fd = self._wake_w
+        if fd >= 0:  # -1 once run() has closed it: never write to a number reused since
+            with contextlib.suppress(BlockingIOError, OSError):
+                os.write(fd, b"!")
+
+    @contextlib.contextmanager
+    def signals(self) -> Iterator[None]:
+        """Within: SIGTERM and SIGINT call :meth:`request_stop` (main thread only)."""
+
+        def handler(signum: int, frame: FrameType | None) -> None:
+            self.request_stop()
+
+        old = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            yield
+        finally:
+            for sig, previous in old.items():
+                signal.signal(sig, previous)
+
+    def _emit(self, event: Event) -> None:
+        self.summary.add(event.what)
+        if self.on_event is not None:
+            self.on_event(event)
+
+    # -- the loop -----------------------------------------------------------------
+
+    def run(self, mode: str = "loop") -> Summary:
+        """Run until stopped (``loop``), after one pass (``once``), or when idle (``drain``). Call it once."""
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}")
+        board = Board(self.store, self.processors, notices=self.notices)
+        self._states = board.states
+        if self.guard:
+            self._guardian = Guardian()
+        for n in range(self.concurrency):
+            slot = threading.Thread(target=self._slot, name=f"jobctl slot {n + 1}", daemon=True)
+            slot.start()
+            self._slots.append(slot)
+        try:
+            self._loop(board, mode)
+        finally:
+            self._shutdown(board)
+            board.close()
+            if self._guardian is not None:
+                self._guardian.close()
+            wake_r, wake_w = self._wake_r, self._wake_w
+            self._wake_r = self._wake_w = -1
+            os.close(wake_r)
+            os.close(wake_w)
+        return self.summary
+
+    def _loop(self, board: Board, mode: str) -> None:
+        only: set[str] | None = None
+        if mode == "once":
+            now = self.store.now()
+            only = set(board.runnable_ids(now))
+            while True:  # a cancelled job dooms its own dependents in turn
+                doomed = [(r, why) for r, why in board.survey_doomed(now) if r.id not in self._skip]
+                if not doomed:
+                    break
+                for rec, why in doomed:
+                    self._doom(board, rec, why)
+        scanned_at = -1
+        while True:
+            self._collect(board)
+            self._reap_alerts()
+            now_mono = time.monotonic()
+            wake: datetime | None = None
+            if self._stop_level == 0:
+                board.refresh(max_age=self.poll_interval, skip=self._busy)
+                idle = False
+                while len(self._busy) < self.concurrency:
+                    now = self.store.now()
+                    skip = set(self._busy)
+                    skip.update(j for j, until in self._skip.items() if until > now_mono)
+                    got = board.pick(now, exclude=skip, only=only)
+                    if got.doomed:
+                        for rec, why in got.doomed:
+                            self._doom(board, rec, why)
+                        continue  # their dependents may be doomed now, and the view has moved
+                    wake = got.wake
+                    if got.record is None:
+                        idle = True
+                        break
+                    if only is not None:
+                        only.discard(got.record.id)
+                    self._busy[got.record.id] = got.record
+                    self._work.put(got.record)
+                if not self._busy:
+                    if mode == "once" and not only:
+                        return
+                    if mode == "drain" and idle:
+                        # Leave only on a fresh view: what just finished may
+                        # have unblocked something the view does not show yet.
+                        finished = self.summary["finished"]
+                        if board.watching or scanned_at == finished:
+                            return
+                        board.refresh(force=True)
+                        scanned_at = finished
+                        continue
+            else:
+                if not self._announced:
+                    self._announced = True
+                    self._emit(
+                        Event("stopping", detail=f"claiming nothing more; {len(self._busy)} job(s) to finish or stop")
+                    )
+                if not self._busy:
+                    return
+                if self._stop_level >= 2:
+                    self._stop_runs(2, "the worker was stopped at once", 0.0)
+                elif now_mono >= self._stop_deadline:
+                    self._stop_runs(1, "the worker is shutting down", None)
+            self._idle(board, wake, now_mono)
+
+    def _idle(self, board: Board, wake: datetime | None, now_mono: float) -> None:
+        timeout = self.poll_interval
+        if wake is not None:
+            timeout = min(timeout, max(0.0, (wake - self.store.now()).total_seconds()) + 0.001)
+        if self._stop_level == 1:
+            timeout = min(timeout, max(0.0, self._stop_deadline - now_mono))
+        if self._alerts:
+            timeout = min(timeout, 0.5)
+        poller = select.poll()
+        poller.register(self._wake_r, select.POLLIN)
+        fd = board.fileno()
+        if fd is not None and self._stop_level == 0:
+            poller.register(fd, select.POLLIN)
+        for ready, _mask in poller.poll(math.ceil(timeout * 1000)):
+            if ready == self._wake_r:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(self._wake_r, 4096)
+
+    # -- the slots ------------------------------------------------------------------
+
+    def _post(self, report: _Report) -> None:
+        self._done.put(report)
+        self._wake()
+
+    def _slot(self) -> None:
+        while True:
+            rec = self._work.get()
+            if rec is None:
+                return
+            try:
+                self._attempt(rec)
+            except Exception as exc:  # a bug or an I/O failure must not eat the slot
+                self._post(_Report(rec.id, event=Event("refused", rec.id, rec.kind, f"internal error: {exc!r}")))
+
+    def _attempt(self, rec: Record) -> None:
+        """A slot's work on one record: claim it, check it again, run it."""
+        store = self.store
+        if self._stop_level:
+            self._post(_Report(rec.id))
+            return
+        try:
+            claimed = store.claim(rec.id, self.owner, self.ttl)
+        except (LeaseHeld, Terminal, NotFound):
+            self._post(_Report(rec.id))  # somebody was quicker; the view was stale
+            return
+        except (JobError, OSError) as exc:
+            self._post(_Report(rec.id, skip=True, event=Event("refused", rec.id, rec.kind, f"claim: {exc}")))
+            return
+        # The claim kept the record as found under the lock; judge that, not the view.
+        why, detail = blocked_by(claimed, self._states, store.now())
+        if why == "doomed":
+            final, event = self._cancel_held(claimed, f"cancelled: {detail}")
+            self._post(_Report(rec.id, record=final, event=event))
+            return
+        if why == "waiting":
+            with contextlib.suppress(JobError, OSError):
+                store.release(claimed.id, claimed.lease.epoch)
+            self._post(_Report(rec.id))
+            return
+        run = Run(
+            store,
+            claimed,
+            self.processors[claimed.kind],
+            ttl=self.ttl,
+            grace=self.grace,
+            env=self.env,
+            guardian=self._guardian,
+        )
+        with self._lock:
+            self._runs[claimed.id] = run
+            level, why_stop, grace = self._stop_applied
+        if level:
+            run.stop(why_stop, grace=grace)  # the stop went out while this slot was claiming
+        detail = f"epoch={claimed.lease.epoch} attempt={run.attempt}"
+        if rec.state == "running" and rec.lease.owner:
+            detail += f" adopted from {rec.lease.owner}"
+        self._post(_Report(rec.id, started=Event("started", claimed.id, claimed.kind, detail)))
+        try:
+            outcome = run.execute()
+        finally:
+            with self._lock:
+                self._runs.pop(claimed.id, None)
+        self._post(_Report(rec.id, outcome=outcome))
+
+    def _collect(self, board: Board) -> None:
+        while True:
+            try:
+                report = self._done.get_nowait()
+            except queue.Empty:
+                return
+            self._receive(board, report)
+
+    def _receive(self, board: Board, report: _Report) -> None:
+        if report.started is not None:
+            self._emit(report.started)
+            return
+        job_id = report.job_id
+        self._busy.pop(job_id, None)
+        if report.skip:
+            self._skip[job_id] = time.monotonic() + max(self.poll_interval, 1.0)
+        out = report.outcome
+        if report.record is not None:
+            board.note(report.record)
+        elif out is not None and out.state in TERMINAL and out.verdict is None:
+            board.settle(job_id, out.state)
+        else:
+            with contextlib.suppress(JobError, OSError):
+                board.reload(job_id)
+        if report.event is not None:
+            self._emit(report.event)
+        if out is not None:
+            self.summary.add("finished")
+            self._report(out)
+
+    def _report(self, out: Outcome) -> None:
+        if out.fenced:
+            what, detail = "fenced", f"{out.verdict.verdict if out.verdict else ''}: the job is somebody else's now"
+        elif out.verdict is not None:
+            what, detail = "refused", f"{out.verdict.verdict}: {out.verdict}"
+        elif out.retried:
+            when = format_time(out.not_before) if out.not_before else "now"
+            what, detail = "retry", f"{out.error}; next attempt not before {when}"
+        elif out.state == "pending":
+            what, detail = "released", out.reason
+        else:
+            what, detail = out.state or "refused", out.error
+        self._emit(Event(what, out.job_id, out.kind, detail, out))
+        if what == "failed":
+            self._alert(out)
+
+    # -- dependencies ---------------------------------------------------------------
+
+    def _doom(self, board: Board, rec: Record, why: str) -> None:
+        """Cancel a job whose dependency failed, was cancelled or does not exist [JOB-S3] [JOB-S4]."""
+        store = self.store
+        self._skip[rec.id] = time.monotonic() + max(self.poll_interval, 1.0)
+        try:
+            store.set_intent(rec.id, "cancel", self.owner)
+            claimed = store.claim(rec.id, self.owner, self.ttl)
+        except (JobError, OSError):
+            # Held: its holder sees the cancel intent and honours it. Gone or
+            # terminal: nothing to do. Either way the view catches up.
+            with contextlib.suppress(JobError, OSError):
+                board.reload(rec.id)
+            return
+        final, event = self._cancel_held(claimed, f"cancelled: {why}")
+        if final is not None:
+            board.note(final)
+        else:
+            with contextlib.suppress(JobError, OSError):
+                board.reload(rec.id)
+        self._emit(event)
+
+    def _cancel_held(self, claimed: Record, reason: str) -> tuple[Record | None, Event]:
+        def mutate(r: Record) -> None:
+            r.state = "cancelled"
+            r.error = reason
+
+        try:
+            final = self.store.update(claimed.id, claimed.lease.epoch, mutate)
+        except (JobError, OSError) as exc:
+            return None, Event("refused", claimed.id, claimed.kind, f"cancel: {exc}")
+        return final, Event("cancelled", final.id, final.kind, reason)
+
+    # -- alerts -----------------------------------------------------------------------
+
+    def _alert(self, out: Outcome) -> None:
+        if not self.on_failure:
+            return
+        env = dict(self.env)
+        for name in ("JOB_EPOCH", "JOB_CHECKPOINT", "JOB_WORK"):
+            env.pop(name, None)
+        env.update(
+            {
+                "JOB_ID": out.job_id,
+                "JOB_KIND": out.kind,
+                "JOB_ERROR": out.error,
+                "JOB_ATTEMPT": str(out.attempt),
+                "JOB_STORE": os.path.abspath(self.store.root),
+            }
+        )
+        try:
+            proc = subprocess.Popen(
+                ["/bin/sh", "-c", self.on_failure],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            self._emit(Event("alert-failed", out.job_id, out.kind, f"cannot start the alert: {exc}"))
+            return
+        self._alerts.append((proc, out.job_id))
+
+    def _reap_alerts(self, wait: float = 0.0) -> None:
+        deadline = time.monotonic() + wait
+        keep = []
+        for proc, job_id in self._alerts:
+            left = deadline - time.monotonic()
+            try:
+                code = proc.wait(left) if left > 0 else proc.poll()
+            except subprocess.TimeoutExpired:
+                code = None
+            if code is None:
+                if wait > 0:
+                    proc.kill()
+                    proc.wait()
+                    self._emit(Event("alert-failed", job_id, "", "the alert did not finish in time"))
+                else:
+                    keep.append((proc, job_id))
+            elif code == 0:
+                self._emit(Event("alert", job_id))
+            else:
+                self._emit(Event("alert-failed", job_id, "", f"the alert command exited {code}"))
+        self._alerts = keep
+
+    # -- stopping ---------------------------------------------------------------------
+
+    def _stop_runs(self, level: int, why: str, grace: float | None) -> None:
+        with self._lock:
+            if self._stop_applied[0] >= level:
+                return
+            self._stop_applied = (level, why, grace)
+            runs = list(self._runs.values())
+        self._emit(Event("stopping", detail=f"{why}; {len(runs)} job(s) running"))
+        for run in runs:
+            run.stop(why, grace=grace)
+
+    def _shutdown(self, board: Board) -> None:
+        """Leave nothing behind: running jobs stopped and released, slots ended, alerts waited for."""
+        if self._busy:
+            self._stop_runs(2, "the worker is leaving", 0.0)
+        for _ in self._slots:
+            self._work.put(None)
+        for slot in self._slots:
+            slot.join()
+        self._collect(board)
+        self._reap_alerts(wait=30.0)
+
+
+@dataclass
+class _Report:
+    """What a slot tells the main thread: a start, or the end of its work on one record."""
+
+    job_id: str
+    started: Event | None = None
+    outcome: Outcome | None = None
+    record: Record | None = None
+    event: Event | None = None
+    skip: bool = False

@@ -1,0 +1,29 @@
+"""Shell completion, through click: command names, options, and job ids from the store."""
+
+from __future__ import annotations
+
+from clitools import Jobctl
+
+
+def complete(jobctl: Jobctl, words: str) -> list[str]:
+    cword = len(words.split()) - (0 if words.endswith(" ") else 1)
+    ran = jobctl(env={"_JOBCTL_COMPLETE": "bash_complete", "COMP_WORDS": words, "COMP_CWORD": str(cword)})
+    assert ran.code == 0, ran.err
+    return [line.split(",", 1)[1] for line in ran.lines]
+
+
+def test_commands_options_and_ids_complete(jobctl: Jobctl) -> None:
+    assert complete(jobctl, "jobctl cl") == ["claim"]
+    assert "checkpoint" in complete(jobctl, "jobctl c")
+    assert "--owner" in complete(jobctl, "jobctl claim --o")
+    jobctl.submit("--id", "nightly-1")
+    jobctl.submit("--id", "nightly-2")
+    jobctl.submit("--id", "other")
+    assert complete(jobctl, "jobctl show night") == ["nightly-1", "nightly-2"]
+    assert complete(jobctl, "jobctl wait nightly-1 o") == ["other"]
+
+
+def test_the_bash_script_is_printed(jobctl: Jobctl) -> None:
+    ran = jobctl(env={"_JOBCTL_COMPLETE": "bash_source"})
+    assert ran.code == 0
+    assert "_JOBCTL_COMPLETE=bash_complete" in ran.text

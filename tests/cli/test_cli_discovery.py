@@ -1,0 +1,115 @@
+"""Store root discovery (DIGEST §7): the nearest rung wins, and each answer names its rung."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from clitools import Jobctl
+
+from jobctl import discovery
+
+
+@pytest.fixture
+def config_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private XDG_CONFIG_HOME (platformdirs reads the process environment)."""
+    home = tmp_path / "xdg"
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home))
+    return home
+
+
+def _write_config(config_home: Path, text: str) -> Path:
+    path = config_home / "abstraction" / "config.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_the_rungs_in_order(config_home: Path) -> None:
+    path = _write_config(config_home, '{"store": "/from/config"}')
+    env = {"JOB_STORE": "/from/job", "ABSTRACTION_STORE": "/from/abstraction", "HOME": "/home/u"}
+    assert discovery.resolve("/from/flag", env) == ("/from/flag", "the --store flag")
+    assert discovery.resolve(None, env) == ("/from/job", "JOB_STORE")
+    del env["JOB_STORE"]
+    assert discovery.resolve(None, env) == ("/from/abstraction", "ABSTRACTION_STORE")
+    del env["ABSTRACTION_STORE"]
+    assert discovery.resolve(None, env) == ("/from/config", str(path))
+    path.unlink()
+    assert discovery.resolve(None, env) == ("/home/u/.abstraction", "the default; nothing is configured")
+
+
+def test_empty_variables_are_not_overrides(config_home: Path) -> None:
+    env = {"JOB_STORE": "", "ABSTRACTION_STORE": "", "HOME": "/home/u"}
+    assert discovery.resolve("", env) == ("/home/u/.abstraction", discovery.DEFAULT)
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("{not json", "is not JSON"),
+        ("[1, 2]", "is not a JSON object"),
+        ('{"store": 7}', '"store" is not a string'),
+    ],
+)
+def test_a_malformed_config_is_reported_and_skipped(config_home: Path, text: str, problem: str) -> None:
+    path = _write_config(config_home, text)
+    warnings: list[str] = []
+    assert discovery.resolve(None, {"HOME": "/home/u"}, warn=warnings.append) == (
+        "/home/u/.abstraction",
+        discovery.DEFAULT,
+    )
+    assert len(warnings) == 1
+    assert warnings[0].startswith(f"jobctl: {path} {problem}")
+
+
+def test_a_config_that_names_no_store_is_silent(config_home: Path) -> None:
+    _write_config(config_home, json.dumps({"store": "", "other": 1}))
+    warnings: list[str] = []
+    assert discovery.resolve(None, {"HOME": "/h"}, warn=warnings.append)[1] == discovery.DEFAULT
+    assert warnings == []
+
+
+def test_no_home_and_nothing_configured(config_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("os.path.expanduser", lambda path: path)
+    with pytest.raises(discovery.Unavailable) as caught:
+        discovery.resolve(None, {})
+    assert "no home directory" in caught.value.lines[0]
+    assert "ABSTRACTION_STORE" in caught.value.lines[1]
+
+
+def test_a_root_that_cannot_be_opened_names_the_rung(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(discovery.Unavailable) as caught:
+        discovery.open_store(str(blocker), "/etc/x/config.json")
+    lines = caught.value.lines
+    assert lines[0].startswith(f"jobctl: {blocker}: ")
+    assert lines[1] == "  that root came from /etc/x/config.json"
+
+
+def test_the_command_line_uses_the_config_file_and_warns_on_a_broken_one(jobctl: Jobctl) -> None:
+    config = jobctl.home / ".config" / "abstraction" / "config.json"
+    config.parent.mkdir(parents=True)
+    store = jobctl.home / "configured-store"
+    config.write_text(json.dumps({"store": str(store)}))
+    env = {"JOB_STORE": None}
+    job = jobctl("submit", "--kind", "k", env=env).text.strip()
+    assert (store / "jobs" / f"{job}.json").exists()
+    facts = dict(line.split("=", 1) for line in jobctl("paths", env=env).lines)
+    assert (facts["root"], facts["rung"], facts["config_status"]) == (str(store), str(config), f"names {store}")
+    config.write_text("{broken")
+    ran = jobctl("list", env=env)
+    assert ran.code == 0
+    assert ran.err.startswith(f"jobctl: {config} is not JSON")
+    assert len(ran.err.splitlines()) == 1
+    assert (jobctl.home / ".abstraction" / "jobs").is_dir()  # fell through to the default
+
+
+def test_store_flag_on_the_group_or_the_command(jobctl: Jobctl) -> None:
+    elsewhere = jobctl.home / "elsewhere"
+    job = jobctl("--store", str(elsewhere), "submit", "--kind", "k").text.strip()
+    assert jobctl("list", "--store", str(elsewhere)).lines[0].startswith(job)
+    assert jobctl("list").out == b""
+    facts = dict(line.split("=", 1) for line in jobctl("paths", "--store", str(elsewhere)).lines)
+    assert facts["rung"] == "the --store flag"

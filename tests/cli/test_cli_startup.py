@@ -1,0 +1,98 @@
+"""The import budget: what a piped ``jobctl submit`` and ``jobctl list`` must not import.
+
+jobctl is started by cron and by shell loops, so its start-up is its latency
+(bench/startup_bench.py measures it). rich is for terminals, platformdirs for
+the config-file rung, the worker for ``jobctl run``; none of them belongs on
+the path of a piped command. Each case runs the real entry point in a fresh
+interpreter and lists ``sys.modules`` as it exits.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from clitools import Jobctl
+
+DUMP = """
+import atexit, json, sys
+out = sys.argv[1]
+atexit.register(lambda: open(out, "w").write(json.dumps(sorted(sys.modules))))
+sys.argv = ["jobctl", *sys.argv[2:]]
+from jobctl.cli import main
+main()
+"""
+
+#: Never on a piped command's path, whatever the store holds.
+NEVER = (
+    "rich",
+    "jobctl.runner",
+    "jobctl.worker",
+    "jobctl.replay",
+    "jobctl.cli.live",
+    "jobctl.cli.upkeep",
+    "jobctl.cli.docgen",
+    "importlib.metadata",
+    "subprocess",
+    "asyncio",
+    "locale",
+    "pydoc",
+)
+
+
+def loaded(jobctl: Jobctl, tmp_path: Path, *args: str, **env: str) -> set[str]:
+    out = tmp_path / "modules.json"
+    proc = subprocess.run(
+        [sys.executable, "-c", DUMP, str(out), *args],
+        env=jobctl.subprocess_env(**env),
+        capture_output=True,
+        check=False,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert b"\x1b" not in proc.stdout
+    modules: list[str] = json.loads(out.read_text())
+    return set(modules)
+
+
+def absent(modules: set[str], *names: str) -> list[str]:
+    """Those of ``names`` (or their submodules) that were imported after all."""
+    return sorted(m for m in modules for name in names if m == name or m.startswith(name + "."))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("submit", "--kind", "fetch", "--spec", '{"url": "https://example.com/a"}'),
+        ("list",),
+        ("orphans",),
+    ],
+)
+def test_piped_commands_stay_light(jobctl: Jobctl, tmp_path: Path, args: tuple[str, ...]) -> None:
+    jobctl.submit("--after", jobctl.submit(), "--retries", "2")  # scheduling data in the store
+    modules = loaded(jobctl, tmp_path, *args)
+    assert "jobctl.cli.main" in modules  # the measurement itself worked
+    assert absent(modules, *NEVER, "platformdirs", "jobctl.schedule") == []
+
+
+def test_submit_imports_only_its_own_command_module(jobctl: Jobctl, tmp_path: Path) -> None:
+    modules = loaded(jobctl, tmp_path, "submit", "--kind", "k")
+    commands = {m for m in modules if m.startswith("jobctl.cli.") and m not in ("jobctl.cli.main", "jobctl.cli.work")}
+    assert commands == {"jobctl.cli.submit", "jobctl.cli.render"}
+
+
+def test_platformdirs_only_when_the_ladder_reaches_the_config_file(jobctl: Jobctl, tmp_path: Path) -> None:
+    modules = loaded(jobctl, tmp_path, "list", JOB_STORE="", ABSTRACTION_STORE="")
+    assert "platformdirs" in modules
+    assert absent(modules, *NEVER) == []
+    modules = loaded(jobctl, tmp_path, "list", JOB_STORE="", ABSTRACTION_STORE=str(jobctl.root))
+    assert absent(modules, "platformdirs") == []
+
+
+def test_rich_only_for_a_terminal(jobctl: Jobctl, tmp_path: Path) -> None:
+    jobctl.submit()
+    for args in (("list", "--json"), ("show", "--json", jobctl.submit()), ("claim", "--next", "--format", "env")):
+        assert absent(loaded(jobctl, tmp_path, *args), "rich") == [], args

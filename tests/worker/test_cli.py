@@ -1,0 +1,246 @@
+"""The worker-side commands: ``jobctl run``, ``worker``, ``logs`` and ``pipeline``.
+
+CliRunner where the command's own process is enough; a real ``jobctl``
+process where signals, or a child calling ``jobctl`` itself, are the point.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+from workertools import gone, job_argv, read_log, submit, wait_until
+
+from jobctl import FileStore, Record, schedule
+from jobctl.cli.main import State, cli
+from jobctl.errors import NotFound, Refused
+
+pytestmark = pytest.mark.timeout(60)
+
+JOBCTL = str(Path(sys.executable).parent / "jobctl")
+
+
+def invoke(root: Path, *args: str, env: dict[str, str] | None = None) -> Result:
+    environ = {"JOB_STORE": str(root), "JOBCTL_CONFIG": str(root.parent / "no-config.ini"), **(env or {})}
+    state = State(terminal=False, env=environ)
+    return CliRunner().invoke(cli, list(args), obj=state, env=environ, catch_exceptions=False)
+
+
+def process_env(root: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JOB_", "JOBCTL_", "MAX_CONCURRENT"))}
+    env.update({"JOB_STORE": str(root), "JOBCTL_CONFIG": str(root.parent / "no-config.ini"), **extra})
+    return env
+
+
+# -- run -----------------------------------------------------------------------------------------
+
+
+def test_run_mirrors_the_exit_status_and_shows_the_output(store: FileStore, root: Path) -> None:
+    job = submit(store, ["true"])
+    result = invoke(root, "run", job, "--", "sh", "-c", 'echo "hi $JOB_ID $JOB_ATTEMPT"; exit 4')
+    assert result.exit_code == 4
+    assert result.stdout == f"hi {job} 1\n"
+    assert f"{job} failed (attempt 1: exit status 4)" in result.stderr
+    assert store.load(job).state == "failed"
+
+
+def test_run_without_a_command_runs_the_shell_spec(store: FileStore, root: Path) -> None:
+    job = submit(store, ["sh", "-c", "echo from-spec"])
+    result = invoke(root, "run", job)
+    assert (result.exit_code, result.stdout, result.stderr) == (0, "from-spec\n", "")
+    assert store.load(job).state == "complete"
+
+
+def test_run_next_takes_the_oldest_runnable_of_a_kind(store: FileStore, root: Path) -> None:
+    store.submit(Record(kind="other", spec={}))
+    first = submit(store, ["true"])
+    submit(store, ["true"])
+    result = invoke(root, "--json", "run", "--next", "--kind", "shell", "--", "true")
+    assert result.exit_code == 0
+    out = json.loads(result.stdout)
+    assert (out["v"], out["id"], out["state"], out["exit_code"], out["attempt"]) == (1, first, "complete", 0, 1)
+    nothing = invoke(root, "run", "--next", "--kind", "nothing", "--", "true")
+    assert nothing.exit_code == NotFound.exit_code and "no runnable job of kind nothing" in nothing.stderr
+
+
+def test_run_schedules_the_retry_and_says_when(store: FileStore, root: Path) -> None:
+    job = submit(store, ["sh", "-c", "exit 1"], intervals=[30])
+    result = invoke(root, "run", job)
+    assert result.exit_code == 1
+    assert "pending (attempt 1: exit status 1; next attempt not before" in result.stderr
+    rec = store.load(job)
+    assert rec.state == "pending" and schedule.attempt(rec) == 2
+
+
+def test_run_refuses_a_paused_job_and_one_that_waits(store: FileStore, root: Path) -> None:
+    paused = submit(store, ["true"], hold=True)
+    result = invoke(root, "run", paused)
+    assert result.exit_code == Refused.exit_code and "paused" in result.stderr
+    dep = submit(store, ["true"])
+    waits = submit(store, ["true"], after=[dep])
+    result = invoke(root, "run", waits)
+    assert result.exit_code == Refused.exit_code and f"waiting for {dep}" in result.stderr
+    assert store.load(waits).lease.epoch == 0 and store.load(paused).lease.epoch == 0
+
+
+def test_run_gives_back_a_job_it_has_no_command_for(store: FileStore, root: Path) -> None:
+    job = store.submit(Record(kind="resize", spec={}))
+    result = invoke(root, "run", job)
+    assert result.exit_code == Refused.exit_code and "--handler resize=CMD" in result.stderr
+    rec = store.load(job)
+    assert rec.state == "pending" and rec.lease.owner == ""
+    handled = invoke(root, "run", job, "--handler", "resize=cat")
+    assert (handled.exit_code, handled.stdout) == (0, "{}")
+
+
+def test_a_child_checkpoints_through_jobctl_with_no_flags(store: FileStore, root: Path) -> None:
+    job = submit(store, ["true"])
+    script = f'{JOBCTL} checkpoint \'{{"page": 7}}\' --done 7 >/dev/null && test -z "$JOB_CHECKPOINT"'
+    proc = subprocess.run([JOBCTL, "run", job, "--", "sh", "-c", script], env=process_env(root), timeout=30)
+    assert proc.returncode == 0
+    rec = store.load(job)
+    assert (rec.state, rec.checkpoint, rec.progress.done) == ("complete", {"page": 7}, 7)
+
+
+def test_sigterm_to_run_stops_the_child_and_releases(store: FileStore, root: Path, side_log: Path) -> None:
+    job = submit(store, job_argv("sleep", 60), side_log)
+    proc = subprocess.Popen([JOBCTL, "run", job], env=process_env(root), stdout=subprocess.DEVNULL)
+    started = wait_until(lambda: [e for e in read_log(side_log) if e["event"] == "start"], what="the child")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(20) == 128 + signal.SIGTERM
+    assert gone(started[0]["pid"])
+    rec = store.load(job)
+    assert rec.state == "pending" and rec.lease.owner == "" and rec.want == "run"
+
+
+def test_a_sigkilled_run_takes_its_child_with_it(store: FileStore, root: Path, side_log: Path) -> None:
+    """``jobctl run`` starts the child with a parent-death signal (PR_SET_PDEATHSIG)."""
+    job = submit(store, job_argv("sleep", 60), side_log)
+    proc = subprocess.Popen([JOBCTL, "run", job], env=process_env(root), stdout=subprocess.DEVNULL)
+    started = wait_until(lambda: [e for e in read_log(side_log) if e["event"] == "start"], what="the child")
+    proc.kill()
+    proc.wait(10)
+    assert wait_until(lambda: gone(started[0]["pid"]), 10, "the child to die with its supervisor")
+
+
+# -- worker ------------------------------------------------------------------------------------------
+
+
+def test_worker_drain_runs_everything_and_reports(store: FileStore, root: Path, tmp_path: Path) -> None:
+    alerts = tmp_path / "alerts"
+    ok = submit(store, ["true"])
+    bad = submit(store, ["sh", "-c", "exit 2"])
+    fetch = store.submit(Record(kind="fetch", spec={"u": 1}))
+    proc = subprocess.run(
+        [JOBCTL, "worker", "--drain", "--concurrency", "2", "--handler", "fetch=cat >/dev/null"],
+        env=process_env(root, JOBCTL_ON_FAILURE=f'echo "$JOB_ID $JOB_ATTEMPT" > {alerts}'),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert [store.load(j).state for j in (ok, bad, fetch)] == ["complete", "failed", "complete"]
+    assert alerts.read_text() == f"{bad} 1\n"
+    assert f"jobctl worker: failed {bad} kind=shell attempt 1: exit status 2" in proc.stderr
+    assert "kinds fetch, shell, concurrency 2" in proc.stderr
+    assert proc.stdout == ""
+
+
+def test_worker_json_streams_events(store: FileStore, root: Path) -> None:
+    job = submit(store, ["true"])
+    result = invoke(root, "--json", "worker", "--once", "--poll-interval", "0.05")
+    assert result.exit_code == 0
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(e["event"], e["id"]) for e in events] == [("started", job), ("complete", job)]
+    assert events[1]["outcome"]["state"] == "complete" and events[0]["v"] == 1
+
+
+def test_worker_settings_come_from_flags_then_env_then_the_config_file(store: FileStore, root: Path) -> None:
+    config = root.parent / "no-config.ini"
+    config.write_text("[worker]\nconcurrency = 3\nttl = 9\n[handlers]\nresize = cat\n")
+    result = invoke(root, "worker", "--once", "--ttl", "7", env={"MAX_CONCURRENT_JOBS": "2"})
+    assert result.exit_code == 0
+    assert "kinds resize, shell, concurrency 2, ttl 7 s, mode once" in result.stderr
+    bad = invoke(root, "worker", "--once", env={"JOBCTL_GRACE": "soon"})
+    assert bad.exit_code == 9 and "env JOBCTL_GRACE" in bad.stderr
+
+
+def test_worker_sigterm_is_graceful(store: FileStore, root: Path, side_log: Path) -> None:
+    job = submit(store, job_argv("sleep", 0.5), side_log)
+    proc = subprocess.Popen(
+        [JOBCTL, "worker", "--poll-interval", "0.05"], env=process_env(root), stderr=subprocess.PIPE, text=True
+    )
+    wait_until(lambda: read_log(side_log), what="the job to start")
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert store.load(job).state == "complete"
+
+
+# -- logs and pipeline ----------------------------------------------------------------------------------
+
+
+def test_logs_prints_every_attempt(store: FileStore, root: Path) -> None:
+    job = submit(store, ["sh", "-c", 'echo "try $JOB_ATTEMPT"; exit 1'], intervals=[0])
+    invoke(root, "run", job)
+    invoke(root, "run", job)
+    result = invoke(root, "logs", job)
+    assert result.exit_code == 0
+    assert result.stdout.count("--- jobctl: attempt") == 2
+    assert "try 1\n" in result.stdout and "try 2\n" in result.stdout
+    second = invoke(root, "logs", job, "--attempt", "2")
+    assert "try 1" not in second.stdout and "try 2\n" in second.stdout
+    listed = [json.loads(line) for line in invoke(root, "--json", "logs", job).stdout.splitlines()]
+    assert [(e["attempt"], Path(e["path"]).name) for e in listed] == [(1, "attempt-1.log"), (2, "attempt-2.log")]
+    assert invoke(root, "logs", job, "--attempt", "3").exit_code == NotFound.exit_code
+    assert invoke(root, "logs", "1-nosuchjob").exit_code == NotFound.exit_code
+
+
+def test_logs_follow_ends_with_the_job(store: FileStore, root: Path) -> None:
+    job = submit(store, ["sh", "-c", "echo one; sleep 0.5; echo two"])
+    runner = subprocess.Popen([JOBCTL, "run", job], env=process_env(root), stdout=subprocess.DEVNULL)
+    wait_until(lambda: store.load(job).lease.owner, what="the claim")
+    follow = subprocess.run([JOBCTL, "logs", job, "-f"], env=process_env(root), capture_output=True, timeout=30)
+    assert runner.wait(30) == 0
+    assert b"one\ntwo\n" in follow.stdout and follow.stdout.endswith(b"--- jobctl: exit status 0 ---\n")
+
+
+def test_pipeline_shows_its_stages_in_order(store: FileStore, root: Path) -> None:
+    fetch = submit(store, ["true"], pipeline="nightly", stage="fetch")
+    left = submit(store, ["false"], after=[fetch], pipeline="nightly", stage="left")
+    right = submit(store, ["true"], after=[fetch], pipeline="nightly", stage="right")
+    join = submit(store, ["true"], after=[left, right], pipeline="nightly", stage="join")
+    submit(store, ["true"], pipeline="other")
+    before = invoke(root, "pipeline", "nightly").stdout.splitlines()
+    assert before == [
+        f"fetch waiting {fetch} ready; no worker has taken it yet",
+        f"left waiting {left} for {fetch} (pending)",
+        f"right waiting {right} for {fetch} (pending)",
+        f"join waiting {join} for {left} (pending)",
+    ]
+    invoke(root, "worker", "--drain", "--poll-interval", "0.05")
+    after = invoke(root, "pipeline", "nightly").stdout.splitlines()
+    assert after == [
+        f"fetch done {fetch}",
+        f"left failed {left} attempt 1: exit status 1",
+        f"right done {right}",
+        f"join cancelled {join} cancelled: dependency {left} ended failed",
+    ]
+    rows = [json.loads(line) for line in invoke(root, "--json", "pipeline", "nightly").stdout.splitlines()]
+    assert rows[3] == {
+        "v": 1,
+        "pipeline": "nightly",
+        "stage": "join",
+        "id": join,
+        "status": "cancelled",
+        "state": "cancelled",
+        "detail": f"cancelled: dependency {left} ended failed",
+        "after": [left, right],
+    }
+    assert invoke(root, "pipeline", "nosuch").exit_code == NotFound.exit_code

@@ -1,0 +1,337 @@
+"""One command under a lease (jobctl.runner.Run), through the Python API, with real child processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from workertools import gone, job_argv, read_log, submit, wait_until
+
+from jobctl import FileStore, Record, StaleEpoch, schedule
+from jobctl.errors import LeaseExpired
+from jobctl.record import held
+from jobctl.runner import Command, Run, log_dir, log_files, processors, shell_command
+from jobctl.store.file import is_orphan
+from jobctl.wire import Raw
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def run_job(store: FileStore, job_id: str, ttl: float = 1.5, grace: float = 0.5, **kw: object) -> Run:
+    claimed = store.claim(job_id, "tester", ttl)
+    return Run(store, claimed, processors()[claimed.kind], ttl=ttl, grace=grace, **kw)  # type: ignore[arg-type]
+
+
+def later(delay: float, action: object) -> threading.Thread:
+    def go() -> None:
+        time.sleep(delay)
+        action()  # type: ignore[operator]
+
+    thread = threading.Thread(target=go, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_the_child_gets_its_environment(store: FileStore, tmp_path: Path) -> None:
+    out = tmp_path / "env.json"
+    code = (
+        "import json, os, sys; "
+        "json.dump({k: v for k, v in os.environ.items() if k.startswith('JOB_')}, open(sys.argv[1], 'w'))"
+    )
+    job_id = submit(store, [sys.executable, "-c", code, str(out)], kind="shell")
+    outcome = run_job(store, job_id).execute()
+    assert outcome.state == "complete"
+    env = json.loads(out.read_text())
+    assert env == {
+        "JOB_STORE": os.path.abspath(store.root),
+        "JOB_ID": job_id,
+        "JOB_EPOCH": "1",
+        "JOB_KIND": "shell",
+        "JOB_WORK": os.path.abspath(store.work_path(job_id)),
+        "JOB_ATTEMPT": "1",
+    }  # no JOB_CHECKPOINT: there is none yet
+
+
+def test_the_checkpoint_reaches_the_successor_with_its_spelling(store: FileStore, tmp_path: Path) -> None:
+    out = tmp_path / "checkpoint.txt"
+    job_id = submit(store, ["sh", "-c", 'printf %s "$JOB_CHECKPOINT" > "$0"', str(out)])
+    first = store.claim(job_id, "a", 30)
+    store.progress(job_id, first.lease.epoch, 3, checkpoint=Raw('{"offset": 3, "rate": 1.50, "p": "a\\/b"}'))
+    store.release(job_id, first.lease.epoch)
+    assert run_job(store, job_id).execute().state == "complete"
+    assert out.read_text() == '{"offset":3,"rate":1.50,"p":"a\\/b"}'
+
+
+def test_exit_zero_completes_and_the_output_goes_to_the_attempt_log(store: FileStore) -> None:
+    job_id = submit(store, ["sh", "-c", "echo out; echo err >&2"])
+    outcome = run_job(store, job_id).execute()
+    rec = store.load(job_id)
+    assert (outcome.state, outcome.reason, outcome.exit_code, outcome.status) == ("complete", "exit", 0, 0)
+    assert rec.state == "complete" and rec.error == ""
+    [(attempt, path)] = log_files(store, job_id)
+    assert attempt == 1 and path == outcome.log
+    text = Path(path).read_text()
+    assert "out\nerr\n" in text
+    assert text.startswith("--- jobctl: attempt 1, epoch 1, owner tester")
+    assert text.endswith("--- jobctl: exit status 0 ---\n")
+
+
+def test_work_id_is_left_to_the_job(store: FileStore) -> None:
+    """The log lives outside work/<id>, so a job may make work/<id> a file [JOB-W1]."""
+    job_id = submit(store, ["sh", "-c", 'echo result > "$JOB_WORK"'])
+    assert run_job(store, job_id).execute().state == "complete"
+    work = Path(store.work_path(job_id))
+    assert work.is_file() and work.read_text() == "result\n"
+    assert not Path(log_dir(store, job_id)).is_relative_to(work)
+    assert Path(log_dir(store, job_id)).is_dir()
+    # A job that leaves work/<id> alone finds nothing created there.
+    other = submit(store, ["true"])
+    run_job(store, other).execute()
+    assert not os.path.lexists(store.work_path(other))
+
+
+def test_nonzero_exit_fails_with_the_error_when_there_is_no_retry_policy(store: FileStore) -> None:
+    job_id = submit(store, ["sh", "-c", "exit 3"])
+    outcome = run_job(store, job_id).execute()
+    assert (outcome.state, outcome.exit_code, outcome.status, outcome.retried) == ("failed", 3, 3, False)
+    rec = store.load(job_id)
+    assert rec.state == "failed" and rec.error == "attempt 1: exit status 3"
+
+
+def test_a_signal_death_is_reported_and_mirrored(store: FileStore) -> None:
+    job_id = submit(store, ["sh", "-c", "kill -SEGV $$"])
+    outcome = run_job(store, job_id).execute()
+    assert outcome.exit_code == -11 and outcome.status == 128 + 11
+    assert store.load(job_id).error == "attempt 1: killed by SIGSEGV"
+
+
+def test_the_final_write_keeps_what_the_child_checkpointed(store: FileStore) -> None:
+    """The child writes with the same epoch; the runner's final update re-reads and keeps it [JOB-T4]."""
+    code = (
+        "import os; from jobctl import FileStore; "
+        "FileStore(os.environ['JOB_STORE']).progress(os.environ['JOB_ID'], int(os.environ['JOB_EPOCH']), 7, "
+        "checkpoint={'cursor': 'z'})"
+    )
+    for exit_code, state in ((0, "complete"), (5, "failed")):
+        job_id = submit(store, [sys.executable, "-c", f"{code}; raise SystemExit({exit_code})"])
+        run_job(store, job_id).execute()
+        rec = store.load(job_id)
+        assert rec.state == state
+        assert rec.checkpoint == {"cursor": "z"} and rec.progress.done == 7
+
+
+def test_retries_follow_the_schedule_then_fail(store: FileStore) -> None:
+    job_id = submit(store, ["sh", "-c", "exit 1"], intervals=[0.2, 0.4])
+    seen = []
+    for expected in (1, 2, 3):
+        rec = store.load(job_id)
+        when = schedule.not_before(rec)
+        if when is not None:
+            wait_until(lambda when=when: store.now() >= when, what="the not-before time")
+        assert schedule.attempt(rec) == expected
+        before = store.now()
+        outcome = run_job(store, job_id).execute()
+        seen.append((outcome.state, outcome.retried, outcome.error))
+        if expected < 3:
+            rec = store.load(job_id)
+            assert rec.state == "pending" and not held(rec.lease, store.now())
+            gap = [0.2, 0.4][expected - 1]
+            nb = schedule.not_before(rec)
+            assert nb is not None and (nb - before).total_seconds() >= gap
+            assert not schedule.runnable([rec], store.now())  # not before its time
+    assert seen == [
+        ("pending", True, "attempt 1: exit status 1"),
+        ("pending", True, "attempt 2: exit status 1"),
+        ("failed", False, "attempt 3: exit status 1"),
+    ]
+    rec = store.load(job_id)
+    assert rec.state == "failed" and rec.extensions[schedule.RETRY]["failures"] == 3
+
+
+def test_a_non_retryable_exit_code_fails_at_once(store: FileStore) -> None:
+    job_id = submit(store, ["sh", "-c", "exit 64"], intervals=[0.1, 0.1], no_retry_on=[2, 64])
+    outcome = run_job(store, job_id).execute()
+    assert (outcome.state, outcome.retried) == ("failed", False)
+    assert store.load(job_id).extensions[schedule.RETRY]["failures"] == 1
+
+
+def test_cancel_stops_the_child_and_records_the_reason(store: FileStore, side_log: Path) -> None:
+    job_id = submit(store, job_argv("sleep", 30, "--ignore-term"), side_log)
+    run = run_job(store, job_id)
+    later(0.3, lambda: store.set_intent(job_id, "cancel", "alice"))
+    outcome = run.execute()
+    assert (outcome.state, outcome.reason) == ("cancelled", "cancel")
+    assert outcome.exit_code == -9  # it ignored SIGTERM: SIGKILL after the grace
+    rec = store.load(job_id)
+    assert rec.state == "cancelled" and "alice" in rec.error
+    assert rec.checkpoint is not None  # what it wrote before the stop stays [JOB-T4]
+    assert gone(read_log(side_log)[0]["pid"])
+    assert "killed by SIGKILL (cancel: cancelled at the request of alice)" in Path(outcome.log or "").read_text()
+
+
+def test_a_cancel_before_the_start_runs_nothing(store: FileStore, tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    job_id = submit(store, ["touch", str(marker)])
+    claimed = store.claim(job_id, "tester", 5)
+    store.set_intent(job_id, "cancel", "bob")
+    claimed.intent = store.load(job_id).intent  # as a claim taken after the intent would see it
+    outcome = Run(store, claimed, shell_command).execute()
+    assert (outcome.state, outcome.reason, outcome.exit_code) == ("cancelled", "not-started", None)
+    assert not marker.exists()
+
+
+def test_pause_stops_the_child_and_releases_a_paused_job(store: FileStore, side_log: Path) -> None:
+    job_id = submit(store, job_argv("sleep", 30), side_log)
+    run = run_job(store, job_id)
+    later(0.3, lambda: store.set_intent(job_id, "pause", "carol"))
+    outcome = run.execute()
+    assert (outcome.state, outcome.reason) == ("pending", "pause")
+    rec = store.load(job_id)
+    assert rec.state == "pending" and rec.want == "pause" and rec.lease.owner == ""
+    assert not is_orphan(rec, store.now())  # paused, so nobody adopts it [JOB-I11]
+    assert rec.checkpoint is not None
+    assert gone(read_log(side_log)[0]["pid"])
+
+
+def test_recall_stops_the_child_before_until_and_keeps_the_checkpoint(store: FileStore, side_log: Path) -> None:
+    job_id = submit(store, job_argv("sleep", 30, "--ignore-term"), side_log)
+    run = run_job(store, job_id, ttl=3.0, grace=5.0)  # the grace is longer than the recall allows
+    later(0.3, lambda: store.recall(job_id, run.epoch, "maintenance", "ops", 1.5))
+    outcome = run.execute()
+    assert (outcome.state, outcome.reason) == ("pending", "recall")
+    rec = store.load(job_id)
+    recall = rec.lease.recall
+    assert recall is not None and recall.reason == "maintenance"  # it stays after release [JOB-R6]
+    assert rec.lease.owner == "" and rec.lease.expires_at is not None and recall.until is not None
+    assert rec.lease.expires_at < recall.until  # released before until: yielded, not evicted
+    assert rec.checkpoint is not None and rec.checkpoint["slept"] >= 1
+    assert gone(read_log(side_log)[0]["pid"])
+
+
+def test_a_lost_lease_kills_the_child_and_writes_nothing(store: FileStore, side_log: Path) -> None:
+    job_id = submit(store, job_argv("sleep", 30), side_log)
+    run = run_job(store, job_id)
+    # Somebody claims it from under the run (the same owner may re-claim a live lease [JOB-O2]).
+    later(0.3, lambda: store.claim(job_id, "tester", 30))
+    outcome = run.execute()
+    assert outcome.fenced and isinstance(outcome.verdict, StaleEpoch)
+    assert outcome.status == StaleEpoch.exit_code and outcome.exit_code == -9
+    rec = store.load(job_id)
+    assert rec.state == "running" and rec.lease.epoch == run.epoch + 1 and rec.error == ""
+    assert gone(read_log(side_log)[0]["pid"])
+
+
+class _NoRenewals:
+    """A store whose renewals fail for a reason that is not a verdict about the lease (an I/O error)."""
+
+    def __init__(self, store: FileStore) -> None:
+        self._store = store
+        self.root = store.root
+
+    def renew(self, job_id: str, epoch: int, ttl: float) -> Record:
+        raise OSError("disk on fire")
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._store, name)
+
+
+def test_a_lease_that_cannot_be_renewed_kills_the_child_before_it_runs_out(store: FileStore, side_log: Path) -> None:
+    job_id = submit(store, job_argv("sleep", 30), side_log)
+    claimed = store.claim(job_id, "tester", 2.0)
+    outcome = Run(_NoRenewals(store), claimed, shell_command, ttl=2.0, grace=0.2).execute()  # type: ignore[arg-type]
+    ended = store.now()
+    assert outcome.fenced and isinstance(outcome.verdict, LeaseExpired)
+    assert gone(read_log(side_log)[0]["pid"])
+    # The child was reaped while the lease it held was still live: an adopter
+    # could not have started yet.
+    assert claimed.lease.expires_at is not None and ended < claimed.lease.expires_at
+    assert store.load(job_id).state == "running"  # it wrote nothing
+
+
+def test_a_timeout_fails_the_attempt(store: FileStore) -> None:
+    rec = Record(kind="shell", spec={"argv": ["sleep", "30"], "timeout": 0.3})
+    job_id = store.submit(rec)
+    outcome = run_job(store, job_id).execute()
+    assert (outcome.state, outcome.reason) == ("failed", "timeout")
+    assert store.load(job_id).error == "attempt 1: timed out after 0.3 s"
+
+
+def test_cwd_and_env_from_the_spec(store: FileStore, tmp_path: Path) -> None:
+    rec = Record(
+        kind="shell",
+        spec={"argv": ["sh", "-c", 'echo "$GREETING" > here'], "cwd": str(tmp_path), "env": {"GREETING": "hi"}},
+    )
+    job_id = store.submit(rec)
+    assert run_job(store, job_id).execute().state == "complete"
+    assert (tmp_path / "here").read_text() == "hi\n"
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"argv": []},
+        {"argv": "true"},
+        {"cmd": ["true"]},
+        {"argv": ["true"], "env": {"A": 1}},
+        {"argv": ["true"], "timeout": 0},
+    ],
+)
+def test_a_spec_the_shell_kind_cannot_run_fails_at_once(store: FileStore, spec: dict[str, object]) -> None:
+    rec = Record(kind="shell", spec=spec)
+    schedule.plan(rec, intervals=[0.1])
+    job_id = store.submit(rec)
+    outcome = run_job(store, job_id).execute()
+    assert (outcome.state, outcome.reason, outcome.exit_code) == ("failed", "not-started", None)
+    assert store.load(job_id).error.startswith("cannot run:")
+
+
+def test_a_command_that_cannot_start_is_a_failed_attempt(store: FileStore) -> None:
+    job_id = submit(store, ["/nonexistent/command"], intervals=[0.1])
+    outcome = run_job(store, job_id).execute()
+    assert (outcome.state, outcome.retried, outcome.exit_code) == ("pending", True, 127)
+    assert "cannot start /nonexistent/command" in store.load(job_id).error
+
+
+def test_a_handler_gets_the_spec_on_stdin(store: FileStore, tmp_path: Path) -> None:
+    out = tmp_path / "spec"
+    job_id = store.submit(Record(kind="fetch", spec=Raw('{"url": "https://example.invalid/x", "n": 1.50}')))
+    claimed = store.claim(job_id, "tester", 5)
+    table = processors({"fetch": f'cat > {out}; echo "$JOB_KIND" >> {out}'})
+    assert Run(store, claimed, table["fetch"]).execute().state == "complete"
+    assert out.read_text() == '{"url":"https://example.invalid/x","n":1.50}fetch\n'
+
+
+def test_nothing_the_job_started_outlives_it(store: FileStore, tmp_path: Path) -> None:
+    pidfile = tmp_path / "bg"
+    job_id = submit(store, ["sh", "-c", f"sleep 30 & echo $! > {pidfile}; exit 0"])
+    assert run_job(store, job_id).execute().state == "complete"
+    assert wait_until(lambda: gone(int(pidfile.read_text())), 5, "the background process to die")
+
+
+def test_stop_releases_the_job_for_somebody_else(store: FileStore, side_log: Path) -> None:
+    job_id = submit(store, job_argv("sleep", 30), side_log)
+    run = run_job(store, job_id)
+    later(0.3, lambda: run.stop("interrupted"))
+    outcome = run.execute()
+    assert (outcome.state, outcome.reason, outcome.exit_code) == ("pending", "stop", -15)
+    rec = store.load(job_id)
+    assert rec.state == "pending" and rec.want == "run" and is_orphan(rec, store.now())
+
+
+def test_the_lease_is_renewed_while_the_child_runs(store: FileStore) -> None:
+    job_id = submit(store, ["sleep", "1.5"])
+    outcome = run_job(store, job_id, ttl=0.6).execute()  # four times longer than the lease
+    assert outcome.state == "complete" and outcome.verdict is None
+
+
+def test_an_explicit_command_overrides_the_kind(store: FileStore, tmp_path: Path) -> None:
+    marker = tmp_path / "m"
+    job_id = store.submit(Record(kind="anything", spec={}))
+    claimed = store.claim(job_id, "tester", 5)
+    outcome = Run(store, claimed, Command(["touch", str(marker)]), log=False).execute()
+    assert outcome.state == "complete" and outcome.log is None and marker.exists()

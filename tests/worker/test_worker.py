@@ -1,0 +1,119 @@
+"""The worker loop in this process (fast checks of its rules); tests/worker/test_processes.py uses real workers."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+from workertools import job_argv, read_log, submit, wait_until
+
+from jobctl import FileStore, Record, schedule
+from jobctl.worker import Event, Worker
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def worker(store: FileStore, **options: object) -> Worker:
+    options.setdefault("poll_interval", 0.05)
+    options.setdefault("ttl", 2.0)
+    options.setdefault("grace", 0.5)
+    return Worker(store, **options)  # type: ignore[arg-type]
+
+
+def test_the_owner_is_unique_to_the_process(store: FileStore) -> None:
+    assert worker(store, name="batch").owner == f"batch@{socket.gethostname()}:{os.getpid()}"
+
+
+def test_drain_runs_what_its_own_jobs_unblock(store: FileStore, side_log: Path) -> None:
+    a = submit(store, job_argv("exit", 0), side_log)
+    b = submit(store, job_argv("exit", 0), side_log, after=[a])
+    c = submit(store, job_argv("exit", 0), side_log, after=[b])
+    summary = worker(store).run("drain")
+    assert summary["complete"] == 3
+    assert [line["id"] for line in read_log(side_log) if line["event"] == "start"] == [a, b, c]
+
+
+def test_once_runs_only_what_was_runnable_at_the_start(store: FileStore, side_log: Path) -> None:
+    a = submit(store, job_argv("exit", 0), side_log)
+    b = submit(store, job_argv("exit", 0), side_log, after=[a])
+    summary = worker(store).run("once")
+    assert summary["complete"] == 1
+    assert store.load(a).state == "complete" and store.load(b).state == "pending"
+
+
+def test_oldest_first(store: FileStore, side_log: Path) -> None:
+    ids = [submit(store, job_argv("exit", 0), side_log) for _ in range(5)]
+    worker(store, concurrency=1).run("drain")
+    assert [line["id"] for line in read_log(side_log) if line["event"] == "start"] == ids
+
+
+def test_kinds_without_a_processor_are_left_alone(store: FileStore) -> None:
+    foreign = store.submit(Record(kind="download", spec={"url": "x"}))
+    mine = submit(store, ["true"])
+    summary = worker(store).run("drain")
+    assert summary["complete"] == 1
+    assert store.load(foreign).state == "pending" and store.load(foreign).lease.epoch == 0
+    assert store.load(mine).state == "complete"
+
+
+def test_a_handler_runs_its_kind(store: FileStore, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    job = store.submit(Record(kind="download", spec={"url": "x"}))
+    worker(store, handlers={"download": f'cat > {out}; echo " $JOB_ID" >> {out}'}).run("drain")
+    assert store.load(job).state == "complete"
+    assert out.read_text() == f'{{"url":"x"}} {job}\n'
+
+
+def test_a_failure_cancels_the_whole_chain_below_it(store: FileStore) -> None:
+    a = submit(store, ["false"])
+    b = submit(store, ["true"], after=[a])
+    c = submit(store, ["true"], after=[b])
+    unrelated = submit(store, ["true"])
+    events: list[Event] = []
+    worker(store, on_event=events.append).run("drain")
+    assert store.load(a).state == "failed"
+    assert (store.load(b).state, store.load(b).error) == ("cancelled", f"cancelled: dependency {a} ended failed")
+    assert (store.load(c).state, store.load(c).error) == ("cancelled", f"cancelled: dependency {b} ended cancelled")
+    assert store.load(unrelated).state == "complete"
+    assert store.load(b).want == "cancel"  # recorded as asked, by the worker
+    assert [e.job_id for e in events if e.what == "cancelled"] == [b, c]
+
+
+def test_a_missing_dependency_cancels_at_once(store: FileStore) -> None:
+    job = submit(store, ["true"], after=["1-nosuchjob"])
+    worker(store).run("once")
+    rec = store.load(job)
+    assert rec.state == "cancelled" and "1-nosuchjob does not exist" in rec.error
+
+
+def test_a_held_job_waits_for_approval(store: FileStore) -> None:
+    job = submit(store, ["true"], hold=True)
+    worker(store).run("drain")
+    assert store.load(job).state == "pending"
+    store.set_intent(job, "run", "approver")
+    worker(store).run("drain")
+    assert store.load(job).state == "complete"
+
+
+def test_a_cancel_asked_of_a_queued_job_is_honoured_without_running_it(store: FileStore, tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    job = submit(store, ["touch", str(marker)])
+    store.set_intent(job, "cancel", "dave")
+    worker(store).run("drain")
+    assert store.load(job).state == "cancelled" and not marker.exists()
+
+
+def test_the_alert_runs_once_when_a_job_finally_fails(store: FileStore, tmp_path: Path) -> None:
+    out = tmp_path / "alerts"
+    job = submit(store, ["sh", "-c", "exit 7"], intervals=[0.05])
+    alert = f'echo "$JOB_ID|$JOB_KIND|$JOB_ERROR|$JOB_ATTEMPT|$JOB_EPOCH" >> {out}'
+    first = worker(store, on_failure=alert).run("drain")
+    # drain leaves when nothing is runnable: the retry waits for its not-before time
+    assert (first["retry"], first["alert"], store.load(job).state) == (1, 0, "pending")
+    when = schedule.not_before(store.load(job))
+    wait_until(lambda: when is not None and store.now() >= when, what="the retry's time")
+    second = worker(store, on_failure=alert).run("drain")
+    assert (second["failed"], second["alert"], store.load(job).state) == (1, 1, "failed")
+    assert out.read_text() == f"{job}|shell|attempt 2: exit status 7|2|\n"

@@ -1,0 +1,132 @@
+"""Helpers for the worker tests: job commands, worker processes, side-effect logs (fixtures: conftest.py)."""
+
+from __future__ import annotations
+
+import json
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jobctl import FileStore, Record, schedule
+
+HERE = Path(__file__).resolve().parent
+JOB = str(HERE / "_job.py")
+DRIVER = str(HERE / "_driver.py")
+
+
+def job_argv(*args: object) -> list[str]:
+    """The argv of a test job command (``_job.py``)."""
+    return [sys.executable, JOB, *map(str, args)]
+
+
+def submit(store: FileStore, argv: list[str], log: Path | None = None, kind: str = "shell", **plan: Any) -> str:
+    """Submit a ``shell`` job running ``argv``; ``plan`` goes to :func:`jobctl.schedule.plan`."""
+    spec: dict[str, Any] = {"argv": argv}
+    if log is not None:
+        spec["env"] = {"SIDE_LOG": str(log)}
+    rec = Record(kind=kind, spec=spec)
+    schedule.plan(rec, **plan)
+    return store.submit(rec)
+
+
+def wait_until(check: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
+    """Poll ``check`` until it returns something truthy; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def read_log(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def gone(pid: int) -> bool:
+    """True when ``pid`` has exited (a zombie waiting for its reaper counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            stat = fh.read()
+    except FileNotFoundError:
+        return True
+    return stat[stat.rindex(")") + 2] in "ZX"
+
+
+class WorkerProcess:
+    """A worker in its own process (``_driver.py``), its events read as they come."""
+
+    def __init__(self, root: Path, mode: str = "loop", **options: Any) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, DRIVER, str(root), mode, json.dumps(options)],
+            stdout=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+        )
+        self.events: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.seen: list[dict[str, Any]] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        ready = self.next_event(lambda e: e["what"] == "ready")
+        self.owner: str = ready["owner"]
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.events.put(json.loads(line))
+
+    def next_event(self, match: Callable[[dict[str, Any]], bool], timeout: float = 20.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                event = self.events.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                pytest.fail(f"worker {self.proc.pid}: no matching event; saw {self.seen}")
+            self.seen.append(event)
+            if match(event):
+                return event
+
+    def signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.wait(10)
+
+    def wait(self, timeout: float = 30.0) -> int:
+        code = self.proc.wait(timeout)
+        self._reader.join(5)
+        if self.proc.stdout is not None and not self._reader.is_alive():
+            self.proc.stdout.close()
+        while not self.events.empty():
+            self.seen.append(self.events.get())
+        return code
+
+    def summary(self) -> dict[str, int]:
+        for event in reversed(self.seen):
+            if event["what"] == "summary":
+                counts: dict[str, int] = event["counts"]
+                return counts
+        pytest.fail("the worker printed no summary")
+
+    def stop(self) -> None:
+        """End the worker whatever state it is in (the fixture's teardown)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.wait(15)
