@@ -10,20 +10,23 @@ split the lockers into two groups that each think they hold the lock.
 
 from __future__ import annotations
 
+import _thread
 import errno
 import fcntl
 import os
 import re
-import threading
 from collections.abc import Callable
 
 from .errors import Refused
+from .wire import lazy_pattern
 
 __all__ = ["change", "read", "sweep", "TEMP_RE"]
 
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
-_local = threading.local()
+# Locks this process holds, by thread: taking one again inside its own edit
+# would deadlock on flock. (_thread, not threading: this is on every start-up.)
+_holding: dict[int, set[str]] = {}
 
 
 def read(path: str) -> bytes | None:
@@ -45,10 +48,7 @@ def read(path: str) -> bytes | None:
 
 
 def _held() -> set[str]:
-    got: set[str] | None = getattr(_local, "held", None)
-    if got is None:
-        got = _local.held = set()
-    return got
+    return _holding.setdefault(_thread.get_ident(), set())
 
 
 def _fsync_dir(directory: str) -> None:
@@ -127,7 +127,7 @@ def change(path: str, edit: Callable[[bytes | None], bytes]) -> bytes:
         os.close(fd)  # releases the flock
 
 
-TEMP_RE = re.compile(r"(.+)\.[A-Za-z0-9_]+\.tmp\Z")
+TEMP_RE: re.Pattern[str] = lazy_pattern(globals(), "TEMP_RE", r"(.+)\.[A-Za-z0-9_]+\.tmp\Z")
 
 
 def sweep(path: str) -> int:

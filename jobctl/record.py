@@ -109,7 +109,7 @@ _LEGACY = {
 }
 _INT64 = (1 << 63) - 1
 _CANONICAL_START = '{\n  "content": [\n'
-_OPAQUE_AT = re.compile(r'\n  "(spec|checkpoint|extensions)": ')
+_OPAQUE_AT: re.Pattern[str] = wire.lazy_pattern(globals(), "_OPAQUE_AT", r'\n  "(spec|checkpoint|extensions)": ')
 _OPAQUE_NAMES = frozenset(("spec", "checkpoint", "extensions"))
 
 
@@ -124,7 +124,12 @@ def known_models() -> frozenset[str]:
 
 # -- timestamps [JOB-E5] ---------------------------------------------------
 
-_RFC3339 = re.compile(r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?([Zz]|[+-]\d{2}:\d{2})\Z")
+_RFC3339: re.Pattern[str] = wire.lazy_pattern(
+    globals(),
+    "_RFC3339",
+    r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})"
+    r"(?:\.(\d{1,9}))?([Zz]|[+-]\d{2}:\d{2})\Z",
+)
 
 
 def parse_time(text: Any, what: str) -> datetime | None:
@@ -671,8 +676,10 @@ def _check_delegation(delegation: Delegation) -> None:
 
 
 _LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
-_SCHEMA = re.compile(rf"({_LABEL}(?:\.{_LABEL})*)/({_LABEL})@([1-9][0-9]{{0,8}})\Z")
-_BARE = re.compile(r"[a-z0-9](?:[a-z0-9_-]{0,62}[a-z0-9])?\Z")
+_SCHEMA: re.Pattern[str] = wire.lazy_pattern(
+    globals(), "_SCHEMA", rf"({_LABEL}(?:\.{_LABEL})*)/({_LABEL})@([1-9][0-9]{{0,8}})\Z"
+)
+_BARE: re.Pattern[str] = wire.lazy_pattern(globals(), "_BARE", r"[a-z0-9](?:[a-z0-9_-]{0,62}[a-z0-9])?\Z")
 BASE_ACTIONS = ("pause", "resume", "cancel", "recall")
 
 

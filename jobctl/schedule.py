@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from .errors import Invalid
+from .errors import Invalid, JobError
 from .record import AFTER, PIPELINE, RETRY, ZERO_TIME, Intent, Record, format_time, parse_time
 
 __all__ = [
@@ -253,13 +253,20 @@ def blocked_by(rec: Record, states: Mapping[str, str], now: datetime) -> tuple[s
     return "", ""
 
 
-def runnable(records: Iterable[Record], now: datetime, kinds: Iterable[str] | None = None) -> list[Record]:
+def runnable(
+    records: Iterable[Record],
+    now: datetime,
+    kinds: Iterable[str] | None = None,
+    skipped: list[tuple[str, JobError]] | None = None,
+) -> list[Record]:
     """The records a worker may claim now, oldest first.
 
     Orphans [JOB-I11] [JOB-I12] whose dependencies are all complete, whose
     not-before time has passed, not paused, and (when ``kinds`` is given) of
     one of those kinds. ``records`` should be the whole store, so that
-    dependency states can be looked up.
+    dependency states can be looked up. A record whose scheduling data is
+    malformed is left out -- it must not stop every other job -- and named in
+    ``skipped`` when a list is given; its dependents wait.
     """
     from .store.file import is_orphan
 
@@ -270,7 +277,15 @@ def runnable(records: Iterable[Record], now: datetime, kinds: Iterable[str] | No
     for rec in recs:
         if wanted is not None and rec.kind not in wanted:
             continue
-        if is_orphan(rec, now) and blocked_by(rec, states, now)[0] == "":
+        if not is_orphan(rec, now):
+            continue
+        try:
+            blocked = blocked_by(rec, states, now)[0]
+        except JobError as exc:
+            if skipped is not None:
+                skipped.append((rec.id, exc))
+            continue
+        if blocked == "":
             out.append(rec)
     # Oldest first to the microsecond: ids minted within one millisecond sort by their random part.
     out.sort(key=lambda r: (r.created_at or ZERO_TIME, r.id))

@@ -22,6 +22,7 @@ from typing import Any
 from .errors import Invalid
 
 __all__ = [
+    "lazy_pattern",
     "MAX_DEPTH",
     "Raw",
     "escape",
@@ -32,6 +33,30 @@ __all__ = [
     "parse_object_members",
     "check_text",
 ]
+
+
+class _LazyPattern:
+    """A regular expression compiled on first use, then put in its module's place.
+
+    Start-up is jobctl's latency (cron, shell loops); compiling patterns a
+    command never uses is a measurable share of it.
+    """
+
+    __slots__ = ("_where", "_name", "_args")
+
+    def __init__(self, where: dict[str, Any], name: str, args: tuple[Any, ...]) -> None:
+        self._where, self._name, self._args = where, name, args
+
+    def __getattr__(self, attr: str) -> Any:
+        compiled = re.compile(*self._args)
+        self._where[self._name] = compiled  # later look-ups find the pattern itself
+        return getattr(compiled, attr)
+
+
+def lazy_pattern(where: dict[str, Any], name: str, pattern: str | bytes, flags: int = 0) -> Any:
+    """``where[name]``, a pattern compiled when first used (pass ``globals()``)."""
+    return _LazyPattern(where, name, (pattern, flags))
+
 
 #: Nesting limit, counting the record object itself [Bounds; go/limits_test.go].
 MAX_DEPTH = 64
@@ -115,11 +140,11 @@ _WS = re.compile(r"[ \t\n\r]*")
 # Unrolled ("normal* (special normal*)*"): linear, and far faster than an
 # alternation per character on long strings.
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
-_KEY = re.compile(r'[ \t\n\r]*"([^"\\\x00-\x1f]*)"[ \t\n\r]*:[ \t\n\r]*')
-_AFTER = re.compile(r"[ \t\n\r]*([,}])[ \t\n\r]*")
-_BRACKETS = re.compile(r"[\[\]{}]")
-_ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
-_SURROGATE = re.compile("[\ud800-\udfff]")
+_KEY: re.Pattern[str] = lazy_pattern(globals(), "_KEY", r'[ \t\n\r]*"([^"\\\x00-\x1f]*)"[ \t\n\r]*:[ \t\n\r]*')
+_AFTER: re.Pattern[str] = lazy_pattern(globals(), "_AFTER", r"[ \t\n\r]*([,}])[ \t\n\r]*")
+_BRACKETS: re.Pattern[str] = lazy_pattern(globals(), "_BRACKETS", r"[\[\]{}]")
+_ESCAPED_SURROGATE: re.Pattern[str] = lazy_pattern(globals(), "_ESCAPED_SURROGATE", r"\\u[dD][89a-fA-F]")
+_SURROGATE: re.Pattern[str] = lazy_pattern(globals(), "_SURROGATE", "[\ud800-\udfff]")
 
 
 def _where(text: str, idx: int) -> str:

@@ -57,19 +57,13 @@ def _claim_next(state: State, owner: str, ttl: float, kinds: tuple[str, ...]) ->
     listing = store.list()
     if listing.unreadable:
         click.echo(render.unreadable_line(listing.unreadable), err=True)
-    # schedule.runnable refuses the whole listing when one record's scheduling
-    # data is malformed; such a record is left out (and named) so that it cannot
-    # stop every other job from being claimed. Its dependents then wait.
-    usable = []
-    for rec in listing:
-        try:
-            schedule.retry_of(rec)
-            schedule.after_of(rec)
-        except JobError as exc:
-            click.echo(f"jobctl: {rec.id}: skipped: {exc.message}", err=True)
-            continue
-        usable.append(rec)
-    for rec in schedule.runnable(usable, store.now(), kinds or None):
+    # A record with malformed scheduling data is left out (and named) so that
+    # it cannot stop every other job from being claimed. Its dependents wait.
+    skipped: list[tuple[str, JobError]] = []
+    candidates = schedule.runnable(listing, store.now(), kinds or None, skipped)
+    for job_id, exc in skipped:
+        click.echo(f"jobctl: {job_id}: skipped: {exc.message}", err=True)
+    for rec in candidates:
         try:
             claimed: Record = store.claim(rec.id, owner, ttl)
         except (LeaseHeld, Terminal, NotFound):

@@ -443,6 +443,10 @@ LAZY: dict[str, tuple[str, str]] = {
     "sweep": ("upkeep", "sweep"),
     "paths": ("upkeep", "paths"),
     "doctor": ("upkeep", "doctor"),
+    "run": ("work", "run"),
+    "worker": ("work", "worker"),
+    "logs": ("work", "logs"),
+    "pipeline": ("work", "pipeline"),
 }
 
 #: How ``jobctl --help`` groups the commands; anything unlisted goes under "Other".
@@ -450,7 +454,7 @@ SECTIONS: list[tuple[str, tuple[str, ...]]] = [
     ("Submit and look", ("submit", "show", "list", "orphans", "watch", "wait")),
     ("Hold a lease", ("claim", "progress", "checkpoint", "renew", "release", "finish")),
     ("Ask a holder", ("intent", "approve", "recall", "cancel")),
-    ("Do the work", ("run", "worker", "pipeline", "logs")),  # registered by jobctl.cli.work
+    ("Do the work", ("run", "worker", "pipeline", "logs")),
     ("Upkeep", ("sweep", "paths", "doctor", "help")),
 ]
 
@@ -603,8 +607,3 @@ def help_command(ctx: click.Context, command: str | None) -> None:
         raise click.UsageError(f"no such command {command!r}", ctx=parent)
     with cmd.make_context(command, [], parent=parent, resilient_parsing=True) as sub:
         click.echo(cmd.get_help(sub))
-
-
-from . import work  # noqa: E402  -- the worker's commands register on the finished group
-
-work.register(cli)

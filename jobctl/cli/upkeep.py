@@ -117,17 +117,26 @@ def _facts(state: State) -> tuple[list[tuple[str, str]], bool]:
 
 
 def _paths(state: State) -> None:
+    from .. import settings  # only here: the worker's settings, from flags' absence down
+
     facts, healthy = _facts(state)
+    worker = settings.describe()
     screen = state.screen()
     if state.json:
         obj: dict[str, Any] = dict(facts)
         obj["healthy"] = healthy
+        obj["worker"] = [{"name": name, "value": value, "source": source} for name, value, source in worker]
         render.out_json(obj)
     elif screen.terminal:
         render.print_pairs(screen, facts)
+        render.print_pairs(
+            screen, [(f"worker {name}", f"{value}  ({source})" if source else value) for name, value, source in worker]
+        )
     else:
         for key, value in facts:
             render.out(f"{key}={value}")
+        for name, value, source in worker:
+            render.out(f"worker.{name.replace(' ', '.')}={value}" + (f" ({source})" if source else ""))
     if not healthy:
         click.get_current_context().exit(EXIT_FAILURE)
 
@@ -138,7 +147,8 @@ The root, the rung that chose it (--store, JOB_STORE, ABSTRACTION_STORE,
 the config file, or the default), the per-user config file and what it
 says, then three checks in the store's jobs/ directory: it opens, flock
 excludes a second holder, and a write by rename lands. Exit 1 when a check
-fails.
+fails. Last, the worker's settings (jobctl worker, jobctl run): each value
+and where it came from -- environment, config file or default.
 
 \b
 Example:

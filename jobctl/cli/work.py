@@ -1,9 +1,9 @@
 """Doing the work: ``run``, ``worker``, ``logs`` and ``pipeline``.
 
 Only parsing and printing here; :mod:`jobctl.runner`, :mod:`jobctl.worker`,
-:mod:`jobctl.settings` and :mod:`jobctl.schedule` do the work. This module is
-imported whenever ``jobctl`` starts (the group registers its commands), so
-the library modules are imported inside the commands, never at the top.
+:mod:`jobctl.settings` and :mod:`jobctl.schedule` do the work. The group
+loads this module only when one of its commands runs (or for ``--help``), and
+the library modules are imported inside the commands.
 """
 
 from __future__ import annotations
@@ -26,13 +26,7 @@ if TYPE_CHECKING:
     from ..runner import Outcome, Processor, Run
     from ..worker import Event
 
-__all__ = ["register", "run", "worker", "logs", "pipeline"]
-
-
-def register(group: click.Group) -> None:
-    """Add the worker-side commands to ``group`` (called by :mod:`jobctl.cli.main`)."""
-    for command in (run, worker, logs, pipeline):
-        group.add_command(command)
+__all__ = ["run", "worker", "logs", "pipeline"]
 
 
 def _say(line: str) -> None:

@@ -7,6 +7,7 @@ returned is the caller's own copy [JOB-M2]. ``now`` is the store's own clock.
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any, Protocol
 
 from ..errors import JobError
@@ -40,6 +41,26 @@ class Listing(list[Record]):
 
 
 class Store(Protocol):
+    """Every operation of the job contract, and the few facts a worker needs.
+
+    The runner, the worker and its board each type against the narrower
+    protocol of what they use (``RunStore``, ``WorkerStore``, ``BoardStore``).
+    """
+
+    root: str
+
+    def now(self) -> datetime:
+        """The store's own clock: every lease is judged by it [JOB-O4]."""
+        ...
+
+    def ids(self) -> list[str]:
+        """Ids of every record, sorted by byte order, without reading them."""
+        ...
+
+    def work_path(self, job_id: str) -> str:
+        """The job's scratch name; never created by the store [JOB-W1]."""
+        ...
+
     def submit(self, record: Record) -> str:
         """Write a new job; return its id (minted when ``record.id`` is empty).
 
@@ -101,4 +122,29 @@ class Store(Protocol):
 
     def recall(self, job_id: str, epoch: int, reason: str, by: str, grace: float) -> Record:
         """Demand the lease back within ``grace`` seconds [JOB-R1]..[JOB-R3]."""
+        ...
+
+    def progress(self, job_id: str, epoch: int, done: int, checkpoint: Any = UNSET) -> Record:
+        """Record work done and, optionally, what a successor needs; as ``update``."""
+        ...
+
+    def finish(
+        self,
+        job_id: str,
+        epoch: int,
+        state: str,
+        *,
+        error: str | None = None,
+        checkpoint: Any = UNSET,
+        done: int | None = None,
+    ) -> Record:
+        """Set the state with error, checkpoint and done in the same write [JOB-T4]; as ``update``."""
+        ...
+
+    def cancel(self, job_id: str, by: str, ttl_seconds: float = 15.0) -> Record:
+        """Ask for cancel, and cancel at once when nobody holds the job [JOB-S3] [JOB-S4]."""
+        ...
+
+    def sweep(self, job_id: str | None = None) -> int:
+        """Remove stale staging temporaries; return how many."""
         ...

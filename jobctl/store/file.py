@@ -35,7 +35,7 @@ from ..record import (
     encode,
     held,
 )
-from ..wire import Raw
+from ..wire import Raw, lazy_pattern
 from .base import UNSET, Listing
 
 __all__ = ["FileStore", "Clock"]
@@ -61,8 +61,12 @@ def _epoch(value: Any) -> int:
 
 # The lease block as every conforming writer lays it out; "\n  " anchors it
 # at the record's top level (a raw newline cannot occur inside a JSON string).
-_EPOCH = re.compile(rb'\n  "lease": \{\n    "owner": "[^"\\\n]*(?:\\.[^"\\\n]*)*",\n    "epoch": (\d+),\n')
-_TEMP = re.compile(r"(.+\.json)\.[A-Za-z0-9_]+\.tmp\Z")
+_EPOCH: re.Pattern[bytes] = lazy_pattern(
+    globals(),
+    "_EPOCH",
+    rb'\n  "lease": \{\n    "owner": "[^"\\\n]*(?:\\.[^"\\\n]*)*",\n    "epoch": (\d+),\n',
+)
+_TEMP: re.Pattern[str] = lazy_pattern(globals(), "_TEMP", r"(.+\.json)\.[A-Za-z0-9_]+\.tmp\Z")
 
 
 class FileStore:

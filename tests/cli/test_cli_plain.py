@@ -202,6 +202,17 @@ def test_paths_names_the_root_the_rung_and_the_checks(jobctl: Jobctl) -> None:
     assert sorted(p.name for p in (jobctl.root / "jobs").iterdir()) == []  # the probes are gone
 
 
+def test_paths_shows_which_worker_settings_applied(jobctl: Jobctl) -> None:
+    plain = dict(line.split("=", 1) for line in jobctl("paths").lines)
+    assert plain["worker.concurrency"].endswith("(default)")
+    env = {"MAX_CONCURRENT_JOBS": "3"}
+    plain = dict(line.split("=", 1) for line in jobctl("paths", env=env).lines)
+    assert plain["worker.concurrency"].startswith("3 (") and "MAX_CONCURRENT_JOBS" in plain["worker.concurrency"]
+    as_json = json.loads(jobctl("paths", "--json", env=env).lines[0])
+    rows = {row["name"]: row for row in as_json["worker"]}
+    assert rows["concurrency"]["value"] == "3" and "MAX_CONCURRENT_JOBS" in rows["concurrency"]["source"]
+
+
 def test_go_flag_spellings_and_positionals_anywhere(jobctl: Jobctl) -> None:
     job = jobctl.submit()
     assert jobctl("claim", "-owner", "me", "-ttl=60", job).out == b"epoch=1 state=running checkpoint=none\n"

@@ -277,3 +277,28 @@ def test_dumps_compact_uses_the_record_escape_policy() -> None:
 def test_dumps_compact_refuses_non_json(bad: object) -> None:
     with pytest.raises(Invalid):
         wire.dumps_compact(bad)
+
+
+def test_lazy_pattern_compiles_on_first_use_and_takes_its_own_place() -> None:
+    import re
+
+    where: dict[str, object] = {}
+    where["P"] = wire.lazy_pattern(where, "P", r"a(b+)")
+    assert not isinstance(where["P"], re.Pattern)
+    m = where["P"].match("abbb")  # type: ignore[attr-defined]
+    assert m is not None and m.group(1) == "bbb"
+    assert isinstance(where["P"], re.Pattern) and where["P"].pattern == r"a(b+)"
+
+
+def test_lazy_patterns_of_the_library_are_compiled_only_when_used() -> None:
+    import subprocess
+    import sys
+
+    probe = (
+        "import re, jobctl.wire as w, jobctl.record as r\n"
+        "print(isinstance(r._SCHEMA, re.Pattern))\n"
+        "r.valid_schema('nas.example/transfer@2')\n"
+        "print(isinstance(r._SCHEMA, re.Pattern))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "True"]

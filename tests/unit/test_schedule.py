@@ -1,0 +1,95 @@
+"""jobctl's scheduling keys: what submit writes, how failures count, what may start."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+import jobctl
+from jobctl import schedule
+from jobctl.errors import Invalid
+from jobctl.record import AFTER, PIPELINE, RETRY, decode, encode
+
+NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=timezone.utc)
+
+
+def job(**kw: object) -> jobctl.Record:
+    rec = jobctl.Record(id=str(kw.pop("id", "1-a")), kind="shell", spec={"argv": ["true"]})
+    for key, value in kw.items():
+        setattr(rec, key, value)
+    return rec
+
+
+def test_retries_take_the_default_schedule_repeating_its_last_interval() -> None:
+    rec = schedule.plan(job(), retries=12, env={})
+    assert rec.extensions[RETRY]["intervals"] == [10, 30, 60, 120, 240, 240, 240, 240, 240, 240, 240, 240]
+    rec = schedule.plan(job(), retries=2, env={"JOB_RETRY_INTERVALS": "1, 2.5 ,9"})
+    assert rec.extensions[RETRY]["intervals"] == [1, 2.5]
+
+
+def test_intervals_alone_give_one_retry_each_and_bad_ones_are_refused() -> None:
+    rec = schedule.plan(job(), intervals=[5, 7], no_retry_on=[2, 64])
+    assert rec.extensions[RETRY] == {"intervals": [5, 7], "no_retry_on": [2, 64], "failures": 0}
+    with pytest.raises(Invalid):
+        schedule.parse_intervals("10,soon")
+    with pytest.raises(Invalid):
+        schedule.plan(job(), no_retry_on=[256])
+    with pytest.raises(Invalid):
+        schedule.plan(job(), retries=-1)
+
+
+def test_no_scheduling_asked_writes_no_key() -> None:
+    assert schedule.plan(job()).extensions == {}
+
+
+def test_dependencies_are_declared_critical_and_survive_a_write() -> None:
+    rec = schedule.plan(job(), after=["1-x", "1-y", "1-x"], pipeline="nightly", hold=True, by="ops")
+    assert rec.extensions[AFTER] == {"jobs": ["1-x", "1-y"]}
+    assert rec.extensions[PIPELINE] == {"name": "nightly", "stage": "shell"}
+    assert rec.want == "pause"
+    back = decode(encode(rec))
+    assert AFTER in back.critical and PIPELINE not in back.critical and RETRY not in back.content
+    assert schedule.after_of(back) == ["1-x", "1-y"]
+
+
+def test_a_failure_is_retried_until_the_schedule_runs_out() -> None:
+    rec = schedule.plan(job(), intervals=[5, 7])
+    assert schedule.attempt(rec) == 1
+    assert schedule.record_failure(rec, 1, NOW) is True
+    assert schedule.not_before(rec) == NOW + timedelta(seconds=5)
+    assert schedule.attempt(rec) == 2
+    assert schedule.record_failure(rec, 1, NOW) is True
+    assert schedule.not_before(rec) == NOW + timedelta(seconds=7)
+    assert schedule.record_failure(rec, 1, NOW) is False  # the third failure is the last
+    assert schedule.retry_of(rec).failures == 3  # type: ignore[union-attr]
+
+
+def test_a_non_retryable_exit_code_fails_at_once() -> None:
+    rec = schedule.plan(job(), intervals=[5, 7], no_retry_on=[64])
+    assert schedule.record_failure(rec, 64, NOW) is False
+    assert schedule.record_failure(job(), 1, NOW) is False  # no policy: nothing to retry
+
+
+def test_blocked_by_names_the_reason() -> None:
+    rec = schedule.plan(job(), after=["1-dep"], start_after=NOW + timedelta(minutes=1))
+    assert schedule.blocked_by(rec, {"1-dep": "running"}, NOW) == ("waiting", "waiting for 1-dep (running)")
+    assert schedule.blocked_by(rec, {"1-dep": "failed"}, NOW)[0] == "doomed"
+    assert schedule.blocked_by(rec, {"1-dep": "cancelled"}, NOW)[0] == "doomed"
+    assert schedule.blocked_by(rec, {}, NOW)[0] == "doomed"
+    assert schedule.blocked_by(rec, {"1-dep": "complete"}, NOW)[0] == "waiting"  # not before yet
+    assert schedule.blocked_by(rec, {"1-dep": "complete"}, NOW + timedelta(minutes=2)) == ("", "")
+    held = schedule.plan(job(), hold=True)
+    assert schedule.blocked_by(held, {}, NOW)[0] == "held"
+
+
+def test_runnable_skips_a_malformed_record_and_names_it() -> None:
+    good = job(id="1-good")
+    bad = job(id="1-bad")
+    bad.extensions[AFTER] = {"jobs": "not a list"}
+    waiting = schedule.plan(job(id="1-waits"), after=["1-good"])
+    skipped: list[tuple[str, jobctl.JobError]] = []
+    got = schedule.runnable([bad, good, waiting], NOW, skipped=skipped)
+    assert [r.id for r in got] == ["1-good"]
+    assert [job_id for job_id, _ in skipped] == ["1-bad"]
+    assert isinstance(skipped[0][1], Invalid)
