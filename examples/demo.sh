@@ -43,19 +43,20 @@ say "worker B finishes the job, with its final checkpoint in the same write"
 jobctl finish "$id" --epoch "$epoch_b" --state complete --checkpoint '{"offset": 4096}' --done 4096
 jobctl show "$id"
 
-if jobctl worker --help >/dev/null 2>&1; then
-    say "a pipeline of shell jobs: fetch, then two conversions in parallel, then a report"
-    fetch=$(jobctl submit --kind shell --pipeline nightly --stage fetch \
-        --spec '{"argv": ["sh", "-c", "sleep 0.2; echo fetched"]}')
-    a=$(jobctl submit --kind shell --pipeline nightly --stage convert --after "$fetch" \
-        --spec '{"argv": ["sh", "-c", "sleep 0.3; echo converted a"]}')
-    b=$(jobctl submit --kind shell --pipeline nightly --stage convert --after "$fetch" \
-        --spec '{"argv": ["sh", "-c", "sleep 0.3; echo converted b"]}')
-    jobctl submit --kind shell --pipeline nightly --stage report --after "$a" --after "$b" \
-        --spec '{"argv": ["sh", "-c", "echo report"]}' >/dev/null
-    jobctl worker --drain --concurrency 2 --ttl 10
-    jobctl pipeline nightly
-fi
+say "a pipeline of shell jobs: fetch, then two conversions in parallel, then a report"
+fetch=$(jobctl submit --kind shell --pipeline nightly --stage fetch \
+    --spec '{"argv": ["sh", "-c", "sleep 0.2; echo fetched"]}')
+a=$(jobctl submit --kind shell --pipeline nightly --stage convert --after "$fetch" \
+    --spec '{"argv": ["sh", "-c", "sleep 0.3; echo converted a"]}')
+b=$(jobctl submit --kind shell --pipeline nightly --stage convert --after "$fetch" \
+    --spec '{"argv": ["sh", "-c", "sleep 0.3; echo converted b"]}')
+jobctl submit --kind shell --pipeline nightly --stage report --after "$a" --after "$b" \
+    --spec '{"argv": ["sh", "-c", "echo report"]}' >/dev/null
+jobctl worker --drain --concurrency 2 --ttl 10
+jobctl pipeline nightly
+
+say "what the fetch stage printed (one log per attempt)"
+jobctl logs "$fetch"
 
 say "every job in the store"
 jobctl list
