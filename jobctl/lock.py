@@ -24,6 +24,7 @@ __all__ = ["change", "read", "sweep", "TEMP_RE"]
 
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+_CHUNK = 1 << 16
 # Locks this process holds, by thread: taking one again inside its own edit
 # would deadlock on flock. (_thread, not threading: this is on every start-up.)
 _holding: dict[int, set[str]] = {}
@@ -36,9 +37,12 @@ def read(path: str) -> bytes | None:
     except FileNotFoundError:
         return None
     try:
-        chunks = []
+        data = os.read(fd, _CHUNK)
+        if len(data) < _CHUNK:
+            return data  # a regular file reads whole up to EOF: one call for a record
+        chunks = [data]
         while True:
-            chunk = os.read(fd, 1 << 16)
+            chunk = os.read(fd, _CHUNK)
             if not chunk:
                 break
             chunks.append(chunk)

@@ -487,10 +487,13 @@ def _obj(value: Any, what: str, allowed: frozenset[str]) -> dict[str, Any] | Non
     return value
 
 
+_ONLY_STR = {str}
+
+
 def _names(value: Any, what: str) -> list[str]:
     if value is None:
         return []
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+    if type(value) is not list or (value and set(map(type, value)) != _ONLY_STR):
         raise Invalid(f"{what} is not an array of strings")
     return value
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+from functools import lru_cache
 from typing import Any
 
 from .errors import Invalid
@@ -298,6 +299,7 @@ def compact(text: str) -> str:
     return joined
 
 
+@lru_cache(maxsize=512)  # a holder rewrites the same spec on every write
 def indent(text: str, level: int) -> str:
     """Lay out a valid JSON value with the record's two-space indentation.
 
