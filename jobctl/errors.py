@@ -40,6 +40,8 @@ class JobError(Exception):
     def __init__(self, message: str = "", job_id: str = "") -> None:
         self.message = message
         self.job_id = job_id
+        #: What to do next, when the raiser knows better than the verdict's usual advice.
+        self.hint = ""
         super().__init__(message)
 
     def __str__(self) -> str:

@@ -520,6 +520,8 @@ def decode(data: bytes | str, job_id: str = "") -> Record:
     except (Invalid, UnknownSchema) as exc:
         if job_id and not exc.job_id:
             exc.job_id = job_id
+        if isinstance(exc, Invalid) and job_id:
+            exc.hint = f"the record file jobs/{job_id}.json is damaged: look at it, restore or remove it"
         raise
 
 

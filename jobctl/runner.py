@@ -929,5 +929,5 @@ def claim_next(store: ClaimStore, owner: str, ttl: float, kinds: set[str] | None
         except (LeaseHeld, Terminal, NotFound):
             continue
     missing = NotFound("no runnable job" + (f" of kind {', '.join(sorted(kinds))}" if kinds else ""))
-    missing.hint = "nothing may start now; jobctl list shows what each job waits for"  # type: ignore[attr-defined]
+    missing.hint = "nothing may start now; jobctl list shows what each job waits for"
     raise missing

@@ -163,8 +163,11 @@ def scan_value(text: str, idx: int) -> tuple[Any, int]:
             if isinstance(exc, json.JSONDecodeError) or "digits" not in str(exc):
                 raise
             return _scan_big(text, idx)  # type: ignore[no-any-return]
-    except StopIteration:
-        raise Invalid(f"expected a JSON value at {_where(text, idx)}") from None
+    except StopIteration as stop:
+        # The scanner reports where the missing value should have been,
+        # which may be deep inside the value that starts at idx.
+        where = stop.value if isinstance(stop.value, int) else idx
+        raise Invalid(f"expected a JSON value at {_where(text, where)}") from None
     except json.JSONDecodeError as exc:
         raise Invalid(f"bad JSON at {_where(text, exc.pos)}: {exc.msg}") from None
     except RecursionError:

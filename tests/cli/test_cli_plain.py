@@ -248,3 +248,14 @@ def test_help_goes_to_stdout(jobctl: Jobctl) -> None:
         assert ran.err == ""
     assert re.search(r"^  claim +Take a job's lease", jobctl("help").text, re.M)
     assert jobctl("--version").out == b"jobctl 0.1.0\n"
+
+
+def test_a_damaged_record_is_named_with_where_the_json_breaks(jobctl: Jobctl) -> None:
+    jobctl.submit()  # opens the store
+    (jobctl.root / "jobs" / "1-bad.json").write_text('{"a": [1, }')
+    ran = jobctl("show", "1-bad")
+    assert ran.code == 9 and ran.out == b""
+    assert ran.err.strip() == (
+        "jobctl: invalid: 1-bad: expected a JSON value at line 1 column 11; "
+        "the record file jobs/1-bad.json is damaged: look at it, restore or remove it"
+    )

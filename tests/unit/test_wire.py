@@ -302,3 +302,8 @@ def test_lazy_patterns_of_the_library_are_compiled_only_when_used() -> None:
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "True"]
+
+
+def test_a_missing_value_is_reported_where_it_is_missing() -> None:
+    with pytest.raises(Invalid, match="line 2 column 8"):
+        wire.parse_value('{"a": 1,\n "b": [}')
