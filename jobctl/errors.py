@@ -36,12 +36,13 @@ class JobError(Exception):
     exit_code = 10
     #: The older hyphenated spelling upstream also used for this class.
     legacy = "refused"
+    #: What to do next, when the raiser knows better than the verdict's usual
+    #: advice (set on a class or on one error); empty means the usual advice.
+    hint = ""
 
     def __init__(self, message: str = "", job_id: str = "") -> None:
         self.message = message
         self.job_id = job_id
-        #: What to do next, when the raiser knows better than the verdict's usual advice.
-        self.hint = ""
         super().__init__(message)
 
     def __str__(self) -> str:
