@@ -138,11 +138,6 @@ def parse_time(text: Any, what: str) -> datetime | None:
         return None
     if not isinstance(text, str):
         raise Invalid(f"{what} is not a timestamp")
-    return _parse_time(text, what)
-
-
-@lru_cache(maxsize=1024)
-def _parse_time(text: str, what: str) -> datetime:
     if len(text) == 27 and text[26] == "Z" and text[10] == "T" and text[19] == ".":
         try:
             return datetime.fromisoformat(text[:26] + "+00:00")
