@@ -474,11 +474,11 @@ def _int(value: Any, what: str) -> int:
 def _obj(value: Any, what: str, allowed: frozenset[str]) -> dict[str, Any] | None:
     if value is None:
         return None
-    if not isinstance(value, dict):
+    if type(value) is not dict:
         raise Invalid(f"{what} is not an object")
-    for key in value:
-        if key not in allowed:
-            raise Invalid(f"unknown field {what}.{key}")
+    if not allowed.issuperset(value):
+        unknown = next(key for key in value if key not in allowed)
+        raise Invalid(f"unknown field {what}.{unknown}")
     return value
 
 
@@ -553,9 +553,8 @@ def _decode(data: bytes | str) -> Record:
     for name in critical:
         if name not in content:
             raise Invalid(f"critical model {name} is not in content")
-    for key in top:
-        if key not in _TOP_KEYS:
-            raise Invalid(f"unknown field {key}")
+    if not _TOP_KEYS.issuperset(top):
+        raise Invalid(f"unknown field {next(key for key in top if key not in _TOP_KEYS)}")
 
     rec = Record(content=content, critical=critical)
     rec._text = text
