@@ -15,12 +15,12 @@ import errno
 import fcntl
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from .errors import Refused
-from .wire import lazy_pattern
 
-__all__ = ["change", "read", "sweep", "TEMP_RE"]
+__all__ = ["change", "read", "sweep"]
 
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
@@ -98,6 +98,22 @@ def _unlink_quietly(path: str) -> None:
         pass
 
 
+@contextmanager
+def _locked(path: str) -> Iterator[None]:
+    """Hold ``flock(LOCK_EX)`` on ``<path>.lock`` for the block; refuse re-entry."""
+    held = _held()
+    if path in held:
+        raise Refused(f"{path}: lock taken again inside its own edit")
+    fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT | _O_CLOEXEC, 0o600)
+    held.add(path)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        held.discard(path)
+        os.close(fd)  # releases the flock
+
+
 def change(path: str, edit: Callable[[bytes | None], bytes]) -> bytes:
     """Compare-and-set ``path``: lock, read, ``edit(current)``, replace atomically.
 
@@ -107,13 +123,7 @@ def change(path: str, edit: Callable[[bytes | None], bytes]) -> bytes:
     fsynced, renamed over the record, and the directory is fsynced. Taking the
     same record's lock again inside ``edit`` is refused (it would deadlock).
     """
-    held = _held()
-    if path in held:
-        raise Refused(f"{path}: lock taken again inside its own edit")
-    fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT | _O_CLOEXEC, 0o600)
-    held.add(path)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with _locked(path):
         current = read(path)
         new = edit(current)
         if new == current:
@@ -126,12 +136,6 @@ def change(path: str, edit: Callable[[bytes | None], bytes]) -> bytes:
             raise
         _fsync_dir(os.path.dirname(path) or ".")
         return new
-    finally:
-        held.discard(path)
-        os.close(fd)  # releases the flock
-
-
-TEMP_RE: re.Pattern[str] = lazy_pattern(globals(), "TEMP_RE", r"(.+)\.[A-Za-z0-9_]+\.tmp\Z")
 
 
 def sweep(path: str) -> int:
@@ -144,23 +148,13 @@ def sweep(path: str) -> int:
     directory, base = os.path.split(path)
     directory = directory or "."
     pattern = re.compile(re.escape(base) + r"\.[A-Za-z0-9_]+\.tmp\Z")
-    held = _held()
-    if path in held:
-        raise Refused(f"{path}: lock taken again inside its own edit")
-    fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT | _O_CLOEXEC, 0o600)
-    held.add(path)
     removed = 0
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        with os.scandir(directory) as entries:
-            for entry in entries:
-                if pattern.match(entry.name) and entry.is_file(follow_symlinks=False):
-                    try:
-                        os.unlink(entry.path)
-                        removed += 1
-                    except FileNotFoundError:
-                        pass
-    finally:
-        held.discard(path)
-        os.close(fd)
+    with _locked(path), os.scandir(directory) as entries:
+        for entry in entries:
+            if pattern.match(entry.name) and entry.is_file(follow_symlinks=False):
+                try:
+                    os.unlink(entry.path)
+                    removed += 1
+                except FileNotFoundError:
+                    pass
     return removed

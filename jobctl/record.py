@@ -428,10 +428,6 @@ class Record(_Model):
         """The checkpoint compact (spelling kept), or None when there is none."""
         return self.opaque_text("checkpoint")
 
-    def copy(self) -> Record:
-        """A deep copy [JOB-M2]: nothing the copy's holder does reaches this one."""
-        return decode(encode(self, rederive=False))
-
 
 _ABSENT = object()
 
@@ -845,7 +841,7 @@ def encode(rec: Record, rederive: bool = True, settle: bool = False) -> bytes:
     With ``rederive`` (every store write) ``content``/``critical`` are derived
     afresh. Without it the encode is *faithful*: the lists are written as they
     were read and an explicitly empty ``error`` stays, so any record written by
-    a conforming writer comes back byte for byte (:meth:`Record.copy`, tests).
+    a conforming writer comes back byte for byte (the vector tests).
 
     With ``settle`` the record is left equal to what decoding the returned
     bytes would give -- derived lists, canonical checkpoint, opaque values
@@ -1007,8 +1003,3 @@ def encode(rec: Record, rederive: bool = True, settle: bool = False) -> bytes:
             rec.extensions[key] = rec._orig["x:" + key] = value
         rec._exposed = True
     return "".join(out).encode("utf-8")
-
-
-def compact_json(value: Any) -> str:
-    """Compact JSON of a plain value, under the record's escape policy."""
-    return wire.dumps_compact(value)

@@ -62,10 +62,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import IO, Any, Protocol
 
-from .errors import Invalid, JobError, LeaseExpired, LeaseHeld, NotFound, Refused, StaleEpoch, Terminal
+from .errors import Invalid, JobError, LeaseExpired, NotFound, Refused, StaleEpoch
 from .record import Record, format_time
 from .schedule import attempt as attempt_of
-from .schedule import not_before, record_failure, runnable
+from .schedule import claim_next as schedule_claim_next
+from .schedule import not_before, record_failure
 from .store.base import Listing
 
 __all__ = [
@@ -918,16 +919,10 @@ class ClaimStore(RunStore, Protocol):
 
 
 def claim_next(store: ClaimStore, owner: str, ttl: float, kinds: set[str] | None = None) -> Record:
-    """Claim the oldest runnable job (of ``kinds``, when given); ``NotFound`` when there is none.
-
-    Reads the whole store once: this is ``jobctl run --next``, not the
-    worker's loop. A job claimed by somebody else in the meantime is skipped.
-    """
-    for rec in runnable(store.list(), store.now(), kinds):
-        try:
-            return store.claim(rec.id, owner, ttl)
-        except (LeaseHeld, Terminal, NotFound):
-            continue
+    """Claim the oldest runnable job (of ``kinds``, when given); ``NotFound`` when there is none."""
+    rec = schedule_claim_next(store, owner, ttl, kinds)
+    if rec is not None:
+        return rec
     missing = NotFound("no runnable job" + (f" of kind {', '.join(sorted(kinds))}" if kinds else ""))
     missing.hint = "nothing may start now; jobctl list shows what each job waits for"
     raise missing

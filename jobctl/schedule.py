@@ -28,9 +28,12 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from .errors import Invalid, JobError
+from .errors import Invalid, JobError, LeaseHeld, NotFound, Terminal
+
+if TYPE_CHECKING:
+    from .store.base import Listing
 from .record import AFTER, PIPELINE, RETRY, ZERO_TIME, Intent, Record, format_time, parse_time
 
 __all__ = [
@@ -290,6 +293,39 @@ def runnable(
     # Oldest first to the microsecond: ids minted within one millisecond sort by their random part.
     out.sort(key=lambda r: (r.created_at or ZERO_TIME, r.id))
     return out
+
+
+class Claimer(Protocol):
+    """What :func:`claim_next` needs of a store."""
+
+    def now(self) -> datetime: ...
+    def list(self) -> Listing: ...
+    def claim(self, job_id: str, owner: str, ttl_seconds: float) -> Record: ...
+
+
+def claim_next(
+    store: Claimer,
+    owner: str,
+    ttl: float,
+    kinds: Iterable[str] | None = None,
+    *,
+    records: Iterable[Record] | None = None,
+    skipped: list[tuple[str, JobError]] | None = None,
+) -> Record | None:
+    """Claim the oldest runnable job (of ``kinds``); None when nothing may start now.
+
+    Reads the whole store once (or takes ``records``, the caller's listing):
+    this is ``jobctl claim --next`` and ``jobctl run --next``, not the
+    worker's loop. A job somebody else claims in the meantime is passed over.
+    ``skipped`` is as for :func:`runnable`.
+    """
+    listing = store.list() if records is None else records
+    for rec in runnable(listing, store.now(), kinds, skipped):
+        try:
+            return store.claim(rec.id, owner, ttl)
+        except (LeaseHeld, Terminal, NotFound):
+            continue  # another consumer was quicker; try the next one
+    return None
 
 
 @dataclass

@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from .. import schedule
-from ..errors import JobError, LeaseHeld, NotFound, Terminal
+from ..errors import JobError, NotFound
 from ..record import Record
 from ..store.base import UNSET
 from . import render
@@ -60,14 +60,10 @@ def _claim_next(state: State, owner: str, ttl: float, kinds: tuple[str, ...]) ->
     # A record with malformed scheduling data is left out (and named) so that
     # it cannot stop every other job from being claimed. Its dependents wait.
     skipped: list[tuple[str, JobError]] = []
-    candidates = schedule.runnable(listing, store.now(), kinds or None, skipped)
+    claimed = schedule.claim_next(store, owner, ttl, kinds or None, records=listing, skipped=skipped)
     for job_id, exc in skipped:
         click.echo(f"jobctl: {job_id}: skipped: {exc.message}", err=True)
-    for rec in candidates:
-        try:
-            claimed: Record = store.claim(rec.id, owner, ttl)
-        except (LeaseHeld, Terminal, NotFound):
-            continue  # another consumer was quicker; try the next one
+    if claimed is not None:
         return claimed
     what = f" of kind {', '.join(kinds)}" if kinds else ""
     raise NothingToClaim(f"no runnable job{what}")

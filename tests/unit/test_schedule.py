@@ -93,3 +93,16 @@ def test_runnable_skips_a_malformed_record_and_names_it() -> None:
     assert [r.id for r in got] == ["1-good"]
     assert [job_id for job_id, _ in skipped] == ["1-bad"]
     assert isinstance(skipped[0][1], Invalid)
+
+
+def test_claim_next_passes_over_a_job_held_elsewhere_and_answers_none_when_nothing_is_left(tmp_path: object) -> None:
+    store = jobctl.FileStore(str(tmp_path))
+    first = store.submit(job(id=""))
+    second = store.submit(job(id=""))
+    store.claim(first, "somebody", 60)  # taken between the listing and our claim
+    listing = store.list()
+    listing[0].lease = jobctl.Lease()  # the stale view: first looked free when it was read
+    got = schedule.claim_next(store, "me", 60, records=listing)
+    assert got is not None and got.id == second and got.lease.owner == "me"
+    assert schedule.claim_next(store, "me", 60) is None
+    assert schedule.claim_next(store, "me", 60, kinds=["other"]) is None
