@@ -54,7 +54,6 @@ import select
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -275,84 +274,225 @@ def _child_setup(parent: int) -> Callable[[], None]:
 
 
 _GUARDIAN = r"""
-import os, signal, sys
-for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+import os, select, signal, time
+for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU):
     signal.signal(sig, signal.SIG_IGN)
-live = set()
-for line in sys.stdin.buffer:
-    try:
-        pid = int(line[1:])
-    except ValueError:
-        continue
-    if line[:1] == b"+":
-        live.add(pid)
-    else:
-        live.discard(pid)
-for pid in live:
-    for kill in (os.killpg, os.kill):
+def kill(pid):
+    for fn in (os.killpg, os.kill):
         try:
-            kill(pid, signal.SIGKILL)
+            fn(pid, signal.SIGKILL)
         except OSError:
             pass
+live = {}
+rest = b""
+while True:
+    now = time.monotonic()
+    for pid, at in list(live.items()):
+        if at <= now:
+            kill(pid)
+            del live[pid]
+    if live and not select.select([0], [], [], max(0.0, min(live.values()) - now))[0]:
+        continue
+    chunk = os.read(0, 65536)
+    if not chunk:
+        break
+    *lines, rest = (rest + chunk).split(b"\n")
+    for line in lines:
+        op, fields = line[:1], line[1:].split()
+        try:
+            pid = int(fields[0])
+            at = float(fields[1]) if op != b"-" else 0.0
+        except (IndexError, ValueError):
+            continue
+        if op == b"+" or (op == b"=" and pid in live):
+            live[pid] = at
+        elif op == b"-":
+            live.pop(pid, None)
+for pid in live:
+    kill(pid)
 """
 
 
 class Guardian:
-    """A small process that kills the process groups of a supervisor's children if the supervisor dies.
+    """The supervisor that is never frozen with the party it stands behind: a small process of its own.
 
-    The worker starts children the cheap way (vfork/exec, no code between
-    them), where no parent-death signal can be armed: a ``preexec_fn`` forces
-    a full fork of the Python process, which costs more than the rest of a
-    trivial job together. Instead each child's process group is registered
-    here (``+pid``) when it starts and withdrawn (``-pid``) before it is
-    reaped. The guardian reads its stdin until end of file, which the kernel
-    delivers when the supervisor dies however it dies (its descriptors close;
-    no child holds a copy, they are all started with ``close_fds``), and then
-    SIGKILLs every group still registered -- the whole group, which a
-    parent-death signal on the direct child alone would not reach. It ignores
-    terminal signals and lives in its own session, so a Ctrl-C meant for the
-    worker leaves it standing guard while the worker shuts down.
+    A worker (or ``jobctl run``) registers each child's process group here
+    before the child may run any code of the job (see :func:`_trampoline`), with
+    the monotonic time by which the group must be gone: a little before the
+    child's lease can run out. Each renewal moves that time on. The guardian
+    SIGKILLs a group when its time comes and no later time was reported, and
+    every group still registered when its stdin reaches end of file, which the
+    kernel delivers when the supervisor dies however it dies (its descriptors
+    close; no child holds a copy, they are all started with ``close_fds``).
+
+    So a supervisor that is stopped (SIGSTOP, Ctrl-Z: all its threads frozen,
+    nothing renews) cannot leave a child running past its lease, where an
+    adopter would start the job a second time; and a killed one cannot leave
+    one running at all. The whole group is killed, which a parent-death signal
+    on the direct child alone would not reach. The guardian ignores terminal
+    signals and lives in its own session, so neither a Ctrl-C nor a Ctrl-Z
+    meant for the worker reaches it. ``time.monotonic`` is ``CLOCK_MONOTONIC``
+    on Linux, one clock for every process of the machine, so the times mean
+    the same on both sides of the pipe.
+
+    Lines on the pipe: ``+PID AT`` (a new group, to be gone by AT), ``=PID AT``
+    (a renewal or a recall moved AT), ``-PID`` (reaped by its supervisor; never
+    signal that id again). If the guardian process dies, the next message
+    starts a new one and replays every registration first.
     """
 
     def __init__(self) -> None:
-        self.proc = subprocess.Popen(
+        self._lock = threading.Lock()
+        self._live: dict[int, float] = {}
+        self._closed = False
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._fd = -1
+        self._spawn()
+
+    def _spawn(self) -> None:
+        proc = subprocess.Popen(
             [sys.executable, "-I", "-S", "-c", _GUARDIAN],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             start_new_session=True,
         )
-        assert self.proc.stdin is not None
-        self._fd = self.proc.stdin.fileno()
-        self._lock = threading.Lock()
+        assert proc.stdin is not None
+        self.proc, self._fd = proc, proc.stdin.fileno()
 
-    def _say(self, line: str) -> None:
-        with self._lock:
-            if self._fd < 0:
-                return
+    def _send(self, line: str) -> bool:
+        """Write one message (lock held); on a dead guardian start another and replay. False: nobody guards."""
+        data = line.encode()
+        for _ in range(2):
+            if self._fd >= 0:
+                try:
+                    _write_all(self._fd, data)
+                    return True
+                except OSError:
+                    self._fd = -1
+                    if self.proc is not None:
+                        with contextlib.suppress(OSError):
+                            assert self.proc.stdin is not None
+                            self.proc.stdin.close()
+                        self.proc.poll()  # reap it if it is gone
             try:
-                os.write(self._fd, line.encode())
+                self._spawn()
             except OSError:
-                self._fd = -1  # it died: the children are left to the epoch fencing
+                return False
+            data = "".join(f"+{pid} {at!r}\n" for pid, at in self._live.items()).encode()
+        return False
 
-    def watch(self, pid: int) -> None:
-        self._say(f"+{pid}\n")
+    def watch(self, pid: int, kill_at: float) -> bool:
+        """Guard the group ``pid`` until :meth:`forget`; SIGKILL it at monotonic ``kill_at``. False: no guardian."""
+        with self._lock:
+            if self._closed:
+                return False
+            self._live[pid] = kill_at
+            return self._send(f"+{pid} {kill_at!r}\n")
+
+    def renew(self, pid: int, kill_at: float) -> None:
+        """Move the group's time on (a renewal) or back (a recall)."""
+        with self._lock:
+            if self._closed or pid not in self._live:
+                return
+            self._live[pid] = kill_at
+            self._send(f"={pid} {kill_at!r}\n")
 
     def forget(self, pid: int) -> None:
-        self._say(f"-{pid}\n")
+        """The group is gone and about to be reaped: never signal that id again."""
+        with self._lock:
+            if self._live.pop(pid, None) is not None and not self._closed:
+                self._send(f"-{pid}\n")
 
     def close(self) -> None:
         """Nothing left to guard: end the guardian (it kills only what is still registered)."""
         with self._lock:
+            self._closed = True
             self._fd = -1
-        if self.proc.stdin is not None:
+            proc = self.proc
+        if proc is None:
+            return
+        if proc.stdin is not None:
             with contextlib.suppress(OSError):
-                self.proc.stdin.close()
+                proc.stdin.close()
         with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(10)
+            proc.wait(10)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+#: What a child runs first: wait for the supervisor's go on stdin, then become the job's command.
+#: End of file instead of ``go`` means the supervisor is gone (or refused): exit, running nothing.
+_GO = 'IFS= read -r go && [ "$go" = go ] || exit 125\n'
+_SH = "/bin/sh"
+#: The exit status of a child that never got its go.
+NO_GO = 125
+
+
+def _trampoline(stdin_null: bool, keep_pwd: bool) -> str:
+    """The ``/bin/sh -c`` script that starts every child (its argv follows as ``"$@"``).
+
+    The child is in its own process group and blocked on this read before
+    its supervisor registers it with the guardian; only then does the
+    supervisor write ``go``. No code of the job can run unsupervised, and a
+    supervisor killed in between leaves a child that reads end of file and
+    exits. The shell sets ``PWD``; it is unset again unless the job's
+    environment had it, so the command starts with the environment it was given.
+    """
+    script = _GO
+    if not keep_pwd:
+        script += "unset PWD\n"
+    return script + ('exec "$@" </dev/null' if stdin_null else 'exec "$@"')
+
+
+def _check_executable(argv0: str, env: Mapping[str, str], cwd: str | None) -> None:
+    """Raise what ``exec`` would for ``argv0`` (looked up as execvpe does): the shell would only exit 127."""
+    if "/" in argv0:
+        candidates = [os.path.join(cwd or "", argv0)]
+    else:
+        candidates = [os.path.join(cwd or "", d or ".", argv0) for d in os.get_exec_path(dict(env))]
+    denied = False
+    for path in candidates:
+        if os.path.isfile(path):
+            if os.access(path, os.X_OK):
+                return
+            denied = True
+    if denied:
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), argv0)
+    raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv0)
 
 
 #: Popen starts a child in its own process group without a preexec_fn from Python 3.11.
 _VFORK_GROUPS = sys.version_info >= (3, 11)
+
+
+def _own_margin(ttl: float) -> float:
+    """How long before its lease ends a run kills a child it could not renew for: a fifth of the TTL, 1 s at most."""
+    return min(1.0, ttl / 5)
+
+
+def _guard_margin(ttl: float) -> float:
+    """How long before the lease ends the guardian kills: half the run's margin, so it acts only when the run cannot.
+
+    The lease's end it is given is already early (read before each renewal);
+    the margin covers the guardian's own wake-up on a busy machine.
+    """
+    return _own_margin(ttl) / 2
+
+
+def _feed(fd: int, left: memoryview) -> memoryview:
+    """Write what the pipe takes now; what is left (empty when done, or when the child closed its stdin)."""
+    while left:
+        try:
+            left = left[os.write(fd, left) :]
+        except BlockingIOError:
+            return left
+        except OSError:
+            return left[:0]
+    return left
 
 
 def _killpg(pgid: int, sig: int) -> None:
@@ -572,13 +712,28 @@ class Run:
     def _supervise(self, command: Command) -> Outcome:
         log = self._open_log()
         out = self._outcome(log=None if log is None else log.name)
+        guardian = self._guardian
+        own = guardian is None
         try:
-            started = self._start(command, log, out)
+            if guardian is None:
+                try:
+                    guardian = Guardian()
+                except OSError as exc:
+                    out.exit_code = 126
+                    out.error = f"cannot start the guardian: {exc.strerror or exc}"
+                    self._footer(log, out.error)
+                    return self._failed(out, out.exit_code)
+            started = self._start(command, log, out, guardian)
             if started is None:
+                if out.verdict is not None:
+                    # The lease ran out before the child could start: write nothing [JOB-L5].
+                    with contextlib.suppress(JobError):
+                        out.state = self.store.load(self.job_id).state
+                    return out
                 return self._failed(out, out.exit_code)
-            proc, tee_r = started
+            proc, tee_r, spec, expiry = started
             try:
-                code, disposition, detail, fenced = self._watch(proc, command, tee_r, log)
+                code, disposition, detail, fenced = self._watch(proc, command, tee_r, spec, log, guardian, expiry)
             finally:
                 if tee_r is not None:
                     os.close(tee_r)
@@ -588,6 +743,8 @@ class Run:
             else:
                 self._footer(log, _describe_status(code) + (f" ({disposition}: {detail})" if disposition else ""))
         finally:
+            if own and guardian is not None:
+                guardian.close()
             if log is not None:
                 log.close()
         if fenced is not None:
@@ -612,56 +769,111 @@ class Run:
         out.error = _describe_status(code)
         return self._failed(out, code)
 
+    def _lease_expiry(self) -> float:
+        """The lease as the claim left it, on this process's monotonic clock, never later than it really ends."""
+        before = time.monotonic()
+        end = self.rec.lease.expires_at
+        # store.now() is read after ``before``: the estimate can only be early.
+        return before + ((end - self.store.now()).total_seconds() if end is not None else 0.0)
+
     def _start(
-        self, command: Command, log: IO[bytes] | None, out: Outcome
-    ) -> tuple[subprocess.Popen[bytes], int | None] | None:
-        """Start the child; None (with ``out`` telling why) when it could not be started."""
+        self, command: Command, log: IO[bytes] | None, out: Outcome, guardian: Guardian
+    ) -> tuple[subprocess.Popen[bytes], int | None, tuple[int, bytes] | None, float] | None:
+        """Start the child under the guardian; None (with ``out`` telling why) when it did not start.
+
+        Returns the child, the tee pipe, the spec still to write to the child's
+        stdin (fd and bytes) and the lease's monotonic expiry. The child is
+        ``/bin/sh`` running :func:`_trampoline`, blocked until this method has
+        registered it with the guardian and written ``go``.
+        """
         env = child_env(self.store, self.rec, self._env)
         env.update(command.env)
+        expiry = self._lease_expiry()
+        try:
+            _check_executable(command.argv[0], env, command.cwd)
+        except OSError as exc:
+            self._not_started(out, log, command, exc)
+            return None
         stdout: Any = log
         tee_r: int | None = None
         tee_w: int | None = None
         if self._tee is not None:
             tee_r, tee_w = os.pipe()
             stdout = tee_w
-        # The spec goes in through an unlinked temporary, not a pipe: the
-        # child may never read it, and a pipe would block once its buffer filled.
-        with contextlib.ExitStack() as stack:
-            stdin: Any = subprocess.DEVNULL
-            if command.stdin is not None:
-                stdin = stack.enter_context(tempfile.TemporaryFile())
-                stdin.write(command.stdin)
-                stdin.seek(0)
-            spawn: dict[str, Any] = {}
-            if self._guardian is not None and _VFORK_GROUPS:
-                spawn["process_group"] = 0
-            else:
-                # setpgid and PR_SET_PDEATHSIG can only be done by the child itself.
-                spawn["preexec_fn"] = _child_setup(os.getpid())
-            try:
-                proc = subprocess.Popen(
-                    command.argv,
-                    cwd=command.cwd,
-                    env=env,
-                    stdin=stdin,
-                    stdout=stdout,
-                    stderr=subprocess.STDOUT if stdout is not None else None,
-                    **spawn,
-                )
-            except OSError as exc:
-                if tee_r is not None:
-                    os.close(tee_r)
-                out.exit_code = 127 if isinstance(exc, FileNotFoundError) else 126
-                out.error = f"cannot start {command.argv[0]}: {exc.strerror or exc}"
-                self._footer(log, out.error)
-                return None
-            finally:
-                if tee_w is not None:
-                    os.close(tee_w)
+        # The child's stdin is the pipe its go comes through. The spec of a
+        # handler kind follows the go on the same pipe, written by the
+        # supervision loop as the child reads it: it may never read it, and
+        # a blocking write would stop supervising once the pipe's buffer filled.
+        go_r, go_w = os.pipe()
+        spawn: dict[str, Any] = {}
+        if _VFORK_GROUPS:
+            spawn["process_group"] = 0
+        else:
+            # Python 3.10 has no process_group: setpgid must be done by the
+            # child itself, which forces a full fork; it arms the
+            # parent-death signal too while it is there.
+            spawn["preexec_fn"] = _child_setup(os.getpid())
+        script = _trampoline(command.stdin is None, "PWD" in env)
+        try:
+            proc = subprocess.Popen(
+                [_SH, "-c", script, "jobctl", *command.argv],
+                cwd=command.cwd,
+                env=env,
+                stdin=go_r,
+                stdout=stdout,
+                stderr=subprocess.STDOUT if stdout is not None else None,
+                **spawn,
+            )
+        except OSError as exc:
+            os.close(go_w)
+            if tee_r is not None:
+                os.close(tee_r)
+            self._not_started(out, log, command, exc)
+            return None
+        finally:
+            os.close(go_r)
+            if tee_w is not None:
+                os.close(tee_w)
         self.pid = out.pid = proc.pid
-        if self._guardian is not None:
-            self._guardian.watch(proc.pid)
-        return proc, tee_r
+        margin = _guard_margin(self.ttl)
+        # Supervised first, then go: the guardian has the group before the job
+        # runs anything. A time already past (this process was stopped since
+        # the claim) gets no go: the lease may be somebody else's by now.
+        guarded = guardian.watch(proc.pid, expiry - margin)
+        if not guarded or time.monotonic() >= expiry - _own_margin(self.ttl):
+            os.close(go_w)  # end of file: the child exits without running anything
+            _killpg(proc.pid, signal.SIGKILL)
+            guardian.forget(proc.pid)
+            proc.wait()
+            if tee_r is not None:
+                os.close(tee_r)
+            if guarded:
+                out.reason = "fenced"
+                late = LeaseExpired(f"job {self.job_id}: the lease of epoch {self.epoch} ran out before the start")
+                late.job_id = self.job_id
+                out.verdict = late
+                self._footer(log, f"not started; {late.verdict}: {late.message}")
+                return None
+            out.exit_code = 126
+            out.error = f"cannot start {command.argv[0]}: no guardian process to supervise it"
+            self._footer(log, out.error)
+            return None
+        spec: tuple[int, bytes] | None = None
+        try:
+            os.write(go_w, b"go\n")
+        except OSError:
+            pass  # it is dead already (the guardian's time came): the loop sees its exit
+        if command.stdin:
+            os.set_blocking(go_w, False)
+            spec = (go_w, command.stdin)
+        else:
+            os.close(go_w)
+        return proc, tee_r, spec, expiry
+
+    def _not_started(self, out: Outcome, log: IO[bytes] | None, command: Command, exc: OSError) -> None:
+        out.exit_code = 127 if isinstance(exc, FileNotFoundError) else 126
+        out.error = f"cannot start {command.argv[0]}: {exc.strerror or exc}"
+        self._footer(log, out.error)
 
     def _footer(self, log: IO[bytes] | None, text: str) -> None:
         if log is None:
@@ -675,9 +887,22 @@ class Run:
     # -- supervision loop -----------------------------------------------------
 
     def _watch(
-        self, proc: subprocess.Popen[bytes], command: Command, tee_r: int | None, log: IO[bytes] | None
+        self,
+        proc: subprocess.Popen[bytes],
+        command: Command,
+        tee_r: int | None,
+        spec: tuple[int, bytes] | None,
+        log: IO[bytes] | None,
+        guardian: Guardian,
+        expiry: float,
     ) -> tuple[int, str, str, JobError | None]:
-        """Supervise the child until it exits: returns (exit code, disposition, detail, fencing verdict)."""
+        """Supervise the child until it exits: returns (exit code, disposition, detail, fencing verdict).
+
+        ``expiry`` is the lease's end on the monotonic clock, never late. The
+        run kills the child at ``expiry`` less :func:`_own_margin`; the guardian,
+        told of every change, at ``expiry`` less the smaller
+        :func:`_guard_margin`, so it acts only when this loop could not.
+        """
         store = self.store
         pid = proc.pid
         pidfd = _pidfd(pid)
@@ -688,13 +913,25 @@ class Run:
         if tee_r is not None:
             os.set_blocking(tee_r, False)
             poller.register(tee_r, select.POLLIN)
+        spec_fd, spec_left = (spec[0], memoryview(spec[1])) if spec is not None else (-1, memoryview(b""))
+        if spec_fd >= 0:
+            poller.register(spec_fd, select.POLLOUT)
         mono = time.monotonic
         start = mono()
-        # The lease as the claim left it, on this process's monotonic clock,
-        # a little early: the child must be gone before an adopter may start.
-        remaining = (self.rec.lease.expires_at - store.now()).total_seconds() if self.rec.lease.expires_at else 0
-        margin = min(0.2, self.ttl / 10)
-        lease_end = start + remaining - margin
+        margin = _own_margin(self.ttl)
+        guard_margin = _guard_margin(self.ttl)
+        lease_end = expiry - margin
+        guarded_at = expiry - guard_margin
+
+        def lease(new_expiry: float) -> None:
+            """The lease now ends at ``new_expiry`` (monotonic): the loop and the guardian follow."""
+            nonlocal expiry, lease_end, guarded_at
+            expiry = new_expiry
+            lease_end = expiry - margin
+            if expiry - guard_margin != guarded_at:
+                guarded_at = expiry - guard_margin
+                guardian.renew(pid, guarded_at)
+
         renew_at = start + self.renew_every
         check_at = start + self.check_every
         timeout_at = start + command.timeout if command.timeout else math.inf
@@ -722,7 +959,7 @@ class Run:
             kill_at = min(kill_at, when)
 
         def examine(rec: Record) -> None:
-            nonlocal fenced, lease_end
+            nonlocal fenced
             if rec.lease.epoch != self.epoch:
                 fenced = StaleEpoch(
                     f"job {self.job_id} is at epoch {rec.lease.epoch}, not {self.epoch}: "
@@ -740,7 +977,7 @@ class Run:
                 begin("pause", "paused on request", None)
             if rec.lease.expires_at is not None:
                 # A recall lowers the lease's end [JOB-R3]; a read sees it as well as a renewal.
-                lease_end = min(lease_end, mono() + (rec.lease.expires_at - store.now()).total_seconds() - margin)
+                lease(min(expiry, mono() + (rec.lease.expires_at - store.now()).total_seconds()))
             recall = rec.lease.recall
             if recall is not None and recall.until is not None:
                 # Stop the child early enough to release before the lease ends:
@@ -781,9 +1018,9 @@ class Run:
                 else:
                     end = rec.lease.expires_at
                     if end is not None:
-                        lease_end = before + (end - store.now()).total_seconds() - margin
-                        # store.now() is read after the write; the lease can
-                        # only be longer than this estimate.
+                        # store.now() is read after the write, ``before`` before
+                        # it: the lease can only be longer than this estimate.
+                        lease(before + (end - store.now()).total_seconds())
                     renew_at = before + self.renew_every
                     check_at = mono() + self.check_every
                     examine(rec)
@@ -807,14 +1044,27 @@ class Run:
                         os.read(self._wake_r, 512)
                 elif fd == tee_r:
                     self._pump(tee_r, log)
+                elif fd == spec_fd:
+                    spec_left = _feed(spec_fd, spec_left)
+                    if not spec_left:
+                        poller.unregister(spec_fd)
+                        os.close(spec_fd)
+                        spec_fd = -1
+        if fenced is None and mono() >= lease_end:
+            # The exit was seen only after the lease's own deadline: this
+            # process was stopped (the guardian killed the child in time) or
+            # starved. Whatever the child did, the lease may be somebody else's.
+            fenced = LeaseExpired(f"job {self.job_id}: the lease of epoch {self.epoch} ran out unrenewed")
+            fenced.job_id = self.job_id
         # The leader is a zombie: its pid (the group's id) cannot be reused
         # yet. Nothing the job started outlives it.
         _killpg(pid, signal.SIGKILL)
-        if self._guardian is not None:
-            self._guardian.forget(pid)
+        guardian.forget(pid)
         code = proc.wait()
         if pidfd is not None:
             os.close(pidfd)
+        if spec_fd >= 0:
+            os.close(spec_fd)
         if tee_r is not None:
             self._pump(tee_r, log)
         return code, disposition, detail, fenced

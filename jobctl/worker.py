@@ -142,7 +142,6 @@ class Worker:
         on_event: Callable[[Event], None] | None = None,
         env: Mapping[str, str] | None = None,
         notices: bool = True,
-        guardian: bool = True,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -162,7 +161,6 @@ class Worker:
         self.on_event = on_event
         self.env = dict(os.environ if env is None else env)
         self.notices = notices
-        self.guard = guardian
         self.summary = Summary()
         self._guardian: Guardian | None = None
         self._states: Mapping[str, str] = {}
@@ -230,8 +228,7 @@ class Worker:
             raise ValueError(f"mode must be one of {', '.join(MODES)}")
         board = Board(self.store, self.processors, notices=self.notices)
         self._states = board.states
-        if self.guard:
-            self._guardian = Guardian()
+        self._guardian = Guardian()
         for n in range(self.concurrency):
             slot = threading.Thread(target=self._slot, name=f"jobctl slot {n + 1}", daemon=True)
             slot.start()

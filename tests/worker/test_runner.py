@@ -6,13 +6,12 @@ import json
 import os
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 from workertools import gone, job_argv, read_log, submit, wait_until
 
-from jobctl import FileStore, Record, StaleEpoch, schedule
+from jobctl import FileStore, Record, StaleEpoch, runner, schedule
 from jobctl.errors import LeaseExpired
 from jobctl.record import held
 from jobctl.runner import Command, Run, log_dir, log_files, processors, shell_command
@@ -27,9 +26,11 @@ def run_job(store: FileStore, job_id: str, ttl: float = 1.5, grace: float = 0.5,
     return Run(store, claimed, processors()[claimed.kind], ttl=ttl, grace=grace, **kw)  # type: ignore[arg-type]
 
 
-def later(delay: float, action: object) -> threading.Thread:
+def when_checkpointed(store: FileStore, job_id: str, action: object) -> threading.Thread:
+    """Do ``action`` in a thread once the running child has written its first checkpoint."""
+
     def go() -> None:
-        time.sleep(delay)
+        wait_until(lambda: store.load(job_id).checkpoint is not None, what="the child's first checkpoint")
         action()  # type: ignore[operator]
 
     thread = threading.Thread(target=go, daemon=True)
@@ -163,7 +164,7 @@ def test_a_non_retryable_exit_code_fails_at_once(store: FileStore) -> None:
 def test_cancel_stops_the_child_and_records_the_reason(store: FileStore, side_log: Path) -> None:
     job_id = submit(store, job_argv("sleep", 30, "--ignore-term"), side_log)
     run = run_job(store, job_id)
-    later(0.3, lambda: store.set_intent(job_id, "cancel", "alice"))
+    when_checkpointed(store, job_id, lambda: store.set_intent(job_id, "cancel", "alice"))
     outcome = run.execute()
     assert (outcome.state, outcome.reason) == ("cancelled", "cancel")
     assert outcome.exit_code == -9  # it ignored SIGTERM: SIGKILL after the grace
@@ -188,7 +189,7 @@ def test_a_cancel_before_the_start_runs_nothing(store: FileStore, tmp_path: Path
 def test_pause_stops_the_child_and_releases_a_paused_job(store: FileStore, side_log: Path) -> None:
     job_id = submit(store, job_argv("sleep", 30), side_log)
     run = run_job(store, job_id)
-    later(0.3, lambda: store.set_intent(job_id, "pause", "carol"))
+    when_checkpointed(store, job_id, lambda: store.set_intent(job_id, "pause", "carol"))
     outcome = run.execute()
     assert (outcome.state, outcome.reason) == ("pending", "pause")
     rec = store.load(job_id)
@@ -201,7 +202,7 @@ def test_pause_stops_the_child_and_releases_a_paused_job(store: FileStore, side_
 def test_recall_stops_the_child_before_until_and_keeps_the_checkpoint(store: FileStore, side_log: Path) -> None:
     job_id = submit(store, job_argv("sleep", 30, "--ignore-term"), side_log)
     run = run_job(store, job_id, ttl=3.0, grace=5.0)  # the grace is longer than the recall allows
-    later(0.3, lambda: store.recall(job_id, run.epoch, "maintenance", "ops", 1.5))
+    when_checkpointed(store, job_id, lambda: store.recall(job_id, run.epoch, "maintenance", "ops", 1.5))
     outcome = run.execute()
     assert (outcome.state, outcome.reason) == ("pending", "recall")
     rec = store.load(job_id)
@@ -217,7 +218,7 @@ def test_a_lost_lease_kills_the_child_and_writes_nothing(store: FileStore, side_
     job_id = submit(store, job_argv("sleep", 30), side_log)
     run = run_job(store, job_id)
     # Somebody claims it from under the run (the same owner may re-claim a live lease [JOB-O2]).
-    later(0.3, lambda: store.claim(job_id, "tester", 30))
+    when_checkpointed(store, job_id, lambda: store.claim(job_id, "tester", 30))
     outcome = run.execute()
     assert outcome.fenced and isinstance(outcome.verdict, StaleEpoch)
     assert outcome.status == StaleEpoch.exit_code and outcome.exit_code == -9
@@ -316,7 +317,7 @@ def test_nothing_the_job_started_outlives_it(store: FileStore, tmp_path: Path) -
 def test_stop_releases_the_job_for_somebody_else(store: FileStore, side_log: Path) -> None:
     job_id = submit(store, job_argv("sleep", 30), side_log)
     run = run_job(store, job_id)
-    later(0.3, lambda: run.stop("interrupted"))
+    when_checkpointed(store, job_id, lambda: run.stop("interrupted"))
     outcome = run.execute()
     assert (outcome.state, outcome.reason, outcome.exit_code) == ("pending", "stop", -15)
     rec = store.load(job_id)
@@ -335,3 +336,16 @@ def test_an_explicit_command_overrides_the_kind(store: FileStore, tmp_path: Path
     claimed = store.claim(job_id, "tester", 5)
     outcome = Run(store, claimed, Command(["touch", str(marker)]), log=False).execute()
     assert outcome.state == "complete" and outcome.log is None and marker.exists()
+
+
+def test_the_fork_start_path_of_python_3_10_supervises_too(
+    store: FileStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without ``process_group`` (Python 3.10) the child sets its group itself, in a preexec_fn."""
+    monkeypatch.setattr(runner, "_VFORK_GROUPS", False)
+    out = tmp_path / "ids.json"
+    code = "import json, os, sys; json.dump([os.getpid(), os.getpgid(0)], open(sys.argv[1], 'w'))"
+    job_id = submit(store, [sys.executable, "-c", code, str(out)])
+    assert run_job(store, job_id).execute().state == "complete"
+    pid, pgid = json.loads(out.read_text())
+    assert pid == pgid  # its own process group, so a stop reaches all it starts
