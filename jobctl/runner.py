@@ -23,11 +23,17 @@ At every deadline the run moves toward what the record asks [JOB-I8]:
   before the lease the run last obtained runs out, so an adopter never starts
   while this child still runs.
 
-The child starts in its own process group with a parent-death signal
-(``prctl(PR_SET_PDEATHSIG, SIGKILL)`` on Linux), so it dies with a SIGKILLed
-supervisor; one that escapes anyway (a grandchild) has every write refused by
-the epoch fencing once the job is adopted. When the child exits, whatever is
-left in its process group is killed: a job's processes do not outlive it.
+The child starts in its own process group under a :class:`Guardian`, a
+small process of its own that the supervisor tells each group's deadline (a
+little before its lease can run out) before the child may run any code of the
+job, and again at every renewal: it SIGKILLs the group when the supervisor
+is stopped (SIGSTOP, Ctrl-Z) and its deadline comes, and every group when the
+supervisor dies. ``jobctl run`` and the worker use it alike. A run that finds
+its child's exit only after its own lease deadline (it was stopped) writes
+nothing more. A process that escapes anyway (one that started its own
+session) has every write refused by the epoch fencing once the job is
+adopted. When the child exits, whatever is left in its process group is
+killed: a job's processes do not outlive it.
 
 On exit status 0 the record becomes ``complete``; otherwise the failure is
 counted under the job's retry policy (:func:`jobctl.schedule.record_failure`)
@@ -599,7 +605,10 @@ class Run:
     the child is gone and the record written; ``stop()`` may be called from
     any thread or a signal handler to stop the child and release the job.
     The thread that calls ``execute()`` is the child's parent for the
-    parent-death signal, so it must be the one that lives as long as the child.
+    parent-death signal (armed on Python 3.10's start path), so it must be the
+    one that lives as long as the child. ``guardian``: the supervisor's
+    :class:`Guardian` (a worker shares one among its runs); without one the
+    run starts its own for the attempt.
     """
 
     def __init__(

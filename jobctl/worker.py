@@ -6,7 +6,9 @@ hands the oldest runnable job to one of ``concurrency`` slot threads, which
 claims it and runs it under its lease (:class:`jobctl.runner.Run`). The
 command runs as a child of the worker process, directly: no ``jobctl run``
 process per job. A small guardian process (:class:`jobctl.runner.Guardian`)
-kills the children's process groups if the worker dies.
+kills the children's process groups if the worker dies, and each one just
+before its lease runs out if the worker is stopped (SIGSTOP, Ctrl-Z) and
+renews nothing; a child runs no code of its job until the guardian has it.
 
 Nothing here coordinates workers with each other. Two workers, or twenty, on
 one store never run a job twice at the same time because of the lease: a
