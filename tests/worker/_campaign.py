@@ -194,7 +194,8 @@ def stop_campaign(root: Path, rounds: int, ttl: float, at_once: int = 2) -> dict
     for w in pool:
         w.ready.wait(60)
     figures: dict[str, Any] = {"kills": 0, "adopted": 0, "survivors": 0, "waiting_for_go": 0, "shortest_stop_s": 1e9}
-    while figures["kills"] < rounds:
+    # A stop counts toward ``rounds`` once another worker adopted one of the stopped worker's jobs.
+    while figures["adopted"] < rounds:
         jobs += submit(store, 2 * at_once, locks, runs, hold)  # a steady supply, leaving free slots for adopters
         lines = read_runs(runs)
         victims: dict[Worker, dict[str, int]] = {}

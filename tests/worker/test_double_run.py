@@ -48,10 +48,10 @@ def campaign(mode: str, root: Path) -> dict[str, Any]:
 def test_a_stopped_worker_never_lets_its_job_run_twice(root: Path) -> None:
     """Issue 11 item 1: SIGSTOP (what Ctrl-Z does) a worker mid-job; the guardian kills its children in time."""
     got = campaign("stop", root)
-    assert got["kills"] == KILLS
-    # The race happened: every stop outlasted the TTL and, each time, another worker adopted a stopped job.
+    # The race happened: every stop outlasted the TTL, and KILLS times another worker adopted a stopped job
+    # (a stop during which no slot came free elsewhere proves less, and does not count).
     assert got["shortest_stop_s"] > TTL
-    assert got["adopted"] == KILLS
+    assert got["adopted"] >= KILLS and got["kills"] >= KILLS
     assert got["runs"] > KILLS
     assert got["doubles"] == []
     assert got["survivors"] == 0 and got["locks_held_at_end"] == 0
