@@ -27,9 +27,13 @@ def run_job(store: FileStore, job_id: str, ttl: float = 1.5, grace: float = 0.5,
     return Run(store, claimed, processors()[claimed.kind], ttl=ttl, grace=grace, **kw)  # type: ignore[arg-type]
 
 
-def later(delay: float, action: object) -> threading.Thread:
+def later(delay: float, action: object, store: FileStore | None = None, job_id: str = "") -> threading.Thread:
+    """Run ``action`` after ``delay`` -- and, given a store and a job, not before the job's first checkpoint."""
+
     def go() -> None:
         time.sleep(delay)
+        if store is not None:
+            wait_until(lambda: store.load(job_id).checkpoint is not None, what="the job's first checkpoint")
         action()  # type: ignore[operator]
 
     thread = threading.Thread(target=go, daemon=True)
@@ -163,7 +167,7 @@ def test_a_non_retryable_exit_code_fails_at_once(store: FileStore) -> None:
 def test_cancel_stops_the_child_and_records_the_reason(store: FileStore, side_log: Path) -> None:
     job_id = submit(store, job_argv("sleep", 30, "--ignore-term"), side_log)
     run = run_job(store, job_id)
-    later(0.3, lambda: store.set_intent(job_id, "cancel", "alice"))
+    later(0.3, lambda: store.set_intent(job_id, "cancel", "alice"), store, job_id)
     outcome = run.execute()
     assert (outcome.state, outcome.reason) == ("cancelled", "cancel")
     assert outcome.exit_code == -9  # it ignored SIGTERM: SIGKILL after the grace
@@ -188,7 +192,7 @@ def test_a_cancel_before_the_start_runs_nothing(store: FileStore, tmp_path: Path
 def test_pause_stops_the_child_and_releases_a_paused_job(store: FileStore, side_log: Path) -> None:
     job_id = submit(store, job_argv("sleep", 30), side_log)
     run = run_job(store, job_id)
-    later(0.3, lambda: store.set_intent(job_id, "pause", "carol"))
+    later(0.3, lambda: store.set_intent(job_id, "pause", "carol"), store, job_id)
     outcome = run.execute()
     assert (outcome.state, outcome.reason) == ("pending", "pause")
     rec = store.load(job_id)
