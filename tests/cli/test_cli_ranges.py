@@ -65,9 +65,7 @@ def _clean(ran_err: str) -> None:
 
 
 @pytest.mark.parametrize(("words", "option", "at", "beyond"), CASES, ids=lambda v: str(v)[:24])
-def test_beyond_the_range_is_a_usage_error(
-    jobctl: Jobctl, words: list[str], option: str, at: str, beyond: str
-) -> None:
+def test_beyond_the_range_is_a_usage_error(jobctl: Jobctl, words: list[str], option: str, at: str, beyond: str) -> None:
     ran = jobctl(*_args(jobctl, words, option, beyond))
     _clean(ran.err)
     assert ran.code == 2, ran.err

@@ -98,7 +98,7 @@ def test_a_looping_worker_names_it_once(store: FileStore, tmp_path: Path) -> Non
         # Let the loop pass over the store many more times, then prove it went on working.
         for _ in range(3):
             mine = submit(store, ["true"])
-            wait_until(lambda mine=mine: store.load(mine).state == "complete", what="the worker's own job")  # type: ignore[misc]
+            wait_until(lambda mine=mine: store.load(mine).state == "complete", what="the worker's own job")
     finally:
         loop.request_stop(immediate=True)
         thread.join(30)
