@@ -179,3 +179,38 @@ def test_later_and_lease_too_long() -> None:
     assert not limits.lease_too_long(now + timedelta(seconds=day + limits.LEASE_SLACK), now, day)
     assert limits.lease_too_long(now + timedelta(seconds=day + limits.LEASE_SLACK + 1), now, day)
     assert not limits.lease_too_long(None, now, day)
+
+
+def test_the_exit_code_page_gives_the_ranges_the_program_enforces() -> None:
+    from clitools import REPO
+
+    page = (REPO / "docs" / "reference" / "exit-codes.md").read_text(encoding="utf-8")
+    table = [line for line in page.split("## Numbers out of range")[1].splitlines() if line.startswith("| `")]
+    rows = {line.split("|")[1].strip() + line.split("|")[2].strip(): line for line in table}
+
+    def row(option: str, commands: str) -> str:
+        return next(line for key, line in rows.items() if key.startswith(option) and commands in key)
+
+    pinned = [
+        (row("`--ttl`", "`claim`"), limits.TTL),
+        (row("`--ttl`", "`run`"), limits.RUN_TTL),
+        (row("`max_ttl`", "setting"), limits.MAX_TTL),
+        (row("`--grace`", "`run`"), limits.GRACE),
+        (row("`--shutdown-grace`", ""), limits.SHUTDOWN_GRACE),
+        (row("`--grace`", "`recall`"), limits.RECALL_GRACE),
+        (row("`--poll-interval`", ""), limits.POLL_INTERVAL),
+        (row("`--concurrency`", ""), limits.CONCURRENCY),
+        (row("`--timeout`", ""), limits.TIMEOUT),
+        (row("`--quiet-after`", ""), limits.QUIET_AFTER),
+        (row("`--epoch`", ""), limits.EPOCH),
+        (row("`--done`", ""), limits.DONE),
+        (row("`--retries`", ""), limits.RETRIES),
+        (row("`--attempt`", ""), limits.ATTEMPT),
+    ]
+    for line, bounds in pinned:
+        low, high = bounds.text().split(f" {bounds.name} ")
+        assert f"{low.split()[0]} {'<' if bounds.open_low else '≤'} " in line, (line, bounds)
+        assert f"≤ {high.split()[-1]}" in line, (line, bounds)
+    assert f"each 0 ≤ seconds ≤ {int(limits.RETRY_INTERVAL.high)}" in row("`--retry-intervals`", "")
+    assert f"at most {limits.RETRY_INTERVALS_MAX} intervals" in row("`--retry-intervals`", "")
+    assert f"at most {int(limits.NOT_BEFORE_DELAY.high // limits.DAY)} days" in row("`--not-before`", "")
