@@ -53,7 +53,7 @@ def _emit(state: State, rec: Record, line: str) -> None:
 
 def _claim_next(state: State, owner: str, ttl: float, kinds: tuple[str, ...]) -> Record:
     """Claim the oldest runnable orphan (of those kinds): the cron consumer's one step."""
-    store = state.lease_store()
+    store = state.lease_store(ttl)
     listing = store.list()
     if listing.unreadable:
         click.echo(render.unreadable_line(listing.unreadable), err=True)
@@ -132,7 +132,7 @@ def claim(
         rec = _claim_next(state, who, ttl, kind)
     else:
         assert job_id is not None
-        rec = state.lease_store().claim(job_id, who, ttl)
+        rec = state.lease_store(ttl).claim(job_id, who, ttl)
     if fmt == "json" or state.json:
         render.out_json(render.job_json(rec, state.now()))
     elif fmt == "env":
@@ -229,7 +229,7 @@ def renew(state: State, job_id: str, epoch: int, ttl: float) -> None:
     Example:
       while sleep 20; do jobctl renew --ttl 60 || break; done &
     """
-    rec = state.lease_store().renew(job_id, epoch, ttl)
+    rec = state.lease_store(ttl).renew(job_id, epoch, ttl)
     _emit(state, rec, render.renew_line(rec))
 
 

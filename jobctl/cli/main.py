@@ -165,10 +165,16 @@ class State:
             self._max_ttl = float(settings.one("max_ttl", self.env).value)
         return self._max_ttl
 
-    def lease_store(self) -> FileStore:
-        """The store, told the longest lease it may grant (``claim``, ``renew``, ``run``, ``worker``)."""
+    def lease_store(self, ttl: float) -> FileStore:
+        """The store, told the longest lease it may grant (``claim``, ``renew``, ``run``).
+
+        A ``ttl`` no longer than the smallest ``max_ttl`` there can be is
+        within every setting: the config file is not read for it (a cron
+        consumer's ``claim --next --ttl 30`` stays as quick as it was).
+        """
         store = self.store()
-        store.max_ttl = self.max_ttl()
+        if ttl > limits.MAX_TTL.low:
+            store.max_ttl = self.max_ttl()
         return store
 
     def long_leases(self, records: Iterable[Record]) -> set[str]:

@@ -234,7 +234,7 @@ def run(
 
     chosen = settings.load({"pass_env": pass_env, "allow_loader_env": allow_loader_env}, env=state.env)
     environment = JobEnvironment(chosen.pass_env, chosen.allow_loader_env)
-    store = state.lease_store()
+    store = state.lease_store(ttl)
     store.owned_by = _owned_by(owned_only)
     owner = owner or default_by()
     if next_:
