@@ -84,8 +84,8 @@ class FileStore:
     ) -> None:
         self.root = os.fspath(root)
         self.max_ttl = float(max_ttl)
-        #: When set, ``claim`` takes only records whose file this uid owns (``Untrusted`` otherwise):
-        #: ``jobctl worker --owned-only``, on by default for root (docs/security.md).
+        #: When set, ``claim`` (and every other write) takes only records whose file this uid owns
+        #: (``Untrusted`` otherwise): ``jobctl worker --owned-only``, on by default for root (docs/security.md).
         self.owned_by: int | None = None
         self.jobs_dir = os.path.join(self.root, "jobs")
         self.work_dir = os.path.join(self.root, "work")
@@ -186,9 +186,13 @@ class FileStore:
         Internal operations hand nobody the record, so it is settled in place
         instead of decoded again; ``fresh`` decodes the bytes written (for a
         record outside code has touched). ``vet`` sees the path and the bytes
-        as read, under the lock, before anything is decoded.
+        as read, under the lock, before anything is decoded; with ``owned_by``
+        set, every write is vetted by :meth:`_owned`, so such a handle never
+        rewrites (and so takes over) a record another user owns.
         """
         path = self.path(job_id)
+        if vet is None and self.owned_by is not None:
+            vet = self._owned
 
         done: list[Record] = []
 
@@ -292,7 +296,7 @@ class FileStore:
             if rec.state in ("pending", "running"):
                 rec.state = "running"
 
-        return self._write(job_id, apply, vet=None if self.owned_by is None else self._owned)
+        return self._write(job_id, apply)
 
     def _owned(self, path: str, current: bytes) -> None:
         """Refuse (``Untrusted``) a record whose file the required uid does not own.

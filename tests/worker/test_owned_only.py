@@ -116,3 +116,19 @@ def test_a_record_swapped_between_the_reads_is_refused(store: FileStore) -> None
     with pytest.raises(Untrusted, match="cannot be opened"):
         store._owned(path + ".link.json", b"")
     store._owned(path, Path(path).read_bytes())  # its own, as read: accepted
+
+
+def test_a_doomed_record_of_another_user_is_not_rewritten(store: FileStore, root: Path, tmp_path: Path) -> None:
+    from jobctl import Record, schedule
+
+    first = submit(store, ["false"])
+    rec = Record(kind="shell", spec={"argv": ["touch", str(tmp_path / "ran")]})
+    schedule.plan(rec, after=[first])
+    theirs = store.submit(rec)
+    os.chown(store.path(theirs), STRANGER, STRANGER)
+    before = Path(store.path(theirs)).read_bytes()
+    assert invoke(root, "worker", "--drain").exit_code == 0
+    assert store.load(first).state == "failed"
+    # Root would cancel its own dependent; another user's record it leaves as it was.
+    assert Path(store.path(theirs)).read_bytes() == before
+    assert os.stat(store.path(theirs)).st_uid == STRANGER
