@@ -19,6 +19,7 @@ __all__ = [
     "UnknownSchema",
     "Invalid",
     "Refused",
+    "Untrusted",
     "VERDICTS",
     "verdict_class",
     "EXIT_FAILURE",
@@ -116,6 +117,16 @@ class Refused(JobError):
     verdict = "refused"
     legacy = "refused"
     exit_code = 10
+
+
+class Untrusted(Refused):
+    """A record this reader was told not to run: its file is not owned by the reader's own user.
+
+    The ``refused`` verdict (exit 10), its own class so that a worker can
+    leave such a record alone after naming it once (docs/security.md).
+    """
+
+    hint = "leave it alone, or run it with --any-owner if its owner is trusted"
 
 
 VERDICTS: dict[str, type[JobError]] = {}

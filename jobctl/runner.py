@@ -68,6 +68,7 @@ from datetime import datetime
 from typing import IO, Any, Protocol
 
 from .errors import Invalid, JobError, LeaseExpired, NotFound, Refused, StaleEpoch
+from .jobenv import JobEnvironment
 from .record import Record, format_time
 from .schedule import attempt as attempt_of
 from .schedule import claim_next as schedule_claim_next
@@ -214,14 +215,18 @@ def log_files(store: RunStore, job_id: str) -> list[tuple[int, str]]:
 _CHILD_VARS = ("JOB_STORE", "JOB_ID", "JOB_EPOCH", "JOB_KIND", "JOB_WORK", "JOB_CHECKPOINT", "JOB_ATTEMPT")
 
 
-def child_env(store: RunStore, rec: Record, base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment a job's command starts with: ``base`` plus the ``JOB_*`` variables.
+def child_env(
+    store: RunStore, rec: Record, base: Mapping[str, str] | None = None, environment: JobEnvironment | None = None
+) -> dict[str, str]:
+    """The environment a job's command starts with: the allowed part of ``base``, plus the ``JOB_*`` variables.
 
-    ``JOB_CHECKPOINT`` is the predecessor's checkpoint as compact JSON, unset
-    when there is none, so ``jobctl checkpoint`` and a resuming command need
-    no flags.
+    Only the names ``environment`` lets through reach the job (the default
+    list of :mod:`jobctl.jobenv`, plus ``pass_env``): the worker's secrets
+    stay the worker's. ``JOB_CHECKPOINT`` is the predecessor's checkpoint as
+    compact JSON, unset when there is none, so ``jobctl checkpoint`` and a
+    resuming command need no flags.
     """
-    env = dict(os.environ if base is None else base)
+    env = (environment or JobEnvironment()).base(os.environ if base is None else base)
     for name in _CHILD_VARS:
         env.pop(name, None)
     env["JOB_STORE"] = os.path.abspath(store.root)
@@ -624,6 +629,7 @@ class Run:
         tee: IO[bytes] | None = None,
         log: bool = True,
         guardian: Guardian | None = None,
+        environment: JobEnvironment | None = None,
     ) -> None:
         if not ttl > 0:
             raise Invalid("ttl must be positive")
@@ -638,6 +644,7 @@ class Run:
         self.renew_every = self.ttl / 3
         self.check_every = min(max(0.05, float(check_every)), self.renew_every)
         self._env = env
+        self._environment = environment or JobEnvironment()
         self._tee = tee
         self._guardian = guardian
         self._log = log
@@ -694,6 +701,7 @@ class Run:
             return self._release(self._outcome(reason="pause", error=""))
         try:
             command = self._command(rec) if callable(self._command) else self._command
+            self._environment.check(command.env, rec.id)
         except Invalid as exc:
             # A spec this kind cannot run will not run on a retry either.
             return self._finish(self._outcome(reason="not-started", error=f"cannot run: {exc.message}"), "failed")
@@ -795,7 +803,7 @@ class Run:
         ``/bin/sh`` running :func:`_trampoline`, blocked until this method has
         registered it with the guardian and written ``go``.
         """
-        env = child_env(self.store, self.rec, self._env)
+        env = child_env(self.store, self.rec, self._env, self._environment)
         env.update(command.env)
         expiry = self._lease_expiry()
         try:
@@ -1177,9 +1185,19 @@ class ClaimStore(RunStore, Protocol):
     def claim(self, job_id: str, owner: str, ttl_seconds: float) -> Record: ...
 
 
-def claim_next(store: ClaimStore, owner: str, ttl: float, kinds: set[str] | None = None) -> Record:
-    """Claim the oldest runnable job (of ``kinds``, when given); ``NotFound`` when there is none."""
-    rec = schedule_claim_next(store, owner, ttl, kinds)
+def claim_next(
+    store: ClaimStore,
+    owner: str,
+    ttl: float,
+    kinds: set[str] | None = None,
+    skipped: list[tuple[str, JobError]] | None = None,
+) -> Record:
+    """Claim the oldest runnable job (of ``kinds``, when given); ``NotFound`` when there is none.
+
+    ``skipped`` gets the jobs passed over for a refusal of their own (an
+    ``Untrusted`` record, malformed scheduling data).
+    """
+    rec = schedule_claim_next(store, owner, ttl, kinds, skipped=skipped)
     if rec is not None:
         return rec
     missing = NotFound("no runnable job" + (f" of kind {', '.join(sorted(kinds))}" if kinds else ""))

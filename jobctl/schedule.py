@@ -27,10 +27,10 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .errors import Invalid, JobError, LeaseHeld, NotFound, Terminal
+from .errors import Invalid, JobError, LeaseHeld, NotFound, Terminal, Untrusted
 
 if TYPE_CHECKING:
     from .store.base import Listing
@@ -61,9 +61,19 @@ DEFAULT_INTERVALS: tuple[float, ...] = (10, 30, 60, 120, 240, 240, 240, 240, 240
 
 
 def parse_intervals(text: str, what: str = "retry intervals") -> list[float]:
-    """``"10,30,60"`` -> ``[10, 30, 60]`` seconds; refuses anything else."""
+    """``"10,30,60"`` -> ``[10, 30, 60]`` seconds; refuses anything else.
+
+    At most :data:`jobctl.limits.RETRY_INTERVALS_MAX` intervals, each within
+    :data:`jobctl.limits.RETRY_INTERVAL` (a year): a not-before time must stay
+    a time a record can hold.
+    """
+    from . import limits
+
     out: list[float] = []
-    for part in text.split(","):
+    parts = text.split(",")
+    if len(parts) > limits.RETRY_INTERVALS_MAX:
+        raise Invalid(f"{what}: {len(parts)} intervals, more than {limits.RETRY_INTERVALS_MAX}")
+    for part in parts:
         part = part.strip()
         try:
             value = float(part)
@@ -71,6 +81,8 @@ def parse_intervals(text: str, what: str = "retry intervals") -> list[float]:
             raise Invalid(f"{what}: {part!r} is not a number of seconds") from None
         if not value >= 0 or value == float("inf"):
             raise Invalid(f"{what}: {part!r} is not a number of seconds")
+        if not limits.RETRY_INTERVAL.holds(value):
+            raise Invalid(f"{what}: {part!r} is out of range ({limits.RETRY_INTERVAL.text()})")
         out.append(int(value) if value.is_integer() else value)
     return out
 
@@ -183,8 +195,10 @@ def plan(
         if not chosen and retries:
             raise Invalid("an empty retry schedule cannot give retries")
     if retries is not None:
-        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-            raise Invalid(f"retries must be a non-negative integer, not {retries!r}")
+        from . import limits
+
+        if not isinstance(retries, int) or not limits.RETRIES.holds(retries):
+            raise Invalid(f"retries must be a whole number ({limits.RETRIES.text()}), not {retries!r}")
         base = chosen if chosen else default_intervals(env)
         chosen = [base[min(k, len(base) - 1)] for k in range(retries)] if base else []
     codes = list(no_retry_on)
@@ -220,7 +234,10 @@ def record_failure(rec: Record, exit_code: int | None, now: datetime) -> bool:
     retry.failures += 1
     again = retry.failures <= len(retry.intervals) and (exit_code is None or exit_code not in retry.no_retry_on)
     if again:
-        retry.not_before = now + timedelta(seconds=retry.intervals[retry.failures - 1])
+        from . import limits
+
+        # A planted interval past year 9999 is refused (Invalid), never an OverflowError.
+        retry.not_before = limits.later(now, retry.intervals[retry.failures - 1], "retry interval", rec.id)
     rec.extensions[RETRY] = retry.to_json()
     return again
 
@@ -325,6 +342,10 @@ def claim_next(
             return store.claim(rec.id, owner, ttl)
         except (LeaseHeld, Terminal, NotFound):
             continue  # another consumer was quicker; try the next one
+        except Untrusted as exc:
+            if skipped is not None:
+                skipped.append((rec.id, exc))
+            continue  # not ours to run (docs/security.md); the next one may be
     return None
 
 

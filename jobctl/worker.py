@@ -53,7 +53,8 @@ from types import FrameType
 from typing import Protocol
 
 from .board import Board
-from .errors import JobError, LeaseHeld, NotFound, Terminal
+from .errors import JobError, LeaseHeld, NotFound, Terminal, Untrusted
+from .jobenv import JobEnvironment
 from .record import TERMINAL, Record, format_time
 from .runner import Guardian, Outcome, Processor, Run, RunStore, processors
 from .schedule import blocked_by
@@ -78,8 +79,9 @@ class Event:
     ``what``: ``started``, ``complete``, ``failed``, ``retry``, ``cancelled``
     (a run honoured a cancel, or a dependency failed), ``released`` (pause,
     recall, shutdown), ``fenced`` (the lease was lost), ``refused`` (a write
-    or claim refused for another reason), ``alert`` / ``alert-failed``,
-    ``stopping``.
+    or claim refused for another reason), ``untrusted`` (a record not owned by
+    the worker's user, with the store's ``owned_by`` set: said once, then left
+    alone), ``alert`` / ``alert-failed``, ``stopping``.
     """
 
     what: str
@@ -144,6 +146,7 @@ class Worker:
         on_event: Callable[[Event], None] | None = None,
         env: Mapping[str, str] | None = None,
         notices: bool = True,
+        environment: JobEnvironment | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -162,6 +165,8 @@ class Worker:
         self.on_failure = on_failure
         self.on_event = on_event
         self.env = dict(os.environ if env is None else env)
+        # The jobs' environment is an allow-list of self.env; the alert keeps all of it.
+        self.environment = environment or JobEnvironment()
         self.notices = notices
         self.summary = Summary()
         self._guardian: Guardian | None = None
@@ -356,6 +361,11 @@ class Worker:
         except (LeaseHeld, Terminal, NotFound):
             self._post(_Report(rec.id))  # somebody was quicker; the view was stale
             return
+        except Untrusted as exc:
+            # Not this worker's to run: named once, then never picked again by this worker.
+            event = Event("untrusted", rec.id, rec.kind, exc.message)
+            self._post(_Report(rec.id, skip=True, forever=True, event=event))
+            return
         except (JobError, OSError) as exc:
             self._post(_Report(rec.id, skip=True, event=Event("refused", rec.id, rec.kind, f"claim: {exc}")))
             return
@@ -378,6 +388,7 @@ class Worker:
             grace=self.grace,
             env=self.env,
             guardian=self._guardian,
+            environment=self.environment,
         )
         with self._lock:
             self._runs[claimed.id] = run
@@ -410,7 +421,7 @@ class Worker:
         job_id = report.job_id
         self._busy.pop(job_id, None)
         if report.skip:
-            self._skip[job_id] = time.monotonic() + max(self.poll_interval, 1.0)
+            self._skip[job_id] = math.inf if report.forever else time.monotonic() + max(self.poll_interval, 1.0)
         out = report.outcome
         if report.record is not None:
             board.note(report.record)
@@ -561,3 +572,4 @@ class _Report:
     record: Record | None = None
     event: Event | None = None
     skip: bool = False
+    forever: bool = False

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import click
 
+from .. import limits
 from ..record import WANTS, Record
 from . import render
-from .main import COUNT, SECONDS, TEXT, JobCommand, State, by_option, common, default_by, job_id_argument, pass_state
+from .main import COUNT, TEXT, JobCommand, State, by_option, common, default_by, job_id_argument, pass_state, seconds
 
 __all__ = ["intent", "approve", "recall", "cancel"]
 
@@ -81,10 +82,19 @@ def approve(state: State, job_id: str, by: str | None) -> None:
     "--epoch",
     type=COUNT,
     metavar="N",
-    help="The epoch you saw; a recall decided against it never lands on a later holder. [default: the current one]",
+    help=(
+        f"The epoch you saw ({limits.EPOCH.text()}); a recall decided against it never lands on a later holder. "
+        "[default: the current one]"
+    ),
 )
 @click.option("--reason", type=TEXT, required=True, help="Why, in words the holder can act on.")
-@click.option("--grace", type=SECONDS, default=30.0, show_default=True, help="Seconds the holder has to give it back.")
+@click.option(
+    "--grace",
+    type=seconds(limits.RECALL_GRACE),
+    default=30.0,
+    show_default=True,
+    help=f"Seconds the holder has to give it back ({limits.RECALL_GRACE.text()}).",
+)
 @by_option
 @common
 @pass_state

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from .. import schedule
+from .. import limits, schedule
 from ..errors import JobError, NotFound
 from ..record import Record
 from ..store.base import UNSET
@@ -53,7 +53,7 @@ def _emit(state: State, rec: Record, line: str) -> None:
 
 def _claim_next(state: State, owner: str, ttl: float, kinds: tuple[str, ...]) -> Record:
     """Claim the oldest runnable orphan (of those kinds): the cron consumer's one step."""
-    store = state.store()
+    store = state.lease_store(ttl)
     listing = store.list()
     if listing.unreadable:
         click.echo(render.unreadable_line(listing.unreadable), err=True)
@@ -132,7 +132,7 @@ def claim(
         rec = _claim_next(state, who, ttl, kind)
     else:
         assert job_id is not None
-        rec = state.store().claim(job_id, who, ttl)
+        rec = state.lease_store(ttl).claim(job_id, who, ttl)
     if fmt == "json" or state.json:
         render.out_json(render.job_json(rec, state.now()))
     elif fmt == "env":
@@ -145,7 +145,12 @@ def claim(
 @job_id_argument
 @epoch_option
 @click.option(
-    "--done", type=COUNT, metavar="N", default=0, show_default=True, help="Work done, in the kind's own units."
+    "--done",
+    type=COUNT,
+    metavar="N",
+    default=0,
+    show_default=True,
+    help=f"Work done, in the kind's own units ({limits.DONE.text()}).",
 )
 @click.option("--checkpoint", type=JSON_TEXT, help="What a successor needs to resume: JSON, @FILE or -.")
 @common
@@ -168,7 +173,9 @@ def progress(state: State, job_id: str, epoch: int, done: int, checkpoint: str |
 @click.command(cls=JobCommand, short_help="Record what a successor needs to resume.")
 @click.argument("args", nargs=-1, metavar="[ID] CHECKPOINT")
 @epoch_option
-@click.option("--done", type=COUNT, metavar="N", help="Also record the work done. [default: leave it]")
+@click.option(
+    "--done", type=COUNT, metavar="N", help=f"Also record the work done ({limits.DONE.text()}). [default: leave it]"
+)
 @common
 @pass_state
 def checkpoint(state: State, args: tuple[str, ...], epoch: int, done: int | None) -> None:
@@ -222,7 +229,7 @@ def renew(state: State, job_id: str, epoch: int, ttl: float) -> None:
     Example:
       while sleep 20; do jobctl renew --ttl 60 || break; done &
     """
-    rec = state.store().renew(job_id, epoch, ttl)
+    rec = state.lease_store(ttl).renew(job_id, epoch, ttl)
     _emit(state, rec, render.renew_line(rec))
 
 
@@ -258,7 +265,7 @@ def release(state: State, job_id: str, epoch: int) -> None:
 )
 @click.option("--error", type=TEXT, help="Why it failed, in the same write.")
 @click.option("--checkpoint", type=JSON_TEXT, help="The last checkpoint, in the same write: JSON, @FILE or -.")
-@click.option("--done", type=COUNT, metavar="N", help="The final work done, in the same write.")
+@click.option("--done", type=COUNT, metavar="N", help=f"The final work done, in the same write ({limits.DONE.text()}).")
 @common
 @pass_state
 def finish(

@@ -12,6 +12,7 @@ import time
 
 import click
 
+from .. import limits
 from ..record import Record
 from ..watch import POLL_SECONDS, Watch
 from . import render
@@ -21,7 +22,6 @@ from .main import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_TIMEOUT,
-    SECONDS,
     STATE_CHOICE,
     STATES_HELP,
     TEXT,
@@ -30,6 +30,7 @@ from .main import (
     common,
     complete_ids,
     pass_state,
+    seconds,
 )
 
 __all__ = ["watch", "wait", "wait_code"]
@@ -43,9 +44,11 @@ REDRAW_SECONDS = 1.0
 @click.option("--kind", type=TEXT, metavar="K", help="Only jobs of kind K.")
 @click.option(
     "--quiet-after",
-    type=SECONDS,
+    type=seconds(limits.QUIET_AFTER),
     metavar="SECONDS",
-    help="Report quiet once nothing visible has changed for this long (again each period).",
+    help=(
+        f"Report quiet once nothing visible has changed for this long, again each period ({limits.QUIET_AFTER.text()})."
+    ),
 )
 @click.option("--exit-on-quiet", is_flag=True, help="Exit 0 at the first quiet (needs --quiet-after).")
 @common
@@ -164,7 +167,12 @@ def wait_code(records: list[Record], goal: str | None) -> int:
     metavar="STATE",
     help=f"Wait until each job is in STATE ({STATES_HELP}) or has ended.",
 )
-@click.option("--timeout", type=SECONDS, metavar="SECONDS", help="Give up after this long (exit 124).")
+@click.option(
+    "--timeout",
+    type=seconds(limits.TIMEOUT),
+    metavar="SECONDS",
+    help=f"Give up after this long, exit 124 ({limits.TIMEOUT.text()}).",
+)
 @common
 @pass_state
 @click.pass_context

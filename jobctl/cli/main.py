@@ -20,18 +20,20 @@ import importlib
 import math
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from .. import __version__
+from .. import __version__, limits
 from ..discovery import Unavailable
 from ..errors import EXIT_FAILURE, EXIT_USAGE, JobError
+from ..limits import Range
 from ..record import STATES
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
+    from ..record import Record
     from ..store.file import FileStore
     from .render import Screen
 
@@ -46,11 +48,16 @@ __all__ = [
     "complete_ids",
     "epoch_option",
     "ttl_option",
+    "run_ttl_option",
     "by_option",
     "TEXT",
     "JSON_TEXT",
     "SECONDS",
     "COUNT",
+    "TTL_SECONDS",
+    "TTL_HELP",
+    "seconds",
+    "count",
     "STATE_CHOICE",
     "STATES_HELP",
     "default_by",
@@ -123,6 +130,7 @@ class State:
         self._env = env
         self._clock = clock
         self._store: FileStore | None = store
+        self._max_ttl: float | None = None
 
     @property
     def env(self) -> Mapping[str, str]:
@@ -143,6 +151,41 @@ class State:
             root, rung = discovery.resolve(self.store_flag, self.env, warn=lambda line: click.echo(line, err=True))
             self._store = discovery.open_store(root, rung)
         return self._store
+
+    def max_ttl(self) -> float:
+        """The ``max_ttl`` setting (``JOBCTL_MAX_TTL``, config ``max_ttl``, default a day), read once.
+
+        Read only by the commands that grant or judge a lease, and by
+        ``list``/``show`` only when a lease reaches that far ahead at all:
+        it costs the config file's read.
+        """
+        if self._max_ttl is None:
+            from .. import settings
+
+            self._max_ttl = float(settings.one("max_ttl", self.env).value)
+        return self._max_ttl
+
+    def lease_store(self, ttl: float) -> FileStore:
+        """The store, told the longest lease it may grant (``claim``, ``renew``, ``run``).
+
+        A ``ttl`` no longer than the smallest ``max_ttl`` there can be is
+        within every setting: the config file is not read for it (a cron
+        consumer's ``claim --next --ttl 30`` stays as quick as it was).
+        """
+        store = self.store()
+        if ttl > limits.MAX_TTL.low:
+            store.max_ttl = self.max_ttl()
+        return store
+
+    def long_leases(self, records: Iterable[Record]) -> set[str]:
+        """Ids of the records whose lease runs further ahead than any jobctl grants (docs/howto/recovery.md)."""
+        now = self.now()
+        floor = limits.MAX_TTL.low  # nothing under the smallest max_ttl can be too long: no setting to read
+        ahead = [r for r in records if limits.lease_too_long(r.lease.expires_at, now, floor)]
+        if not ahead:
+            return set()
+        ceiling = self.max_ttl()
+        return {r.id for r in ahead if limits.lease_too_long(r.lease.expires_at, now, ceiling)}
 
     @property
     def terminal(self) -> bool:
@@ -204,34 +247,55 @@ class _JsonText(_Text):
 
 
 class _Seconds(_FloatType):
-    """A non-negative, finite number of seconds (fractions allowed)."""
+    """A finite number of seconds (fractions allowed) within a :class:`jobctl.limits.Range`."""
 
     name = "seconds"
 
+    def __init__(self, bounds: Range = limits.TIMEOUT) -> None:
+        self.bounds = bounds
+
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
-        if isinstance(value, float):
+        if isinstance(value, float) and self.bounds.holds(value):
             return value
         try:
             seconds = float(value)
         except (TypeError, ValueError):
             self.fail(f"{value!r} is not a number of seconds", param, ctx)
-        if not math.isfinite(seconds) or seconds < 0:
+        if not math.isfinite(seconds):
             self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not self.bounds.holds(seconds):
+            self.fail(f"{value!r} is out of range ({self.bounds.text()})", param, ctx)
         return seconds
 
 
 class _Count(_IntType):
-    """A whole number, zero or more (an epoch, work done, a total)."""
+    """A whole number within a :class:`jobctl.limits.Range` (an epoch, work done, a total)."""
 
     name = "count"
 
+    def __init__(self, bounds: Range = limits.EPOCH) -> None:
+        self.bounds = bounds
+
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        if isinstance(value, int) and not isinstance(value, bool) and self.bounds.holds(value):
             return value
         text = str(value).strip()
         if not text.isdigit() or not text.isascii():
-            self.fail(f"{value!r} is not a whole number (0 or more)", param, ctx)
-        return int(text)
+            self.fail(f"{value!r} is not a whole number ({self.bounds.text()})", param, ctx)
+        number = int(text)
+        if not self.bounds.holds(number):
+            self.fail(f"{value!r} is out of range ({self.bounds.text()})", param, ctx)
+        return number
+
+
+def seconds(bounds: Range) -> _Seconds:
+    """The option type for a duration in ``bounds``."""
+    return _Seconds(bounds)
+
+
+def count(bounds: Range) -> _Count:
+    """The option type for a whole number in ``bounds``."""
+    return _Count(bounds)
 
 
 #: The six states, for --state options; the list goes in the help text, not the metavar.
@@ -341,18 +405,33 @@ def epoch_option(fn: F) -> F:
         default=0,
         show_default=True,
         show_envvar=True,
-        help="The epoch this holder's claim returned.",
+        help=f"The epoch this holder's claim returned ({limits.EPOCH.text()}).",
     )(fn)
 
 
-def ttl_option(fn: F) -> F:
-    return click.option(
-        "--ttl",
-        type=SECONDS,
-        default=30.0,
-        show_default=True,
-        help="How long the lease lasts, in seconds.",
-    )(fn)
+#: The option type of a --ttl of jobctl run and worker: the hard range; the store refuses more than max_ttl.
+TTL_SECONDS = _Seconds(limits.RUN_TTL)
+TTL_HELP = f"({limits.RUN_TTL.text()}; at most max_ttl, default 86400, else invalid)"
+
+
+def _ttl_option(bounds: Range) -> Callable[[F], F]:
+    def decorate(fn: F) -> F:
+        return click.option(
+            "--ttl",
+            type=_Seconds(bounds),
+            default=30.0,
+            show_default=True,
+            help=f"How long the lease lasts, in seconds ({bounds.text()}; at most max_ttl, default 86400, "
+            "else invalid).",
+        )(fn)
+
+    return decorate
+
+
+#: --ttl of claim and renew (0 is a lease that lapses at once).
+ttl_option = _ttl_option(limits.TTL)
+#: --ttl of jobctl run (renewed every third of it, so more than 0).
+run_ttl_option = _ttl_option(limits.RUN_TTL)
 
 
 def by_option(fn: F) -> F:

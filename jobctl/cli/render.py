@@ -15,7 +15,7 @@ the functions that draw for a terminal, so a piped command never pays for it.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -230,9 +230,19 @@ def scheduling(rec: Record, states: Mapping[str, str] | None, now: datetime) -> 
     return info
 
 
-def job_json(rec: Record, now: datetime, states: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The ``job`` shape (v1) of docs/reference/json.md."""
+def job_json(
+    rec: Record, now: datetime, states: Mapping[str, str] | None = None, long_lease: bool | None = None
+) -> dict[str, Any]:
+    """The ``job`` shape (v1) of docs/reference/json.md.
+
+    ``long_lease``: whether the lease runs further ahead than ``max_ttl``
+    allows (the caller read the setting); None judges by the default.
+    """
     lease = rec.lease
+    if long_lease is None:
+        from ..limits import DEFAULT_MAX_TTL, lease_too_long
+
+        long_lease = lease_too_long(lease.expires_at, now, DEFAULT_MAX_TTL)
     recall = lease.recall
     obj: dict[str, Any] = {
         "id": rec.id,
@@ -246,6 +256,7 @@ def job_json(rec: Record, now: datetime, states: Mapping[str, str] | None = None
         "epoch": lease.epoch,
         "expires_at": _when(lease.expires_at),
         "held": held(lease, now),
+        "lease_too_long": long_lease,
         "orphan": is_orphan(rec, now),
         "intent": rec.want,
         "recall": None
@@ -310,12 +321,13 @@ def _bar(rec: Record) -> RenderableType:
     return grid
 
 
-def _lease(rec: Record, now: datetime) -> str:
+def _lease(rec: Record, now: datetime, too_long: bool = False) -> str:
     lease = rec.lease
     if not lease.owner:
         return "-"
     if held(lease, now):
-        return relative(lease.expires_at, now).replace("in ", "") + " left"
+        left = relative(lease.expires_at, now).replace("in ", "") + " left"
+        return left + " (too long: jobctl recall)" if too_long else left
     return "lapsed " + relative(lease.expires_at, now)
 
 
@@ -333,8 +345,16 @@ def _waits(info: Mapping[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def jobs_table(records: Iterable[Record], now: datetime, states: Mapping[str, str] | None = None) -> Table:
-    """The people's view of a list of jobs; optional columns appear only when some job fills them."""
+def jobs_table(
+    records: Iterable[Record],
+    now: datetime,
+    states: Mapping[str, str] | None = None,
+    long_leases: Collection[str] = (),
+) -> Table:
+    """The people's view of a list of jobs; optional columns appear only when some job fills them.
+
+    A lease in ``long_leases`` (further ahead than max_ttl) says so in its cell.
+    """
     from rich.table import Table
 
     recs = list(records)
@@ -359,7 +379,8 @@ def jobs_table(records: Iterable[Record], now: datetime, states: Mapping[str, st
             table.add_column(name)
     table.add_column("updated", no_wrap=True)
     for rec, info in zip(recs, infos, strict=True):
-        row: list[RenderableType] = [rec.id, rec.kind, _state(rec), _bar(rec), rec.lease.owner or "-", _lease(rec, now)]
+        lease = _lease(rec, now, rec.id in long_leases)
+        row: list[RenderableType] = [rec.id, rec.kind, _state(rec), _bar(rec), rec.lease.owner or "-", lease]
         if extra["intent"]:
             row.append(rec.want if rec.want != "run" else "")
         if extra["recall"]:
@@ -380,11 +401,19 @@ def jobs_table(records: Iterable[Record], now: datetime, states: Mapping[str, st
     return table
 
 
-def print_jobs(screen: Screen, records: Iterable[Record], now: datetime, states: Mapping[str, str] | None) -> None:
-    screen.console().print(jobs_table(records, now, states))
+def print_jobs(
+    screen: Screen,
+    records: Iterable[Record],
+    now: datetime,
+    states: Mapping[str, str] | None,
+    long_leases: Collection[str] = (),
+) -> None:
+    screen.console().print(jobs_table(records, now, states, long_leases))
 
 
-def print_job(screen: Screen, rec: Record, now: datetime, states: Mapping[str, str] | None) -> None:
+def print_job(
+    screen: Screen, rec: Record, now: datetime, states: Mapping[str, str] | None, long_lease: bool = False
+) -> None:
     """``show`` on a terminal: the fields that matter, in words, then the spec and checkpoint."""
     from rich.table import Table
 
@@ -398,7 +427,7 @@ def print_job(screen: Screen, rec: Record, now: datetime, states: Mapping[str, s
     grid.add_row("progress", _bar(rec))
     lease = rec.lease
     if lease.owner:
-        grid.add_row("owner", f"{lease.owner} (epoch {lease.epoch}, {_lease(rec, now)})")
+        grid.add_row("owner", f"{lease.owner} (epoch {lease.epoch}, {_lease(rec, now, long_lease)})")
     else:
         grid.add_row("owner", f"nobody (epoch {lease.epoch})")
     if rec.intent is not None:

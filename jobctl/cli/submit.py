@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import click
 
+from .. import limits
 from ..errors import Invalid
 from ..record import Progress, Record, parse_time
 from . import render
-from .main import COUNT, JSON_TEXT, TEXT, JobCommand, State, common, default_by, pass_state, raw_json
+from .main import COUNT, JSON_TEXT, TEXT, JobCommand, State, common, count, default_by, pass_state, raw_json
 
 __all__ = ["submit", "parse_when"]
 
@@ -22,7 +23,9 @@ def parse_when(text: str, now: datetime) -> datetime:
     """``--not-before``: an RFC 3339 instant, or a delay from now (``90``, ``90s``, ``15m``, ``2h``, ``1d``)."""
     match = _DELAY.match(text.strip())
     if match is not None:
-        return now + timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+        delay = float(match.group(1)) * _UNITS[match.group(2)]
+        limits.NOT_BEFORE_DELAY.check(delay, "--not-before delay (seconds)")
+        return limits.later(now, delay, "--not-before delay")
     when = parse_time(text, "--not-before")
     if when is None:
         raise Invalid("--not-before wants a time")
@@ -49,7 +52,12 @@ def _codes(text: str) -> list[int]:
     help="The job's spec: a JSON object, inline, @FILE, or - for stdin. Kept byte for byte.",
 )
 @click.option(
-    "--total", type=COUNT, metavar="N", default=0, show_default=True, help="Total work, in the kind's own units."
+    "--total",
+    type=COUNT,
+    metavar="N",
+    default=0,
+    show_default=True,
+    help=f"Total work, in the kind's own units ({limits.TOTAL.text()}).",
 )
 @click.option("--requires", type=TEXT, metavar="A,B", help="Capabilities an implementation must have, comma-separated.")
 @click.option(
@@ -57,13 +65,20 @@ def _codes(text: str) -> list[int]:
 )
 @click.option("--hold", is_flag=True, help="Submit paused: nothing adopts it until `jobctl intent ID run`.")
 @click.option(
-    "--retries", type=COUNT, metavar="N", help="Retry a failed run this many times (jobctl run / jobctl worker)."
+    "--retries",
+    type=count(limits.RETRIES),
+    metavar="N",
+    help=f"Retry a failed run this many times, jobctl run / jobctl worker ({limits.RETRIES.text()}).",
 )
 @click.option(
     "--retry-intervals",
     type=TEXT,
     metavar="S,S,…",
-    help="Seconds to wait before each retry. [default: $JOB_RETRY_INTERVALS or 10,30,60,120,240,…]",
+    help=(
+        f"Seconds to wait before each retry, at most {limits.RETRY_INTERVALS_MAX} of them, "
+        f"each {limits.RETRY_INTERVAL.text().replace('interval', 'S')}; out of range: invalid. "
+        "[default: $JOB_RETRY_INTERVALS or 10,30,60,120,240,…]"
+    ),
 )
 @click.option("--no-retry-on", type=TEXT, metavar="CODE,…", help="Exit codes that fail the job at once.")
 @click.option(
@@ -72,7 +87,10 @@ def _codes(text: str) -> list[int]:
 @click.option("--pipeline", type=TEXT, metavar="NAME", help="The pipeline this job belongs to (for display).")
 @click.option("--stage", type=TEXT, metavar="NAME", help="Its stage in that pipeline. [default: the kind]")
 @click.option(
-    "--not-before", type=TEXT, metavar="WHEN", help="Do not start before WHEN: RFC 3339, or a delay (90s, 15m, 2h)."
+    "--not-before",
+    type=TEXT,
+    metavar="WHEN",
+    help="Do not start before WHEN: RFC 3339, or a delay (90s, 15m, 2h; at most 3650d, else invalid).",
 )
 @click.option("--by", type=TEXT, help="Who holds it (with --hold). [default: jobctl@HOST:PID]")
 @common

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -11,7 +12,10 @@ from .. import discovery
 from . import render
 from .main import EXIT_FAILURE, TEXT, JobCommand, State, common, complete_ids, pass_state
 
-__all__ = ["sweep", "paths", "doctor", "check_lock", "check_rename"]
+__all__ = ["sweep", "paths", "doctor", "check_lock", "check_rename", "check_access", "check_owner"]
+
+#: What every failed ownership check ends with: the model, and where to go instead.
+ONE_USER = "a file store belongs to one user (docs/security.md); for several users, use the PostgreSQL store"
 
 
 @click.command(cls=JobCommand, short_help="Remove temporaries left by writers that were killed mid-write.")
@@ -87,6 +91,86 @@ def check_rename(jobs_dir: str) -> str:
                 pass
 
 
+def _user(uid: int) -> str:
+    import pwd
+
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def check_access(*directories: str) -> str:
+    """``ok`` when the current user may list, create and remove files in each directory, else which not."""
+    bad = [d for d in directories if not os.access(d, os.R_OK | os.W_OK | os.X_OK)]
+    if not bad:
+        return "ok"
+    return f"FAILED: {_user(os.geteuid())} cannot write {', '.join(bad)}; {ONE_USER}"
+
+
+def check_owner(jobs_dir: str, shown: int = 3) -> str:
+    """``ok`` when every record and lock in ``jobs_dir`` is the current user's to read and write, else which not.
+
+    Records and locks are 0600 [JOB-L3]: another user's cannot be read or
+    locked, and a record root rewrites becomes root's, locking its owner out.
+    Links and other odd files are not judged here (lstat, nothing followed).
+    """
+    import stat
+
+    me = os.geteuid()
+    foreign: dict[int, list[str]] = {}
+    unusable: list[str] = []
+    try:
+        with os.scandir(jobs_dir) as entries:
+            names = sorted(e.name for e in entries if e.name.endswith((".json", ".json.lock")))
+    except OSError as exc:
+        return f"FAILED: cannot list {jobs_dir}: {exc.strerror or exc}; {ONE_USER}"
+    for name in names:
+        path = os.path.join(jobs_dir, name)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            unusable.append(f"{name} ({exc.strerror})")
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            continue
+        if st.st_uid != me:
+            foreign.setdefault(st.st_uid, []).append(name)
+        elif not os.access(path, os.R_OK | os.W_OK, follow_symlinks=False):
+            unusable.append(name)
+    if not foreign and not unusable:
+        return "ok"
+    parts = []
+    for uid, files in sorted(foreign.items()):
+        more = f" and {len(files) - shown} more" if len(files) > shown else ""
+        parts.append(f"{len(files)} owned by {_user(uid)}: {', '.join(files[:shown])}{more}")
+    if unusable:
+        more = f" and {len(unusable) - shown} more" if len(unusable) > shown else ""
+        parts.append(f"{len(unusable)} not readable and writable: {', '.join(unusable[:shown])}{more}")
+    return f"FAILED: records or locks {_user(me)} cannot fully use: {'; '.join(parts)}; {ONE_USER}"
+
+
+def check_leases(state: State, store: Any) -> str:
+    """``ok`` when no lease runs further ahead than max_ttl; else which, and the way out (recall)."""
+    from ..errors import Invalid
+
+    try:
+        listing = store.list()
+        flagged = sorted(state.long_leases(listing))
+    except Invalid as exc:
+        return f"FAILED: {exc.message}"
+    except OSError as exc:
+        return f"FAILED: cannot list the store: {exc.strerror or exc}"
+    if not flagged:
+        return "ok"
+    return (
+        f"FAILED: {len(flagged)} lease(s) run more than max_ttl ({state.max_ttl():g} s) ahead: "
+        f"{', '.join(flagged)}; nobody renews such a lease: jobctl recall ID --reason ... (docs/howto/recovery.md)"
+    )
+
+
 def _facts(state: State) -> tuple[list[tuple[str, str]], bool]:
     """Every resolved setting, and whether the store is fit to use."""
     problems: list[str] = []
@@ -109,8 +193,15 @@ def _facts(state: State) -> tuple[list[tuple[str, str]], bool]:
         facts.append(("check_open", "FAILED: " + exc.lines[0].removeprefix("jobctl: ")))
         return facts, False
     facts += [("jobs", store.jobs_dir), ("work", store.work_dir), ("check_open", "ok")]
-    for name, check in (("check_lock", check_lock), ("check_rename", check_rename)):
-        verdict = check(store.jobs_dir)
+    checks: tuple[tuple[str, Callable[[], str]], ...] = (
+        ("check_access", lambda: check_access(store.jobs_dir, store.work_dir)),
+        ("check_owner", lambda: check_owner(store.jobs_dir)),
+        ("check_lock", lambda: check_lock(store.jobs_dir)),
+        ("check_rename", lambda: check_rename(store.jobs_dir)),
+        ("check_leases", lambda: check_leases(state, store)),
+    )
+    for name, check in checks:
+        verdict = check()
         healthy = healthy and verdict == "ok"
         facts.append((name, verdict))
     return facts, healthy
@@ -145,10 +236,14 @@ _PATHS_HELP = """Print where the store is and why, and check that it works.
 
 The root, the rung that chose it (--store, JOB_STORE, ABSTRACTION_STORE,
 the config file, or the default), the per-user config file and what it
-says, then three checks in the store's jobs/ directory: it opens, flock
-excludes a second holder, and a write by rename lands. Exit 1 when a check
-fails. Last, the worker's settings (jobctl worker, jobctl run): each value
-and where it came from -- environment, config file or default.
+says, then the checks: the store opens; jobs/ and work/ are writable by
+the current user; every record and lock is the current user's to read and
+write (a file store belongs to one user; several users want the
+PostgreSQL store); flock excludes a second holder; a write by rename
+lands; no lease runs more than max_ttl ahead (jobctl recall ends one).
+Exit 1 when a check fails. Last, the worker's settings (jobctl worker,
+jobctl run): each value and where it came from -- environment, config file
+or default.
 
 \b
 Example:

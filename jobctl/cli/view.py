@@ -34,6 +34,20 @@ def _dependency_states(state: State, rec: Record) -> dict[str, str]:
     return states
 
 
+def _warn_long_leases(state: State, records: Iterable[Record], flagged: set[str]) -> None:
+    """One stderr line per lease that runs further ahead than jobctl grants: nobody renews it."""
+    from ..record import format_time
+
+    for rec in records:
+        if rec.id in flagged:
+            click.echo(
+                f"jobctl: warning: job {rec.id}: its lease ({rec.lease.owner or 'no owner'}, epoch {rec.lease.epoch}) "
+                f"runs until {format_time(rec.lease.expires_at)}, more than max_ttl ({state.max_ttl():g} s) ahead; "
+                f"end it with jobctl recall {rec.id} --reason ... (docs/howto/recovery.md)",
+                err=True,
+            )
+
+
 @click.command(cls=JobCommand, short_help="Print one job: its record, or a readable view on a terminal.")
 @job_id_argument
 @common
@@ -43,7 +57,8 @@ def show(state: State, job_id: str) -> None:
 
     Piped, the record re-encoded canonically: the exact bytes every
     implementation writes. On a terminal, the fields in words (lease time
-    left, attempt, what it waits for); with --json, the job object.
+    left, attempt, what it waits for); with --json, the job object. A lease
+    running more than max_ttl ahead is named on stderr (jobctl recall ends it).
 
     \b
     Example:
@@ -51,12 +66,14 @@ def show(state: State, job_id: str) -> None:
     """
     rec = state.store().load(job_id)
     screen = state.screen()
+    flagged = state.long_leases([rec])
     if state.json:
-        render.out_json(render.job_json(rec, state.now(), _dependency_states(state, rec)))
+        render.out_json(render.job_json(rec, state.now(), _dependency_states(state, rec), rec.id in flagged))
     elif screen.terminal:
-        render.print_job(screen, rec, state.now(), _dependency_states(state, rec))
+        render.print_job(screen, rec, state.now(), _dependency_states(state, rec), rec.id in flagged)
     else:
         click.echo(encode(rec), nl=False)
+    _warn_long_leases(state, [rec], flagged)
 
 
 def _print_records(
@@ -66,14 +83,16 @@ def _print_records(
     recs = list(records)
     screen = state.screen()
     now = state.now()
+    flagged = state.long_leases(recs)
     if state.json:
         for rec in recs:
-            render.out_json(render.job_json(rec, now, states))
+            render.out_json(render.job_json(rec, now, states, rec.id in flagged))
     elif screen.terminal:
-        render.print_jobs(screen, recs, now, states)
+        render.print_jobs(screen, recs, now, states, flagged)
     else:
         for rec in recs:
             render.out(line(rec))
+    _warn_long_leases(state, recs, flagged)
     if listing.unreadable:
         click.echo(render.unreadable_line(listing.unreadable), err=True)
         click.get_current_context().exit(EXIT_FAILURE)
@@ -100,6 +119,8 @@ def list_jobs(
 
     Records that cannot be read are named on stderr after the others, and
     the exit code is then 1, so a half-blind listing never looks complete.
+    A lease running more than max_ttl ahead (nobody renews such a lease) is
+    named on stderr too, with the way out: jobctl recall.
 
     \b
     Examples:

@@ -12,14 +12,28 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from .. import limits
 from . import render
-from .main import SECONDS, TEXT, JobCommand, State, common, default_by, job_id_argument, pass_state, ttl_option
+from .main import (
+    TEXT,
+    TTL_HELP,
+    TTL_SECONDS,
+    JobCommand,
+    State,
+    common,
+    count,
+    default_by,
+    job_id_argument,
+    pass_state,
+    run_ttl_option,
+    seconds,
+)
 
 if TYPE_CHECKING:
     from ..record import Record
@@ -27,6 +41,8 @@ if TYPE_CHECKING:
     from ..worker import Event
 
 __all__ = ["run", "worker", "logs", "pipeline"]
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _say(line: str) -> None:
@@ -102,6 +118,40 @@ def _processor(state: State, rec: Record, command: list[str], handlers: tuple[st
     return table[rec.kind]
 
 
+def _trust_options(fn: F) -> F:
+    """``--pass-env``, ``--allow-loader-env`` and ``--owned-only``: what a job from the store may see and be."""
+    fn = click.option(
+        "--owned-only/--any-owner",
+        "owned_only",
+        default=None,
+        help="Run only jobs whose record file this user owns; others are named once and left alone. "
+        "[default: --owned-only as root, else --any-owner]",
+    )(fn)
+    fn = click.option(
+        "--allow-loader-env/--no-allow-loader-env",
+        "allow_loader_env",
+        default=None,
+        help="Let a spec's env set LD_PRELOAD, LD_LIBRARY_PATH or LD_AUDIT (refused otherwise). [default: no]",
+    )(fn)
+    return click.option(
+        "--pass-env",
+        "pass_env",
+        multiple=True,
+        type=TEXT,
+        metavar="NAME",
+        help="Also pass the variable NAME to jobs (repeatable); by default they get only PATH, HOME, LANG, "
+        "LC_*, TZ, TMPDIR, USER, LOGNAME, SHELL, TERM and the JOB_* variables.",
+    )(fn)
+
+
+def _owned_by(owned_only: bool | None) -> int | None:
+    """The uid a job's record must belong to, or None: ``--owned-only`` by default when running as root."""
+    uid = os.geteuid()
+    if owned_only is None:
+        owned_only = uid == 0
+    return uid if owned_only else None
+
+
 @contextmanager
 def _stopping(run_: Run) -> Iterator[list[int]]:
     """SIGINT/SIGTERM stop the child and release the job; the list gets the signal's number."""
@@ -153,9 +203,16 @@ Examples:
 @click.option("--next", "next_", is_flag=True, help="Claim the oldest runnable job instead of ID.")
 @click.option("--kind", "kinds", multiple=True, type=TEXT, metavar="K", help="With --next: only kind K (repeatable).")
 @click.option("--owner", type=TEXT, help="The lease owner. [default: jobctl@HOST:PID]")
-@ttl_option
-@click.option("--grace", type=SECONDS, default=10.0, show_default=True, help="Seconds from SIGTERM to SIGKILL.")
+@run_ttl_option
+@click.option(
+    "--grace",
+    type=seconds(limits.GRACE),
+    default=10.0,
+    show_default=True,
+    help=f"Seconds from SIGTERM to SIGKILL ({limits.GRACE.text()}).",
+)
 @click.option("--handler", "handlers", multiple=True, type=TEXT, metavar="KIND=CMD", help="Command for a kind.")
+@_trust_options
 @common
 @pass_state
 def run(
@@ -167,22 +224,30 @@ def run(
     ttl: float,
     grace: float,
     handlers: tuple[str, ...],
+    pass_env: tuple[str, ...],
+    allow_loader_env: bool | None,
+    owned_only: bool | None,
 ) -> None:
-    from .. import runner
+    from .. import runner, settings
     from ..errors import JobError
+    from ..jobenv import JobEnvironment
 
-    if ttl <= 0:
-        raise click.BadParameter("must be more than 0", param_hint="--ttl")
-    store = state.store()
+    chosen = settings.load({"pass_env": pass_env, "allow_loader_env": allow_loader_env}, env=state.env)
+    environment = JobEnvironment(chosen.pass_env, chosen.allow_loader_env)
+    store = state.lease_store(ttl)
+    store.owned_by = _owned_by(owned_only)
     owner = owner or default_by()
     if next_:
         command = list(args)
         wanted: set[str] | None = set(kinds) or None
         if not command and wanted is None:
-            from .. import settings
-
             wanted = set(runner.processors(settings.load(handlers=handlers, env=state.env).handler_commands()))
-        rec = runner.claim_next(store, owner, ttl, wanted)
+        skipped: list[tuple[str, JobError]] = []
+        try:
+            rec = runner.claim_next(store, owner, ttl, wanted, skipped)
+        finally:
+            for job_id, exc in skipped:
+                _say(f"jobctl: {job_id}: skipped: {exc.message}")
     else:
         if not args:
             raise click.UsageError("give a job ID, or --next")
@@ -197,7 +262,7 @@ def run(
         store.release(rec.id, rec.lease.epoch)  # not ours to run after all: give it back at once
         raise
     tee = None if state.json else getattr(sys.stdout, "buffer", None)
-    job = runner.Run(store, rec, processor, ttl=ttl, grace=grace, tee=tee)
+    job = runner.Run(store, rec, processor, ttl=ttl, grace=grace, tee=tee, environment=environment)
     with _stopping(job) as signals:
         outcome = job.execute()
     if state.json:
@@ -236,11 +301,24 @@ anything is runnable or running, then exit (the cron form). SIGTERM: claim
 nothing more, let running jobs finish within --shutdown-grace, stop and
 release the rest; a second SIGTERM stops them at once.
 
+A job's command gets only PATH, HOME, LANG, LC_*, TZ, TMPDIR, USER,
+LOGNAME, SHELL, TERM, the JOB_* variables and the names given with
+--pass-env: the worker's other variables (secrets for --on-failure) stay
+the worker's; the --on-failure command gets them all. A spec's env may not
+set JOB_* names, nor LD_PRELOAD, LD_LIBRARY_PATH or LD_AUDIT without
+--allow-loader-env: such a job fails at once, with the variable named.
+Anyone who can write the store's jobs/ directory can make this worker run
+a command as its user (docs/security.md); as root it runs only records
+root owns unless told --any-owner.
+
 Each setting comes from its flag, else its environment variable, else the
 config file ($JOBCTL_CONFIG, or config.ini in the user config directory),
 else its default; `jobctl paths` shows which. Variables:
 MAX_CONCURRENT_JOBS, JOB_PROCESSOR_POLL_INTERVAL, JOBCTL_TTL, JOBCTL_GRACE,
-JOBCTL_SHUTDOWN_GRACE, JOBCTL_WORKER_NAME, JOBCTL_KINDS, JOBCTL_ON_FAILURE.
+JOBCTL_SHUTDOWN_GRACE, JOBCTL_WORKER_NAME, JOBCTL_KINDS, JOBCTL_ON_FAILURE,
+JOBCTL_MAX_TTL, JOBCTL_PASS_ENV, JOBCTL_ALLOW_LOADER_ENV. A number out of
+its range is a usage error (exit 2) as a flag, invalid (exit 9) from the
+environment or the config file.
 
 \b
 Examples:
@@ -249,15 +327,34 @@ Examples:
   jobctl worker --on-failure 'curl -fsS -d "text=$JOB_ID failed: $JOB_ERROR" "$HOOK"'
 """
 
-_QUIET_SHOWS = frozenset(("failed", "refused", "fenced", "alert-failed"))
+_QUIET_SHOWS = frozenset(("failed", "refused", "fenced", "alert-failed", "untrusted"))
 
 
 @click.command(cls=JobCommand, help=_WORKER_HELP, short_help="Run runnable jobs until stopped.")
-@click.option("--concurrency", type=click.IntRange(min=1), help="Jobs at once. [default: 1]")
-@click.option("--poll-interval", type=SECONDS, help="Seconds between looks when idle. [default: 1]")
-@click.option("--ttl", type=SECONDS, help="Lease length for the jobs it runs, in seconds. [default: 30]")
-@click.option("--grace", type=SECONDS, help="Seconds from SIGTERM to SIGKILL when stopping a job. [default: 10]")
-@click.option("--shutdown-grace", type=SECONDS, help="Seconds running jobs get after SIGTERM. [default: 30]")
+@click.option(
+    "--concurrency",
+    type=count(limits.CONCURRENCY),
+    metavar="N",
+    help=f"Jobs at once ({limits.CONCURRENCY.text()}). [default: 1]",
+)
+@click.option(
+    "--poll-interval",
+    type=seconds(limits.POLL_INTERVAL),
+    help=f"Seconds between looks when idle ({limits.POLL_INTERVAL.text()}). [default: 1]",
+)
+@click.option(
+    "--ttl", type=TTL_SECONDS, help=f"Lease length for the jobs it runs, in seconds {TTL_HELP}. [default: 30]"
+)
+@click.option(
+    "--grace",
+    type=seconds(limits.GRACE),
+    help=f"Seconds from SIGTERM to SIGKILL when stopping a job ({limits.GRACE.text()}). [default: 10]",
+)
+@click.option(
+    "--shutdown-grace",
+    type=seconds(limits.SHUTDOWN_GRACE),
+    help=f"Seconds running jobs get after SIGTERM ({limits.SHUTDOWN_GRACE.text()}). [default: 30]",
+)
 @click.option("--name", type=TEXT, help="Lease owner prefix: NAME@HOST:PID. [default: worker]")
 @click.option("--kind", "kinds", multiple=True, type=TEXT, metavar="K", help="Only kind K (repeatable).")
 @click.option("--handler", "handlers", multiple=True, type=TEXT, metavar="KIND=CMD", help="Command for a kind.")
@@ -265,6 +362,7 @@ _QUIET_SHOWS = frozenset(("failed", "refused", "fenced", "alert-failed"))
 @click.option("--once", "mode", flag_value="once", help="One pass over what is runnable now, then exit.")
 @click.option("--drain", "mode", flag_value="drain", help="Exit once nothing is runnable or running.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only failures, not every start and end.")
+@_trust_options
 @common
 @pass_state
 def worker(
@@ -280,13 +378,14 @@ def worker(
     on_failure: str | None,
     mode: str | None,
     quiet: bool,
+    pass_env: tuple[str, ...],
+    allow_loader_env: bool | None,
+    owned_only: bool | None,
 ) -> None:
     from .. import settings
+    from ..jobenv import JobEnvironment
     from ..worker import Worker
 
-    for option, value in (("--poll-interval", poll_interval), ("--ttl", ttl)):
-        if value is not None and value <= 0:
-            raise click.BadParameter("must be more than 0", param_hint=option)
     flags = {
         "concurrency": concurrency,
         "poll_interval": poll_interval,
@@ -296,11 +395,15 @@ def worker(
         "name": name,
         "kinds": kinds,
         "on_failure": on_failure,
+        "pass_env": pass_env,
+        "allow_loader_env": allow_loader_env,
     }
     resolved = settings.load(flags, handlers, env=state.env)
     for warning in resolved.warnings:
         _say(f"jobctl: {warning}")
     store = state.store()
+    store.max_ttl = resolved.max_ttl
+    store.owned_by = _owned_by(owned_only)
 
     def report(event: Event) -> None:
         if state.json:
@@ -325,6 +428,7 @@ def worker(
         on_failure=resolved.on_failure,
         on_event=report,
         env=state.env,
+        environment=JobEnvironment(resolved.pass_env, resolved.allow_loader_env),
     )
     if not quiet and not state.json:
         _say(
@@ -358,7 +462,7 @@ Examples:
 
 @click.command(cls=JobCommand, help=_LOGS_HELP, short_help="Print the output of a job's attempts.")
 @job_id_argument
-@click.option("--attempt", type=click.IntRange(min=1), metavar="N", help="Only attempt N.")
+@click.option("--attempt", type=count(limits.ATTEMPT), metavar="N", help=f"Only attempt N ({limits.ATTEMPT.text()}).")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing as the job writes, until it ends.")
 @common
 @pass_state

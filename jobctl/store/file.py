@@ -18,12 +18,13 @@ from __future__ import annotations
 import math
 import os
 import re
+import stat
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any
 
-from .. import ids, lock
-from ..errors import Invalid, JobError, LeaseExpired, LeaseHeld, NotFound, Refused, StaleEpoch, Terminal
+from .. import ids, limits, lock
+from ..errors import Invalid, JobError, LeaseExpired, LeaseHeld, NotFound, Refused, StaleEpoch, Terminal, Untrusted
 from ..record import (
     STATES,
     WANTS,
@@ -47,10 +48,10 @@ def _system_clock() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def _seconds(value: Any, what: str) -> timedelta:
+def _seconds(value: Any, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         raise Invalid(f"{what} must be a non-negative number of seconds, not {value!r}")
-    return timedelta(seconds=value)
+    return float(value)
 
 
 def _epoch(value: Any) -> int:
@@ -70,10 +71,22 @@ _TEMP: re.Pattern[str] = lazy_pattern(globals(), "_TEMP", r"(.+\.json)\.[A-Za-z0
 
 
 class FileStore:
-    """A store rooted at a directory; opening it creates ``jobs/`` and ``work/``."""
+    """A store rooted at a directory; opening it creates ``jobs/`` and ``work/``.
 
-    def __init__(self, root: str | os.PathLike[str], clock: Clock | None = None) -> None:
+    ``max_ttl`` is the longest lease ``claim`` and ``renew`` grant (seconds;
+    the ``max_ttl`` setting, default one day): a longer TTL is refused
+    ``Invalid``, so that no lease jobctl writes can keep a job ``running`` for
+    years with nobody working on it (:func:`jobctl.limits.lease_too_long`).
+    """
+
+    def __init__(
+        self, root: str | os.PathLike[str], clock: Clock | None = None, max_ttl: float = limits.DEFAULT_MAX_TTL
+    ) -> None:
         self.root = os.fspath(root)
+        self.max_ttl = float(max_ttl)
+        #: When set, ``claim`` (and every other write) takes only records whose file this uid owns
+        #: (``Untrusted`` otherwise): ``jobctl worker --owned-only``, on by default for root (docs/security.md).
+        self.owned_by: int | None = None
         self.jobs_dir = os.path.join(self.root, "jobs")
         self.work_dir = os.path.join(self.root, "work")
         os.makedirs(self.jobs_dir, mode=0o755, exist_ok=True)
@@ -161,20 +174,33 @@ class FileStore:
 
     # -- writes --------------------------------------------------------------
 
-    def _write(self, job_id: str, apply: Callable[[Record, datetime], None], fresh: bool = False) -> Record:
+    def _write(
+        self,
+        job_id: str,
+        apply: Callable[[Record, datetime], None],
+        fresh: bool = False,
+        vet: Callable[[str, bytes], None] | None = None,
+    ) -> Record:
         """Decode, ``apply``, encode and replace under the lock; return the record written.
 
         Internal operations hand nobody the record, so it is settled in place
         instead of decoded again; ``fresh`` decodes the bytes written (for a
-        record outside code has touched).
+        record outside code has touched). ``vet`` sees the path and the bytes
+        as read, under the lock, before anything is decoded; with ``owned_by``
+        set, every write is vetted by :meth:`_owned`, so such a handle never
+        rewrites (and so takes over) a record another user owns.
         """
         path = self.path(job_id)
+        if vet is None and self.owned_by is not None:
+            vet = self._owned
 
         done: list[Record] = []
 
         def edit(current: bytes | None) -> bytes:
             if current is None:
                 raise NotFound(f"no job {job_id}", job_id)
+            if vet is not None:
+                vet(path, current)
             rec = decode(current, job_id)
             rec._exposed = False  # only update() hands it to outside code
             apply(rec, self.now())
@@ -247,7 +273,7 @@ class FileStore:
     def claim(self, job_id: str, owner: str, ttl_seconds: float) -> Record:
         if not isinstance(owner, str) or not owner.strip():
             raise Refused("claim needs an owner", job_id)
-        ttl = _seconds(ttl_seconds, "ttl")
+        ttl = self._ttl(ttl_seconds, job_id)
         seen, data, exact = self._read_epoch(job_id)
 
         def apply(rec: Record, now: datetime) -> None:
@@ -266,15 +292,52 @@ class FileStore:
                     )
                 if lease.recall is not None:
                     raise LeaseHeld(f"job {job_id} is recalled ({lease.recall.reason}); its holder cannot re-claim it")
-            rec.lease = Lease(owner, lease.epoch + 1, now + ttl)
+            rec.lease = Lease(owner, lease.epoch + 1, limits.later(now, ttl, "ttl", job_id))
             if rec.state in ("pending", "running"):
                 rec.state = "running"
 
         return self._write(job_id, apply)
 
+    def _owned(self, path: str, current: bytes) -> None:
+        """Refuse (``Untrusted``) a record whose file the required uid does not own.
+
+        The file is opened without following a link and ``fstat``-ed, and what
+        it holds must be the bytes the claim is deciding on: a record swapped
+        in by somebody else between the two reads is refused, not run.
+        """
+        job_id = os.path.basename(path)[:-5]
+        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+        try:
+            fd = os.open(path, flags)
+        except OSError as exc:
+            raise Untrusted(
+                f"job {job_id}: its record cannot be opened to check its owner: {exc.strerror}", job_id
+            ) from None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise Untrusted(f"job {job_id}: its record is not a regular file", job_id)
+            if st.st_uid != self.owned_by:
+                raise Untrusted(
+                    f"job {job_id}: its record is owned by uid {st.st_uid}, not by uid {self.owned_by}; not run",
+                    job_id,
+                )
+            chunks = []
+            while True:
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                if sum(map(len, chunks)) > len(current):
+                    break
+        finally:
+            os.close(fd)
+        if b"".join(chunks) != current:
+            raise Untrusted(f"job {job_id}: its record changed while its owner was checked; not run", job_id)
+
     def renew(self, job_id: str, epoch: int, ttl_seconds: float) -> Record:
         _epoch(epoch)
-        ttl = _seconds(ttl_seconds, "ttl")
+        ttl = self._ttl(ttl_seconds, job_id)
 
         def apply(rec: Record, now: datetime) -> None:
             lease = rec.lease
@@ -282,12 +345,23 @@ class FileStore:
                 raise StaleEpoch(f"job {job_id} is at epoch {lease.epoch}, not {epoch}")
             if not held(lease, now):
                 raise LeaseExpired(f"job {job_id}: the lease of epoch {epoch} has lapsed or was released")
-            expires = now + ttl
+            expires = limits.later(now, ttl, "ttl", job_id)
             if lease.recall is not None and lease.recall.until is not None and expires > lease.recall.until:
                 expires = lease.recall.until
             lease.expires_at = expires
 
         return self._write(job_id, apply)
+
+    def _ttl(self, value: Any, job_id: str) -> float:
+        """A TTL ``claim``/``renew`` may grant: a non-negative number of seconds, at most ``max_ttl``."""
+        ttl = _seconds(value, "ttl")
+        if ttl > self.max_ttl:
+            raise Invalid(
+                f"job {job_id}: ttl {value!r} is more than max_ttl ({self.max_ttl:g} s), "
+                "the longest lease jobctl grants",
+                job_id,
+            )
+        return ttl
 
     def release(self, job_id: str, epoch: int) -> Record:
         def apply(rec: Record, now: datetime) -> None:
@@ -323,8 +397,8 @@ class FileStore:
 
     def progress(self, job_id: str, epoch: int, done: int, checkpoint: Any = UNSET) -> Record:
         """Record how far the holder got, and optionally what a successor needs."""
-        if isinstance(done, bool) or not isinstance(done, int) or done < 0:
-            raise Invalid(f"done must be a non-negative integer, not {done!r}", job_id)
+        if not isinstance(done, int) or not limits.DONE.holds(done):
+            raise Invalid(f"done must be a whole number ({limits.DONE.text()}), not {done!r}", job_id)
 
         def apply(rec: Record, now: datetime) -> None:
             rec.progress.done = done
@@ -345,8 +419,8 @@ class FileStore:
         done: int | None = None,
     ) -> Record:
         """Set the state; error, checkpoint and done travel in the same write [JOB-T4]."""
-        if done is not None and (isinstance(done, bool) or not isinstance(done, int) or done < 0):
-            raise Invalid(f"done must be a non-negative integer, not {done!r}", job_id)
+        if done is not None and (not isinstance(done, int) or not limits.DONE.holds(done)):
+            raise Invalid(f"done must be a whole number ({limits.DONE.text()}), not {done!r}", job_id)
 
         def apply(rec: Record, now: datetime) -> None:
             if state not in STATES:
@@ -388,7 +462,7 @@ class FileStore:
                 raise StaleEpoch(f"job {job_id} is at epoch {lease.epoch}, not {epoch}")
             if not held(lease, now):
                 raise LeaseExpired(f"job {job_id}: nobody holds the lease of epoch {epoch}")
-            until = now + window
+            until = limits.later(now, window, "grace", job_id)
             lease.recall = Recall(reason, now, until, by or "")
             if lease.expires_at is None or until < lease.expires_at:
                 lease.expires_at = until

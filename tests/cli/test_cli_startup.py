@@ -96,3 +96,12 @@ def test_rich_only_for_a_terminal(jobctl: Jobctl, tmp_path: Path) -> None:
     jobctl.submit()
     for args in (("list", "--json"), ("show", "--json", jobctl.submit()), ("claim", "--next", "--format", "env")):
         assert absent(loaded(jobctl, tmp_path, *args), "rich") == [], args
+
+
+def test_a_short_lease_does_not_read_the_max_ttl_setting(jobctl: Jobctl, tmp_path: Path) -> None:
+    job = jobctl.submit()
+    # A cron consumer's claim: a TTL within the smallest max_ttl needs no config file.
+    modules = loaded(jobctl, tmp_path, "claim", "--next", "--ttl", "30")
+    assert absent(modules, "platformdirs", "configparser", "jobctl.settings") == []
+    modules = loaded(jobctl, tmp_path, "renew", job, "--epoch", "1", "--ttl", "600")
+    assert "jobctl.settings" in modules  # a longer one is judged against the setting
