@@ -11,6 +11,11 @@ Every write is a compare-and-set under the record's lock (:func:`jobctl.lock.cha
 the current record is decoded, the preconditions run on it *as read*, the
 change is applied, and the record is re-encoded with ``content``/``critical``
 derived afresh. ``load`` and ``list`` never lock.
+
+Every name under the root is opened through :mod:`jobctl.fsio`, relative to
+an opened ``jobs/`` and without following links: a link, FIFO, directory or
+oversized file at a record's name is that record's refusal, never a path out
+of the store or a hung reader.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from .. import ids, lock
+from .. import fsio, ids, lock
 from ..errors import Invalid, JobError, LeaseExpired, LeaseHeld, NotFound, Refused, StaleEpoch, Terminal
 from ..record import (
     STATES,
@@ -76,8 +81,9 @@ class FileStore:
         self.root = os.fspath(root)
         self.jobs_dir = os.path.join(self.root, "jobs")
         self.work_dir = os.path.join(self.root, "work")
-        os.makedirs(self.jobs_dir, mode=0o755, exist_ok=True)
-        os.makedirs(self.work_dir, mode=0o755, exist_ok=True)
+        os.makedirs(self.root, mode=0o755, exist_ok=True)
+        fsio.open_dir(self.root, "jobs", create=True).close()
+        fsio.open_dir(self.root, "work", create=True).close()
         self._clock: Clock = clock or _system_clock
 
     def __repr__(self) -> str:
@@ -90,6 +96,10 @@ class FileStore:
         """``<root>/jobs/<id>.json`` for a safe id."""
         return os.path.join(self.jobs_dir, ids.check(job_id) + ".json")
 
+    def _jobs(self) -> fsio.Dir:
+        """``jobs/``, opened without following a link there (a ``with`` block closes it)."""
+        return fsio.open_dir(self.root, "jobs")
+
     def work_path(self, job_id: str) -> str:
         """``<root>/work/<id>``: the job's scratch name. Never created by the store [JOB-W1]."""
         return os.path.join(self.work_dir, ids.check(job_id))
@@ -97,7 +107,9 @@ class FileStore:
     # -- reads ---------------------------------------------------------------
 
     def load(self, job_id: str) -> Record:
-        data = lock.read(self.path(job_id))
+        name = ids.check(job_id) + ".json"
+        with self._jobs() as jobs:
+            data = lock.read(jobs, name, job_id)
         if data is None:
             raise NotFound(f"no job {job_id}", job_id)
         return decode(data, job_id)
@@ -110,7 +122,9 @@ class FileStore:
         match is not proof -- a hand-laid spec could mimic the lease block --
         so the claim re-decodes these bytes before it refuses on a mismatch.
         """
-        data = lock.read(self.path(job_id))
+        name = ids.check(job_id) + ".json"
+        with self._jobs() as jobs:
+            data = lock.read(jobs, name, job_id)
         if data is None:
             raise NotFound(f"no job {job_id}", job_id)
         m = _EPOCH.search(data)
@@ -119,27 +133,35 @@ class FileStore:
         return decode(data, job_id).lease.epoch, data, True
 
     def ids(self) -> list[str]:
-        """Ids of every record file, sorted by byte order."""
+        """Ids of every record name, sorted by byte order.
+
+        Whatever is at the name -- a link, a FIFO, a directory -- counts: it
+        is that record's to answer for, as unreadable, when it is read.
+        """
+        with self._jobs() as jobs:
+            return self._ids(jobs)
+
+    @staticmethod
+    def _ids(jobs: fsio.Dir) -> list[str]:
         out = []
-        with os.scandir(self.jobs_dir) as entries:
-            for entry in entries:
-                name = entry.name
-                if name.endswith(".json") and not name.startswith(".") and entry.is_file():
-                    out.append(name[:-5])
+        for entry in fsio.scan(jobs):
+            name = entry.name
+            if name.endswith(".json") and not name.startswith("."):
+                out.append(name[:-5])
         out.sort()
         return out
 
     def list(self) -> Listing:
         listing = Listing()
-        jobs = self.jobs_dir
-        for job_id in self.ids():
-            data = lock.read(os.path.join(jobs, job_id + ".json"))
-            if data is None:
-                continue  # removed by hand since the directory was read
-            try:
-                listing.append(decode(data, job_id))
-            except JobError as exc:
-                listing.unreadable.append((job_id, exc))
+        with self._jobs() as jobs:
+            for job_id in self._ids(jobs):
+                try:
+                    data = lock.read(jobs, job_id + ".json", job_id)
+                    if data is None:
+                        continue  # removed by hand since the directory was read
+                    listing.append(decode(data, job_id))
+                except JobError as exc:
+                    listing.unreadable.append((job_id, exc))
         return listing
 
     def orphans(self) -> Listing:
@@ -168,7 +190,7 @@ class FileStore:
         instead of decoded again; ``fresh`` decodes the bytes written (for a
         record outside code has touched).
         """
-        path = self.path(job_id)
+        name = ids.check(job_id) + ".json"
 
         done: list[Record] = []
 
@@ -183,7 +205,8 @@ class FileStore:
             return data
 
         try:
-            data = lock.change(path, edit)
+            with self._jobs() as jobs:
+                data = lock.change(jobs, name, edit, job_id)
             return decode(data, job_id) if fresh else done[-1]
         except JobError as exc:
             if not exc.job_id:
@@ -241,7 +264,8 @@ class FileStore:
                 raise Invalid(f"job {job_id} already exists", job_id)
             return data
 
-        lock.change(self.path(job_id), edit)
+        with self._jobs() as jobs:
+            lock.change(jobs, job_id + ".json", edit, job_id)
         return job_id
 
     def claim(self, job_id: str, owner: str, ttl_seconds: float) -> Record:
@@ -416,16 +440,29 @@ class FileStore:
     # -- maintenance -----------------------------------------------------------
 
     def sweep(self, job_id: str | None = None) -> int:
-        """Remove stale staging temporaries (of one record, or of all); return the count."""
-        if job_id is not None:
-            return lock.sweep(self.path(job_id))
-        bases = set()
-        with os.scandir(self.jobs_dir) as entries:
-            for entry in entries:
+        """Remove stale staging temporaries (of one record, or of all); return the count.
+
+        A record whose lock is refused (a link or odd file at ``<id>.json.lock``)
+        is skipped, the others swept, and then the first refusal raised.
+        """
+        with self._jobs() as jobs:
+            if job_id is not None:
+                return lock.sweep(jobs, ids.check(job_id) + ".json", job_id)
+            bases = set()
+            for entry in fsio.scan(jobs):
                 m = _TEMP.match(entry.name)
                 if m:
                     bases.add(m.group(1))
-        return sum(lock.sweep(os.path.join(self.jobs_dir, base)) for base in sorted(bases))
+            removed = 0
+            refusals: list[JobError] = []
+            for base in sorted(bases):
+                try:
+                    removed += lock.sweep(jobs, base, base[:-5])
+                except JobError as exc:
+                    refusals.append(exc)  # a planted link at one lock must not stop the rest
+            if refusals:
+                raise refusals[0]
+            return removed
 
 
 def is_orphan(rec: Record, now: datetime) -> bool:
