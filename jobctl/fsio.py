@@ -85,13 +85,18 @@ def max_record_bytes() -> int:
 
 
 class Dir:
-    """A directory opened without following links; names below it resolve against ``fd``."""
+    """A directory opened without following links; names below it resolve against ``fd``.
 
-    __slots__ = ("fd", "path")
+    A ``with`` block closes it, unless it is ``kept`` (held open for the life
+    of its owner, as a store keeps its ``jobs/``); it is closed when dropped.
+    """
 
-    def __init__(self, fd: int, path: str) -> None:
+    __slots__ = ("fd", "path", "kept")
+
+    def __init__(self, fd: int, path: str, kept: bool = False) -> None:
         self.fd = fd
         self.path = path
+        self.kept = kept
 
     def join(self, name: str) -> str:
         return os.path.join(self.path, name)
@@ -105,7 +110,14 @@ class Dir:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        if not self.kept:
+            self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except OSError:
+            pass
 
 
 def _what(at: int, name: str) -> str:
@@ -166,7 +178,7 @@ def _open_below(at: int, name: str, path: str, create: bool, mode: int) -> int:
     return _open_below(at, name, path, False, mode)
 
 
-def open_dir(root: str, *parts: str, create: bool = False, mode: int = 0o755) -> Dir:
+def open_dir(root: str, *parts: str, create: bool = False, mode: int = 0o755, kept: bool = False) -> Dir:
     """Open ``root`` and then each of ``parts`` below it, none of them followed if a link.
 
     ``root`` itself is followed: it is the directory the user named. With
@@ -185,7 +197,7 @@ def open_dir(root: str, *parts: str, create: bool = False, mode: int = 0o755) ->
     except BaseException:
         os.close(fd)
         raise
-    return Dir(fd, path)
+    return Dir(fd, path, kept)
 
 
 @contextmanager

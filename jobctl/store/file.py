@@ -82,7 +82,11 @@ class FileStore:
         self.jobs_dir = os.path.join(self.root, "jobs")
         self.work_dir = os.path.join(self.root, "work")
         os.makedirs(self.root, mode=0o755, exist_ok=True)
-        fsio.open_dir(self.root, "jobs", create=True).close()
+        # jobs/ stays open for the store's life: every name in it resolves
+        # against this one directory, opened without following a link, and
+        # a write costs no path walk. (A jobs/ swapped for a link later is
+        # not followed either: this descriptor is still the real directory.)
+        self._jobs_dir = fsio.open_dir(self.root, "jobs", create=True, kept=True)
         fsio.open_dir(self.root, "work", create=True).close()
         self._clock: Clock = clock or _system_clock
 
@@ -97,8 +101,8 @@ class FileStore:
         return os.path.join(self.jobs_dir, ids.check(job_id) + ".json")
 
     def _jobs(self) -> fsio.Dir:
-        """``jobs/``, opened without following a link there (a ``with`` block closes it)."""
-        return fsio.open_dir(self.root, "jobs")
+        """``jobs/``, as opened (without following a link) when the store was; a ``with`` block keeps it open."""
+        return self._jobs_dir
 
     def work_path(self, job_id: str) -> str:
         """``<root>/work/<id>``: the job's scratch name. Never created by the store [JOB-W1]."""
