@@ -64,9 +64,7 @@ MAX_RECORD_ENV = "JOBCTL_MAX_RECORD_BYTES"
 _limit_cache: tuple[str, int] = ("", DEFAULT_MAX_RECORD_BYTES)
 
 # What the disk says when a write cannot complete: the record is kept as it was.
-_DISK_ERRNOS = frozenset(
-    getattr(errno, name) for name in ("ENOSPC", "EFBIG", "EDQUOT", "EIO", "EROFS") if hasattr(errno, name)
-)
+_DISK_ERRNOS = frozenset(getattr(errno, name) for name in ("ENOSPC", "EFBIG", "EDQUOT", "EIO") if hasattr(errno, name))
 
 
 def max_record_bytes() -> int:
