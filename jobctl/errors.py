@@ -20,14 +20,18 @@ __all__ = [
     "Invalid",
     "Refused",
     "Untrusted",
+    "WriteFailed",
     "VERDICTS",
     "verdict_class",
     "EXIT_FAILURE",
     "EXIT_USAGE",
+    "EXIT_WRITE_FAILED",
 ]
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+#: The disk refused a write (full, over quota, file too large, I/O error); nothing was changed.
+EXIT_WRITE_FAILED = 14
 
 
 class JobError(Exception):
@@ -127,6 +131,18 @@ class Untrusted(Refused):
     """
 
     hint = "leave it alone, or run it with --any-owner if its owner is trusted"
+
+
+class WriteFailed(Refused):
+    """The disk refused a write (ENOSPC, EDQUOT, EFBIG, EIO): the record is as it was.
+
+    A ``refused`` verdict on the wire (it is not one of the contract's
+    verdicts), with an exit code of its own so a script can tell a full
+    disk from a refusal of the request.
+    """
+
+    exit_code = EXIT_WRITE_FAILED
+    hint = "free space on the store's file system (or raise the quota) and run it again"
 
 
 VERDICTS: dict[str, type[JobError]] = {}

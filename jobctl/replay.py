@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
-from . import ids
+from . import fsio, ids, lock
 from .errors import JobError, NotFound
 from .record import MODELS, Record, held
 from .store.file import FileStore
@@ -201,16 +201,17 @@ class Driver:
         job_id = self.aliases.get(alias)
         if job_id is None:
             return "not_found"
-        path = self.store.path(job_id)
-        with open(path, encoding="utf-8") as fh:
-            lines = fh.read().split("\n")
-        out = []
-        for line in lines:
-            out.append(line)
-            if line == '  "content": [' or (where == "critical" and line == '  "critical": ['):
-                out.append(f'    "{name}",')
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write("\n".join(out))
+
+        def edit(current: bytes | None) -> bytes:
+            out = []
+            for line in (current or b"").decode("utf-8").split("\n"):
+                out.append(line)
+                if line == '  "content": [' or (where == "critical" and line == '  "critical": ['):
+                    out.append(f'    "{name}",')
+            return "\n".join(out).encode("utf-8")
+
+        with fsio.opened_dir(self.store.root, "jobs") as jobs:
+            lock.change(jobs, job_id + ".json", edit, job_id)
         return self.answer(alias, "ok")
 
     def orphans(self) -> str:

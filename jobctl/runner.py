@@ -67,6 +67,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import IO, Any, Protocol
 
+from . import fsio
 from .errors import Invalid, JobError, LeaseExpired, NotFound, Refused, StaleEpoch
 from .jobenv import JobEnvironment
 from .record import Record, format_time
@@ -87,6 +88,9 @@ __all__ = [
     "log_dir",
     "log_path",
     "log_files",
+    "log_open",
+    "log_read",
+    "log_size",
     "child_env",
     "SHELL",
     "ClaimStore",
@@ -195,19 +199,97 @@ def log_path(store: RunStore, job_id: str, attempt: int) -> str:
     return os.path.join(log_dir(store, job_id), f"attempt-{attempt}.log")
 
 
+def _log_dir_parts(store: RunStore, job_id: str) -> tuple[str, tuple[str, ...]]:
+    """``(base, parts)``: the log directory as names below a directory the user named.
+
+    Every part (``work``, ``.jobctl``, ``logs``, ``<id>``) is opened without
+    following a link (:mod:`jobctl.fsio`): a link planted at any of them must
+    not send a root worker's output, or ``jobctl logs``' reads, out of the store.
+    """
+    directory = log_dir(store, job_id)
+    parts = tuple(os.path.relpath(directory, store.root).split(os.sep))
+    if ".." in parts:  # work names that live outside the root: only jobctl's own part is checked
+        return os.path.dirname(os.path.dirname(os.path.dirname(directory))), parts[-3:]
+    return store.root, parts
+
+
+def _log_dir_open(store: RunStore, job_id: str, create: bool = False) -> fsio.Dir | None:
+    """The job's log directory, opened without following links; None when it does not exist."""
+    base, parts = _log_dir_parts(store, job_id)
+    try:
+        return fsio.open_dir(base, *parts, create=create)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise fsio.refusal(log_dir(store, job_id), exc, job_id) from None
+
+
 def log_files(store: RunStore, job_id: str) -> list[tuple[int, str]]:
     """``(attempt, path)`` of every attempt log of the job, in attempt order."""
-    directory = log_dir(store, job_id)
-    out = []
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
+    at = _log_dir_open(store, job_id)
+    if at is None:
         return []
-    for name in names:
-        if name.startswith("attempt-") and name.endswith(".log") and name[8:-4].isdigit():
-            out.append((int(name[8:-4]), os.path.join(directory, name)))
+    out = []
+    with at:
+        for entry in fsio.scan(at):
+            name = entry.name
+            if name.startswith("attempt-") and name.endswith(".log") and name[8:-4].isdigit():
+                out.append((int(name[8:-4]), at.join(name)))
     out.sort()
     return out
+
+
+def log_open(store: RunStore, job_id: str, attempt: int) -> IO[bytes]:
+    """Attempt ``attempt``'s log, opened for appending (directories and file made as needed).
+
+    A link or anything but a regular file at the log or any directory above
+    it (below the root) is refused, never followed.
+    """
+    at = _log_dir_open(store, job_id, create=True)
+    assert at is not None  # created
+    name = f"attempt-{attempt}.log"
+    with at:
+        fd = fsio.open_append(at, name, job_id)
+        path = at.join(name)
+    # open() only wraps the descriptor fsio opened; its name stays the path for the outcome.
+    return open(path, "ab", opener=lambda _path, _flags: fd)
+
+
+def log_read(store: RunStore, job_id: str, attempt: int, offset: int = 0) -> bytes | None:
+    """What attempt ``attempt``'s log holds from ``offset`` on; None when there is no such log."""
+    at = _log_dir_open(store, job_id)
+    if at is None:
+        return None
+    name = f"attempt-{attempt}.log"
+    with at:
+        fd = fsio.open_read(at, name, job_id)
+    if fd is None:
+        return None
+    try:
+        chunks: list[bytes] = []
+        while True:
+            chunk = os.pread(fd, 1 << 16, offset)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+            offset += len(chunk)
+    finally:
+        os.close(fd)
+
+
+def log_size(store: RunStore, job_id: str, attempt: int) -> int | None:
+    """The size of attempt ``attempt``'s log in bytes; None when there is no such log."""
+    at = _log_dir_open(store, job_id)
+    if at is None:
+        return None
+    with at:
+        fd = fsio.open_read(at, f"attempt-{attempt}.log", job_id)
+    if fd is None:
+        return None
+    try:
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)
 
 
 # -- the child's environment ----------------------------------------------------
@@ -710,15 +792,12 @@ class Run:
     def _open_log(self) -> IO[bytes] | None:
         if not self._log:
             return None
-        path = log_path(self.store, self.job_id, self.attempt)
         try:
-            try:
-                handle = open(path, "ab")  # noqa: SIM115 -- closed by _supervise once the child is gone
-            except FileNotFoundError:
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                handle = open(path, "ab")  # noqa: SIM115 -- as above
-        except OSError:
-            return None  # no log beats no run: the output goes where the runner's goes
+            handle = log_open(self.store, self.job_id, self.attempt)  # closed by _supervise once the child is gone
+        except (OSError, JobError):
+            # No log beats no run (the output goes where the runner's goes); a
+            # link planted at the log's name is refused, never followed.
+            return None
         handle.write(
             f"--- jobctl: attempt {self.attempt}, epoch {self.epoch}, owner {self.owner}, "
             f"started {format_time(self.store.now())} ---\n".encode()

@@ -379,14 +379,16 @@ def complete_ids(ctx: click.Context, _param: click.Parameter, incomplete: str) -
     """Job ids for shell completion: the names in ``<root>/jobs``; nothing is decoded or created."""
     from click.shell_completion import CompletionItem
 
-    from .. import discovery
+    from .. import discovery, fsio
 
     state = ctx.find_object(State) or State()
     try:
         root, _rung = discovery.resolve(state.store_flag, state.env)
-        with os.scandir(os.path.join(root, "jobs")) as entries:
-            names = sorted(e.name[:-5] for e in entries if e.name.endswith(".json") and not e.name.startswith("."))
-    except (OSError, discovery.Unavailable):
+        with fsio.opened_dir(root, "jobs") as jobs:  # a link at jobs/ is not followed, even for names
+            names = sorted(
+                e.name[:-5] for e in fsio.scan(jobs) if e.name.endswith(".json") and not e.name.startswith(".")
+            )
+    except (OSError, JobError, discovery.Unavailable):
         return []
     return [CompletionItem(name) for name in names if name.startswith(incomplete)]
 

@@ -44,51 +44,70 @@ def check_lock(jobs_dir: str) -> str:
     """``ok`` when ``flock`` excludes a second open of the same file here, else why not."""
     import fcntl
 
-    path = os.path.join(jobs_dir, f".jobctl-probe-{os.getpid()}-{os.urandom(4).hex()}.lock")
+    from .. import fsio
+    from ..errors import JobError
+
+    name = f".jobctl-probe-{os.getpid()}-{os.urandom(4).hex()}.lock"
+    path = os.path.join(jobs_dir, name)
     try:
-        first = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        at = fsio.open_dir(jobs_dir)
     except OSError as exc:
-        return f"FAILED: cannot create {path}: {exc.strerror or exc}"
+        return f"FAILED: cannot open {jobs_dir}: {exc.strerror or exc}"
     try:
-        second = os.open(path, os.O_RDWR)
         try:
-            fcntl.flock(first, fcntl.LOCK_EX)
+            first = fsio.open_lock(at, name)
+        except JobError as exc:
+            return f"FAILED: cannot create {path}: {exc}"
+        try:
+            second = fsio.open_lock(at, name)
             try:
-                fcntl.flock(second, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return "ok"
-            return "FAILED: flock did not exclude a second holder; writers here would overwrite each other"
+                fcntl.flock(first, fcntl.LOCK_EX)
+                try:
+                    fcntl.flock(second, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    return "ok"
+                return "FAILED: flock did not exclude a second holder; writers here would overwrite each other"
+            finally:
+                os.close(second)
+        except (OSError, JobError) as exc:
+            return f"FAILED: flock: {getattr(exc, 'strerror', None) or exc}"
         finally:
-            os.close(second)
-    except OSError as exc:
-        return f"FAILED: flock: {exc.strerror or exc}"
+            os.close(first)
+            try:
+                fsio.unlink(at, name)
+            except OSError:
+                pass
     finally:
-        os.close(first)
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
+        at.close()
 
 
 def check_rename(jobs_dir: str) -> str:
     """``ok`` when a record-style write (stage, fsync, rename over, fsync the directory) works here."""
-    from .. import lock
+    from .. import fsio, lock
+    from ..errors import JobError
 
-    path = os.path.join(jobs_dir, f".jobctl-probe-{os.getpid()}-{os.urandom(4).hex()}")
+    name = f".jobctl-probe-{os.getpid()}-{os.urandom(4).hex()}"
     try:
-        lock.change(path, lambda current: b"first\n")
-        lock.change(path, lambda current: (current or b"") + b"second\n")
-        if lock.read(path) != b"first\nsecond\n":
+        at = fsio.open_dir(jobs_dir)
+    except OSError as exc:
+        return f"FAILED: {exc.strerror or exc}"
+    try:
+        lock.change(at, name, lambda current: b"first\n")
+        lock.change(at, name, lambda current: (current or b"") + b"second\n")
+        if lock.read(at, name) != b"first\nsecond\n":
             return "FAILED: the renamed file does not hold what was written"
         return "ok"
     except OSError as exc:
         return f"FAILED: {exc.strerror or exc}"
+    except JobError as exc:
+        return f"FAILED: {exc}"
     finally:
-        for leftover in (path, path + ".lock"):
+        for leftover in (name, name + ".lock"):
             try:
-                os.unlink(leftover)
+                fsio.unlink(at, leftover)
             except OSError:
                 pass
+        at.close()
 
 
 def _user(uid: int) -> str:

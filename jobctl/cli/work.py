@@ -480,7 +480,9 @@ def logs(state: State, job_id: str, attempt: int | None, follow: bool) -> None:
     found = files()
     if state.json:
         for number, path in found:
-            render.out_json({"id": job_id, "attempt": number, "path": path, "size": os.path.getsize(path)})
+            size = runner.log_size(store, job_id, number)
+            if size is not None:  # removed since the directory was read
+                render.out_json({"id": job_id, "attempt": number, "path": path, "size": size})
         return
     if not found and not follow:
         if attempt is not None:
@@ -491,13 +493,9 @@ def logs(state: State, job_id: str, attempt: int | None, follow: bool) -> None:
 
     def pump() -> bool:
         moved = False
-        for _number, path in files():
-            try:
-                with open(path, "rb") as handle:
-                    handle.seek(offsets.get(path, 0))
-                    chunk = handle.read()
-            except FileNotFoundError:
-                continue
+        for number, path in files():
+            # Through runner.log_read: a link or FIFO planted at a log is refused, never followed.
+            chunk = runner.log_read(store, job_id, number, offsets.get(path, 0))
             if chunk:
                 click.echo(chunk, nl=False)  # bytes go to stdout's binary stream as they are
                 offsets[path] = offsets.get(path, 0) + len(chunk)

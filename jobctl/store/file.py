@@ -11,6 +11,11 @@ Every write is a compare-and-set under the record's lock (:func:`jobctl.lock.cha
 the current record is decoded, the preconditions run on it *as read*, the
 change is applied, and the record is re-encoded with ``content``/``critical``
 derived afresh. ``load`` and ``list`` never lock.
+
+Every name under the root is opened through :mod:`jobctl.fsio`, relative to
+an opened ``jobs/`` and without following links: a link, FIFO, directory or
+oversized file at a record's name is that record's refusal, never a path out
+of the store or a hung reader.
 """
 
 from __future__ import annotations
@@ -18,12 +23,11 @@ from __future__ import annotations
 import math
 import os
 import re
-import stat
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
-from .. import ids, limits, lock
+from .. import fsio, ids, limits, lock
 from ..errors import Invalid, JobError, LeaseExpired, LeaseHeld, NotFound, Refused, StaleEpoch, Terminal, Untrusted
 from ..record import (
     STATES,
@@ -89,8 +93,13 @@ class FileStore:
         self.owned_by: int | None = None
         self.jobs_dir = os.path.join(self.root, "jobs")
         self.work_dir = os.path.join(self.root, "work")
-        os.makedirs(self.jobs_dir, mode=0o755, exist_ok=True)
-        os.makedirs(self.work_dir, mode=0o755, exist_ok=True)
+        os.makedirs(self.root, mode=0o755, exist_ok=True)
+        # jobs/ stays open for the store's life: every name in it resolves
+        # against this one directory, opened without following a link, and
+        # a write costs no path walk. (A jobs/ swapped for a link later is
+        # not followed either: this descriptor is still the real directory.)
+        self._jobs_dir = fsio.open_dir(self.root, "jobs", create=True, kept=True)
+        fsio.open_dir(self.root, "work", create=True).close()
         self._clock: Clock = clock or _system_clock
 
     def __repr__(self) -> str:
@@ -103,6 +112,10 @@ class FileStore:
         """``<root>/jobs/<id>.json`` for a safe id."""
         return os.path.join(self.jobs_dir, ids.check(job_id) + ".json")
 
+    def _jobs(self) -> fsio.Dir:
+        """``jobs/``, as opened (without following a link) when the store was; a ``with`` block keeps it open."""
+        return self._jobs_dir
+
     def work_path(self, job_id: str) -> str:
         """``<root>/work/<id>``: the job's scratch name. Never created by the store [JOB-W1]."""
         return os.path.join(self.work_dir, ids.check(job_id))
@@ -110,7 +123,9 @@ class FileStore:
     # -- reads ---------------------------------------------------------------
 
     def load(self, job_id: str) -> Record:
-        data = lock.read(self.path(job_id))
+        name = ids.check(job_id) + ".json"
+        with self._jobs() as jobs:
+            data = lock.read(jobs, name, job_id)
         if data is None:
             raise NotFound(f"no job {job_id}", job_id)
         return decode(data, job_id)
@@ -123,7 +138,9 @@ class FileStore:
         match is not proof -- a hand-laid spec could mimic the lease block --
         so the claim re-decodes these bytes before it refuses on a mismatch.
         """
-        data = lock.read(self.path(job_id))
+        name = ids.check(job_id) + ".json"
+        with self._jobs() as jobs:
+            data = lock.read(jobs, name, job_id)
         if data is None:
             raise NotFound(f"no job {job_id}", job_id)
         m = _EPOCH.search(data)
@@ -132,27 +149,35 @@ class FileStore:
         return decode(data, job_id).lease.epoch, data, True
 
     def ids(self) -> list[str]:
-        """Ids of every record file, sorted by byte order."""
+        """Ids of every record name, sorted by byte order.
+
+        Whatever is at the name -- a link, a FIFO, a directory -- counts: it
+        is that record's to answer for, as unreadable, when it is read.
+        """
+        with self._jobs() as jobs:
+            return self._ids(jobs)
+
+    @staticmethod
+    def _ids(jobs: fsio.Dir) -> list[str]:
         out = []
-        with os.scandir(self.jobs_dir) as entries:
-            for entry in entries:
-                name = entry.name
-                if name.endswith(".json") and not name.startswith(".") and entry.is_file():
-                    out.append(name[:-5])
+        for entry in fsio.scan(jobs):
+            name = entry.name
+            if name.endswith(".json") and not name.startswith("."):
+                out.append(name[:-5])
         out.sort()
         return out
 
     def list(self) -> Listing:
         listing = Listing()
-        jobs = self.jobs_dir
-        for job_id in self.ids():
-            data = lock.read(os.path.join(jobs, job_id + ".json"))
-            if data is None:
-                continue  # removed by hand since the directory was read
-            try:
-                listing.append(decode(data, job_id))
-            except JobError as exc:
-                listing.unreadable.append((job_id, exc))
+        with self._jobs() as jobs:
+            for job_id in self._ids(jobs):
+                try:
+                    data = lock.read(jobs, job_id + ".json", job_id)
+                    if data is None:
+                        continue  # removed by hand since the directory was read
+                    listing.append(decode(data, job_id))
+                except JobError as exc:
+                    listing.unreadable.append((job_id, exc))
         return listing
 
     def orphans(self) -> Listing:
@@ -190,7 +215,7 @@ class FileStore:
         set, every write is vetted by :meth:`_owned`, so such a handle never
         rewrites (and so takes over) a record another user owns.
         """
-        path = self.path(job_id)
+        name = ids.check(job_id) + ".json"
         if vet is None and self.owned_by is not None:
             vet = self._owned
 
@@ -200,7 +225,7 @@ class FileStore:
             if current is None:
                 raise NotFound(f"no job {job_id}", job_id)
             if vet is not None:
-                vet(path, current)
+                vet(name, current)
             rec = decode(current, job_id)
             rec._exposed = False  # only update() hands it to outside code
             apply(rec, self.now())
@@ -209,7 +234,8 @@ class FileStore:
             return data
 
         try:
-            data = lock.change(path, edit)
+            with self._jobs() as jobs:
+                data = lock.change(jobs, name, edit, job_id)
             return decode(data, job_id) if fresh else done[-1]
         except JobError as exc:
             if not exc.job_id:
@@ -267,7 +293,8 @@ class FileStore:
                 raise Invalid(f"job {job_id} already exists", job_id)
             return data
 
-        lock.change(self.path(job_id), edit)
+        with self._jobs() as jobs:
+            lock.change(jobs, job_id + ".json", edit, job_id)
         return job_id
 
     def claim(self, job_id: str, owner: str, ttl_seconds: float) -> Record:
@@ -298,38 +325,39 @@ class FileStore:
 
         return self._write(job_id, apply)
 
-    def _owned(self, path: str, current: bytes) -> None:
+    def _owned(self, name: str, current: bytes) -> None:
         """Refuse (``Untrusted``) a record whose file the required uid does not own.
 
-        The file is opened without following a link and ``fstat``-ed, and what
-        it holds must be the bytes the claim is deciding on: a record swapped
-        in by somebody else between the two reads is refused, not run.
+        The file is opened through :mod:`jobctl.fsio` (no link followed, a
+        regular file only) and ``fstat``-ed, and what it holds must be the
+        bytes the claim is deciding on: a record swapped in by somebody else
+        between the two reads is refused, not run.
         """
-        job_id = os.path.basename(path)[:-5]
-        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-        try:
-            fd = os.open(path, flags)
-        except OSError as exc:
-            raise Untrusted(
-                f"job {job_id}: its record cannot be opened to check its owner: {exc.strerror}", job_id
-            ) from None
+        job_id = name[:-5]
+        with self._jobs() as jobs:
+            try:
+                fd = fsio.open_read(jobs, name, job_id)
+            except JobError as exc:
+                raise Untrusted(
+                    f"job {job_id}: its record cannot be opened to check its owner: {exc}", job_id
+                ) from None
+        if fd is None:
+            raise Untrusted(f"job {job_id}: its record went away while its owner was checked; not run", job_id)
         try:
             st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise Untrusted(f"job {job_id}: its record is not a regular file", job_id)
             if st.st_uid != self.owned_by:
                 raise Untrusted(
                     f"job {job_id}: its record is owned by uid {st.st_uid}, not by uid {self.owned_by}; not run",
                     job_id,
                 )
             chunks = []
-            while True:
+            size = 0
+            while size <= len(current):
                 chunk = os.read(fd, 1 << 16)
                 if not chunk:
                     break
                 chunks.append(chunk)
-                if sum(map(len, chunks)) > len(current):
-                    break
+                size += len(chunk)
         finally:
             os.close(fd)
         if b"".join(chunks) != current:
@@ -490,16 +518,29 @@ class FileStore:
     # -- maintenance -----------------------------------------------------------
 
     def sweep(self, job_id: str | None = None) -> int:
-        """Remove stale staging temporaries (of one record, or of all); return the count."""
-        if job_id is not None:
-            return lock.sweep(self.path(job_id))
-        bases = set()
-        with os.scandir(self.jobs_dir) as entries:
-            for entry in entries:
+        """Remove stale staging temporaries (of one record, or of all); return the count.
+
+        A record whose lock is refused (a link or odd file at ``<id>.json.lock``)
+        is skipped, the others swept, and then the first refusal raised.
+        """
+        with self._jobs() as jobs:
+            if job_id is not None:
+                return lock.sweep(jobs, ids.check(job_id) + ".json", job_id)
+            bases = set()
+            for entry in fsio.scan(jobs):
                 m = _TEMP.match(entry.name)
                 if m:
                     bases.add(m.group(1))
-        return sum(lock.sweep(os.path.join(self.jobs_dir, base)) for base in sorted(bases))
+            removed = 0
+            refusals: list[JobError] = []
+            for base in sorted(bases):
+                try:
+                    removed += lock.sweep(jobs, base, base[:-5])
+                except JobError as exc:
+                    refusals.append(exc)  # a planted link at one lock must not stop the rest
+            if refusals:
+                raise refusals[0]
+            return removed
 
 
 def is_orphan(rec: Record, now: datetime) -> bool:

@@ -52,8 +52,10 @@ def test_the_codes_are_distinct_and_match_the_library() -> None:
         cli_main.EXIT_TIMEOUT,
         cli_main.EXIT_INTERRUPTED,
         cli_main.EXIT_BROKEN_PIPE,
+        errors.EXIT_WRITE_FAILED,
     ]
-    assert others == [0, 1, 2, 11, 12, 13, 124, 130, 141]
+    assert others == [0, 1, 2, 11, 12, 13, 124, 130, 141, 14]
+    assert errors.WriteFailed.exit_code == 14 and errors.WriteFailed.verdict == "refused"
     assert len(set(others) | set(codes.values())) == len(others) + len(codes)
 
 

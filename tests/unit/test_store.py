@@ -383,13 +383,13 @@ def test_list_sorted_and_names_the_unreadable(clocked_store: jobctl.FileStore) -
     (jobs / "a-1.json.abc123.tmp").write_bytes(b"{")
     (jobs / "a-1.epoch.3").write_bytes(b"")
     (jobs / "a-1.tmp-77-beef").write_bytes(b"{")
-    (jobs / "dir.json").mkdir()
+    (jobs / "dir.json").mkdir()  # not a record, but at a record's name: named, never read
     (Path(clocked_store.root) / "services.json").write_text("{}")
     listing = clocked_store.list()
     assert [r.id for r in listing] == ["a-1", "b-2", "e-5"]
     assert isinstance(listing, jobctl.Listing)
     unreadable = {job_id: type(exc) for job_id, exc in listing.unreadable}
-    assert unreadable == {"c-3": Invalid, "d-4": UnknownSchema}
+    assert unreadable == {"c-3": Invalid, "d-4": UnknownSchema, "dir": Invalid}
     assert sorted(ids) == ["a-1", "b-2", "c-3", "d-4", "e-5"]
     assert listing[2].content[0] == "abstraction.test/hovercraft@7"
 
