@@ -27,3 +27,11 @@ def test_the_bash_script_is_printed(jobctl: Jobctl) -> None:
     ran = jobctl(env={"_JOBCTL_COMPLETE": "bash_source"})
     assert ran.code == 0
     assert "_JOBCTL_COMPLETE=bash_complete" in ran.text
+
+
+def test_the_zsh_and_fish_scripts_are_printed(jobctl: Jobctl) -> None:
+    for shell, marker in (("zsh", "#compdef jobctl"), ("fish", "complete --no-files --command jobctl")):
+        ran = jobctl(env={"_JOBCTL_COMPLETE": f"{shell}_source"})
+        assert (ran.code, ran.err) == (0, ""), shell
+        assert marker in ran.text, shell
+        assert f"_JOBCTL_COMPLETE={shell}_complete" in ran.text, shell
