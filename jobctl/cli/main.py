@@ -341,9 +341,23 @@ def _set_json(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
         ctx.ensure_object(State).json = True
 
 
+def _version_text() -> str:
+    """``jobctl --version``: the release, then the contract models and jobctl's own extensions it speaks.
+
+    The first line stays ``jobctl X.Y.Z`` for scripts that read only that.
+    """
+    from ..record import AFTER, MODELS, PIPELINE, RETRY
+
+    lines = [f"jobctl {__version__}", "abstraction-job file binding, models:"]
+    lines += [f"  {name}" for name in sorted(MODELS)]
+    lines.append("jobctl extensions:")
+    lines += [f"  {name}" for name in sorted((AFTER, PIPELINE, RETRY))]
+    return "\n".join(lines)
+
+
 def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if value and not ctx.resilient_parsing:
-        click.echo(f"jobctl {__version__}")
+        click.echo(_version_text())
         ctx.exit()
 
 
@@ -645,7 +659,7 @@ CONTEXT: dict[str, Any] = {"help_option_names": ["-h", "--help"], "max_content_w
     expose_value=False,
     is_eager=True,
     callback=_show_version,
-    help="Show the version and exit.",
+    help="Show the version and the record models it speaks, and exit.",
 )
 def cli() -> None:
     """Durable jobs in a shared directory: leased, fenced, checkpointed, resumable.

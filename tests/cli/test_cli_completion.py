@@ -39,3 +39,11 @@ def test_ids_are_not_completed_through_a_linked_jobs_directory(jobctl: Jobctl, t
     (jobctl.root / "jobs").rename(jobctl.root / "jobs.old")
     (jobctl.root / "jobs").symlink_to(elsewhere)
     assert complete(jobctl, "jobctl show p") == []
+
+
+def test_the_zsh_and_fish_scripts_are_printed(jobctl: Jobctl) -> None:
+    for shell, marker in (("zsh", "#compdef jobctl"), ("fish", "complete --no-files --command jobctl")):
+        ran = jobctl(env={"_JOBCTL_COMPLETE": f"{shell}_source"})
+        assert (ran.code, ran.err) == (0, ""), shell
+        assert marker in ran.text, shell
+        assert f"_JOBCTL_COMPLETE={shell}_complete" in ran.text, shell

@@ -7,6 +7,9 @@ import re
 
 from clitools import ID_LINE, Clock, Jobctl
 
+import jobctl as jobctl_package
+from jobctl.record import AFTER, MODELS, PIPELINE, RETRY
+
 AWKWARD_SPEC = (
     '{"zebra": 1.50, "apple": "a\\/b", "url": "https://x.example/?a=1&b=<2>", "e": "\\u00e9", '
     '"n": 12345678901234567890, "z": -0.0, "x": 1e2}'
@@ -247,7 +250,18 @@ def test_help_goes_to_stdout(jobctl: Jobctl) -> None:
         assert ran.text.startswith("Usage: jobctl"), args
         assert ran.err == ""
     assert re.search(r"^  claim +Take a job's lease", jobctl("help").text, re.M)
-    assert jobctl("--version").out == b"jobctl 0.1.0\n"
+
+
+def test_version_names_the_release_and_every_model_it_speaks(jobctl: Jobctl) -> None:
+    ran = jobctl("--version")
+    assert (ran.code, ran.err) == (0, "")
+    lines = ran.text.splitlines()
+    assert lines[0] == f"jobctl {jobctl_package.__version__}"  # the one version source
+    assert lines[1] == "abstraction-job file binding, models:"
+    ext = lines.index("jobctl extensions:")
+    assert [line.strip() for line in lines[2:ext]] == sorted(MODELS)  # the whole roster, sorted
+    assert "  abstraction.job/terminal@1" in lines[2:ext]
+    assert [line.strip() for line in lines[ext + 1 :]] == sorted((AFTER, PIPELINE, RETRY))
 
 
 def test_a_damaged_record_is_named_with_where_the_json_breaks(jobctl: Jobctl) -> None:

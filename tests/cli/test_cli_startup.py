@@ -41,6 +41,11 @@ NEVER = (
     "locale",
     "pydoc",
 )
+if sys.version_info < (3, 11):
+    # Python 3.10's platform module imports subprocess at its top, and click
+    # (click.types) imports uuid, which imports platform: on 3.10 no click
+    # program starts without it. From 3.11 platform imports it only when used.
+    NEVER = tuple(name for name in NEVER if name != "subprocess")
 
 
 def loaded(jobctl: Jobctl, tmp_path: Path, *args: str, **env: str) -> set[str]:
