@@ -9,6 +9,7 @@ awaited records, which is cheaper than listing a large store.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import click
 
@@ -40,7 +41,17 @@ REDRAW_SECONDS = 1.0
 
 @click.command(cls=JobCommand, short_help="Follow jobs as they change: a live table, or a line per change.")
 @click.argument("ids", nargs=-1, metavar="[ID]...", type=TEXT, shell_complete=complete_ids)
-@click.option("--kind", type=TEXT, metavar="K", help="Only jobs of kind K.")
+@click.option("--kind", "kinds", multiple=True, type=TEXT, metavar="K", help="Only jobs of kind K (repeatable).")
+@click.option(
+    "--state",
+    "states",
+    multiple=True,
+    type=STATE_CHOICE,
+    metavar="STATE",
+    help=f"Only jobs in STATE: {STATES_HELP} (repeatable).",
+)
+@click.option("--pipeline", type=TEXT, metavar="NAME", help="Only jobs of pipeline NAME.")
+@click.option("--active", is_flag=True, help="Only jobs that have not ended (running, pending, held).")
 @click.option(
     "--quiet-after",
     type=SECONDS,
@@ -50,30 +61,68 @@ REDRAW_SECONDS = 1.0
 @click.option("--exit-on-quiet", is_flag=True, help="Exit 0 at the first quiet (needs --quiet-after).")
 @common
 @pass_state
-def watch(state: State, ids: tuple[str, ...], kind: str | None, quiet_after: float | None, exit_on_quiet: bool) -> None:
-    """Follow jobs (all, those of --kind, or the IDs given) until interrupted.
+def watch(
+    state: State,
+    ids: tuple[str, ...],
+    kinds: tuple[str, ...],
+    states: tuple[str, ...],
+    pipeline: str | None,
+    active: bool,
+    quiet_after: float | None,
+    exit_on_quiet: bool,
+) -> None:
+    """Follow jobs (all, those the filters choose, or the IDs given) until interrupted.
 
-    On a terminal: a live table (state, progress bar, owner, lease time
-    left, intent, recall) redrawn within a second of a change. Piped: first
+    On a terminal: a live table redrawn within a second of a change, fitted
+    to the screen: running jobs first, then pending and held ones, then
+    ended ones (each group oldest first). When the jobs do not all fit, the
+    rows at the end are left out and the caption says how many. Piped: first
     one line a job for the present, then one line for every visible change:
-    `<id> kind=K state=S done=N total=T owner=O [error=E]`, or `<id> gone`.
-    A renewal is not a visible change. With --json, one event a line.
+    `<id> kind=K state=S done=N total=T owner=O [error=E]`, or `<id> gone`
+    when its record is removed. A job that a filter (--state, --active)
+    stops choosing gets the line of that change, then no more. A renewal is
+    not a visible change. With --json, one event a line.
 
     \b
     Examples:
-      jobctl watch --kind download
+      jobctl watch --kind download --active
+      jobctl watch --pipeline nightly
       jobctl watch "$ID" --quiet-after 300 --exit-on-quiet && echo "stalled for 5 minutes"
     """
+    from .view import pipeline_filter
+
     if exit_on_quiet and quiet_after is None:
         raise click.UsageError("--exit-on-quiet needs --quiet-after")
     store = state.store()
     screen = state.screen()
     wanted = set(ids)
-    subscription = Watch(store, kind)
+    belongs = pipeline_filter(pipeline)
+
+    def chosen(rec: Record) -> bool:
+        return (
+            (not wanted or rec.id in wanted)
+            and (not kinds or rec.kind in kinds)
+            and (not states or rec.state in states)
+            and (not active or not rec.terminal)
+            and belongs(rec)
+        )
+
+    subscription = Watch(store, kinds[0] if len(kinds) == 1 else None)
     seen: dict[str, str] = {}
     shown: list[Record] = []
     mark = time.monotonic()
     first = True
+    what = " ".join(
+        part
+        for part in (
+            f"of kind {', '.join(kinds)}" if kinds else "",
+            f"in pipeline {pipeline}" if pipeline else "",
+            f"in state {', '.join(states)}" if states else "",
+            "not ended" if active else "",
+        )
+        if part
+    )
+    title = "jobs" + (f" {what}" if what else "") + " (Ctrl-C to stop)"
     try:
         with render.LiveTable(screen) if screen.terminal else _Nothing() as view:
             while True:
@@ -85,14 +134,15 @@ def watch(state: State, ids: tuple[str, ...], kind: str | None, quiet_after: flo
                 notice = subscription.next(min(waits) if waits else None)
                 changed = False
                 if notice is not None and notice.what == "changed":
-                    shown = [rec for rec in notice.records if not wanted or rec.id in wanted]
-                    changed = _report(state, screen.terminal, shown, seen, first)
+                    present = [rec for rec in notice.records if not wanted or rec.id in wanted]
+                    shown = [rec for rec in present if chosen(rec)]
+                    changed = _report(state, screen.terminal, present, shown, seen, first)
                     if changed or first:
                         mark = time.monotonic()
                     first = False
                 if screen.terminal and (screen.live or changed):
-                    title = "jobs" + (f" of kind {kind}" if kind else "") + " (Ctrl-C to stop)"
-                    view.show(render.watch_table(shown, state.now(), title))
+                    console = view.console
+                    view.show(render.watch_table(shown, state.now(), title, console.width, console.height))
                 if quiet_after is not None and time.monotonic() - mark >= quiet_after:
                     if state.json:
                         render.out_json({"event": "quiet", "seconds": quiet_after})
@@ -106,6 +156,8 @@ def watch(state: State, ids: tuple[str, ...], kind: str | None, quiet_after: flo
 class _Nothing:
     """The view of a piped watch: lines are printed as they come, nothing is drawn."""
 
+    console: Any = None
+
     def __enter__(self) -> _Nothing:
         return self
 
@@ -116,15 +168,24 @@ class _Nothing:
         return None
 
 
-def _report(state: State, terminal: bool, records: list[Record], seen: dict[str, str], first: bool) -> bool:
-    """Print what became visible since the last notice; True when anything did."""
+def _report(
+    state: State, terminal: bool, present: list[Record], records: list[Record], seen: dict[str, str], first: bool
+) -> bool:
+    """Print what became visible since the last notice; True when anything did.
+
+    ``records`` are the jobs chosen; ``present`` every job still in the
+    store. One that is present but no longer chosen gets its last change
+    printed and is then forgotten; ``gone`` is only for a removed record.
+    """
     changed = False
     now = state.now()
-    present = set()
-    for rec in records:
-        present.add(rec.id)
+    chosen = {rec.id for rec in records}
+    leaving = [rec for rec in present if rec.id in seen and rec.id not in chosen]
+    for rec in [*records, *leaving]:
         line = render.watch_line(rec)
         if seen.get(rec.id) == line:
+            if rec.id not in chosen:
+                del seen[rec.id]
             continue
         seen[rec.id] = line
         changed = True
@@ -132,7 +193,10 @@ def _report(state: State, terminal: bool, records: list[Record], seen: dict[str,
             render.out_json({"event": "change", "job": render.job_json(rec, now)})
         elif not terminal:
             render.out(line)
-    for job_id in [job_id for job_id in seen if job_id not in present]:
+        if rec.id not in chosen:
+            del seen[rec.id]
+    still = {rec.id for rec in present}
+    for job_id in [job_id for job_id in seen if job_id not in still]:
         del seen[job_id]
         changed = True
         if state.json:
@@ -207,7 +271,8 @@ def wait(ctx: click.Context, state: State, ids: tuple[str, ...], goal: str | Non
             if screen.terminal:
                 fingerprint = "\n".join(render.watch_line(rec) for rec in latest.values())
                 if screen.live or fingerprint != drawn:
-                    view.show(render.wait_table([(i, latest.get(i)) for i in order], state.now(), goal or "the end"))
+                    pairs = [(i, latest.get(i)) for i in order]
+                    view.show(render.wait_table(pairs, state.now(), goal or "the end", view.console.width))
                     drawn = fingerprint
             first_pass = False
             if len(settled) == len(order):
