@@ -123,30 +123,12 @@ class Command:
 Processor = Callable[[Record], Command]
 
 
-def _str_list(value: Any) -> bool:
-    return isinstance(value, list) and all(isinstance(v, str) for v in value)
-
-
 def shell_command(rec: Record) -> Command:
     """The ``shell`` kind: ``argv`` (non-empty list of strings), ``cwd``, ``env`` (strings), ``timeout`` (seconds)."""
-    spec = rec.spec
-    if not isinstance(spec, dict):
-        raise Invalid("a shell job's spec must be an object with argv", rec.id)
-    argv = spec.get("argv")
-    if not _str_list(argv) or not argv:
-        raise Invalid('a shell job\'s spec needs "argv": a non-empty list of strings', rec.id)
-    cwd = spec.get("cwd")
-    if cwd is not None and (not isinstance(cwd, str) or not cwd):
-        raise Invalid('"cwd" must be a directory path', rec.id)
-    env = spec.get("env", {})
-    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
-        raise Invalid('"env" must be an object of strings', rec.id)
-    timeout = spec.get("timeout")
-    if timeout is not None and (
-        isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf
-    ):
-        raise Invalid('"timeout" must be a positive number of seconds', rec.id)
-    return Command(list(argv), cwd, dict(env), None if timeout is None else float(timeout))
+    from .shell import parse
+
+    spec = parse(rec.spec, rec.id)
+    return Command(spec.argv, spec.cwd, spec.env, spec.timeout)
 
 
 def handler_command(command_line: str) -> Processor:

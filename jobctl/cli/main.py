@@ -93,6 +93,7 @@ HINTS: dict[str, str] = {
     "terminal": "submit a new job if the work must run again",
     "unknown_schema": "a newer implementation wrote it; leave it for a reader that understands it",
     "invalid": "fix the request (jobctl COMMAND --help shows what each command takes)",
+    "exists": "nothing was changed (submit --exists-ok treats this as done)",
     "refused": "nothing was changed; fix the cause and try again",
 }
 
@@ -504,7 +505,7 @@ class JobGroup(click.Group):
         except JobError as exc:
             if state.debug:
                 _traceback()
-            click.echo(refusal_line(exc), err=True)
+            click.echo(refusal_line(exc, ctx.invoked_subcommand), err=True)
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt:
             click.echo("", err=True)
@@ -540,10 +541,14 @@ def _traceback() -> None:
     traceback.print_exc(file=sys.stderr)
 
 
-def refusal_line(exc: JobError) -> str:
-    """``jobctl: <verdict>: <what and which job>; <what to do next>`` -- one line."""
+def refusal_line(exc: JobError, command: str | None = None) -> str:
+    """``jobctl: <verdict>: <what and which job>; <what to do next>`` -- one line.
+
+    ``command`` is the command that ran, so the advice names its real help.
+    """
     message = " ".join(str(exc).split()) or exc.verdict.replace("_", " ")
     hint = str(getattr(exc, "hint", "") or HINTS.get(exc.verdict, "")).replace("{id}", exc.job_id or "ID")
+    hint = hint.replace("COMMAND", command or "COMMAND")
     return f"jobctl: {exc.verdict}: {message}; {hint}" if hint else f"jobctl: {exc.verdict}: {message}"
 
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import re
 from datetime import datetime, timedelta
 
 import click
 
-from ..errors import Invalid
+from ..errors import Exists, Invalid
 from ..record import Progress, Record, parse_time
 from . import render
 from .main import COUNT, JSON_TEXT, TEXT, JobCommand, State, common, default_by, pass_state, raw_json
@@ -39,21 +40,47 @@ def _codes(text: str) -> list[int]:
     return out
 
 
-@click.command(cls=JobCommand, short_help="Submit a job; print its id.")
-@click.option("--kind", type=TEXT, required=True, help="What the job is: who can read its spec.")
+def _env_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for pair in pairs:
+        name, eq, value = pair.partition("=")
+        if not eq or not name or "\0" in pair:
+            raise click.BadParameter(f"{pair!r} is not NAME=VALUE", param_hint="--env")
+        env[name] = value
+    return env
+
+
+@click.command(cls=JobCommand, short_help="Submit a job (or a command: submit -- CMD...); print its id.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- CMD...]")
+@click.option(
+    "--kind", type=TEXT, help="What the job is: who can read its spec. [default: shell with -- CMD; else required]"
+)
 @click.option(
     "--spec",
     type=JSON_TEXT,
-    default="{}",
-    show_default=True,
-    help="The job's spec: a JSON object, inline, @FILE, or - for stdin. Kept byte for byte.",
+    help="The job's spec: a JSON object, inline, @FILE, or - for stdin. Kept byte for byte. [default: {}]",
+)
+@click.option(
+    "--env",
+    "env_pairs",
+    multiple=True,
+    type=TEXT,
+    metavar="NAME=VALUE",
+    help="With -- CMD: set NAME in the command's environment (repeatable).",
 )
 @click.option(
     "--total", type=COUNT, metavar="N", default=0, show_default=True, help="Total work, in the kind's own units."
 )
 @click.option("--requires", type=TEXT, metavar="A,B", help="Capabilities an implementation must have, comma-separated.")
 @click.option(
-    "--id", "job_id", type=TEXT, metavar="ID", help="Use this id instead of minting one (refused if it exists)."
+    "--id",
+    "job_id",
+    type=TEXT,
+    metavar="ID",
+    help="Use this id instead of minting one (refused if it exists: exit 14).",
+)
+@click.option(
+    "--exists-ok", is_flag=True, help="With --id: when that job exists, print its id and exit 0, changing nothing."
 )
 @click.option("--hold", is_flag=True, help="Submit paused: nothing adopts it until `jobctl intent ID run`.")
 @click.option(
@@ -79,11 +106,14 @@ def _codes(text: str) -> list[int]:
 @pass_state
 def submit(
     state: State,
-    kind: str,
-    spec: str,
+    command: tuple[str, ...],
+    kind: str | None,
+    spec: str | None,
+    env_pairs: tuple[str, ...],
     total: int,
     requires: str | None,
     job_id: str | None,
+    exists_ok: bool,
     hold: bool,
     retries: int | None,
     retry_intervals: str | None,
@@ -102,15 +132,53 @@ def submit(
     --hold) are jobctl's own extension keys, carried untouched by every other
     implementation.
 
+    With words after --, a `shell` job runs them: its spec is
+    {"argv": [the words], "cwd": this directory, "env": {--env pairs}}, so a
+    relative command runs where it was submitted. A `shell` spec given with
+    --spec is checked here (argv a non-empty list of strings, cwd a string,
+    env an object of strings, timeout a positive number) and refused
+    `invalid` (exit 9) rather than failing later in a worker.
+
+    An --id that is already in the store is refused `exists` (exit 14);
+    with --exists-ok its id is printed and the exit is 0, so a producer that
+    runs twice enqueues the work once. The existing job is not compared
+    with this request, nor changed.
+
     \b
     Examples:
+      jobctl submit -- ./convert.sh in.mkv
+      jobctl submit --env LANG=C.UTF-8 --retries 2 -- make -C ~/site publish
       jobctl submit --kind download --spec '{"url": "https://example.com/a.iso"}'
       jobctl submit --kind report --spec @report.json --after "$FETCH_ID" --retries 3
+      jobctl submit --id "backup-$(date +%F)" --exists-ok -- ./backup.sh
       id=$(jobctl submit --kind backup --hold) && jobctl approve "$id"
     """
+    from ..shell import SHELL
+
     if stage and not pipeline:
         raise click.UsageError("--stage needs --pipeline")
-    rec = Record(id=job_id or "", kind=kind, spec=raw_json(spec, "--spec"), progress=Progress(total=total))
+    if exists_ok and not job_id:
+        raise click.UsageError("--exists-ok needs --id")
+    if command:
+        if spec is not None:
+            raise click.UsageError("give the command after -- or a --spec, not both")
+        if kind is not None and kind != SHELL:
+            raise click.UsageError(f"a command after -- makes a {SHELL} job, not --kind {kind}")
+        import json
+
+        body: dict[str, object] = {"argv": list(command), "cwd": os.getcwd()}
+        if env_pairs:
+            body["env"] = _env_pairs(env_pairs)
+        kind, spec = SHELL, json.dumps(body, ensure_ascii=False)
+    elif kind is None:
+        raise click.UsageError("give --kind (or a command after --)")
+    elif env_pairs:
+        raise click.UsageError("--env goes with a command after --")
+    rec = Record(id=job_id or "", kind=kind, spec=raw_json(spec or "{}", "--spec"), progress=Progress(total=total))
+    if kind == SHELL:
+        from ..shell import parse
+
+        parse(rec.spec, job_id or "")
     if requires:
         rec.requires = requires.split(",")
     scheduled = any(value is not None for value in (retries, retry_intervals, no_retry_on, pipeline, stage, not_before))
@@ -132,7 +200,12 @@ def submit(
             by=by or default_by(),
         )
     store = state.store()
-    new_id = store.submit(rec)
+    try:
+        new_id = store.submit(rec)
+    except Exists:
+        if not exists_ok:
+            raise
+        new_id = rec.id  # already there: the work is enqueued, and that job is left exactly as it is
     if state.json:
         render.out_json(render.job_json(store.load(new_id), state.now()))
     else:

@@ -23,7 +23,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from .. import ids, lock
-from ..errors import Invalid, JobError, LeaseExpired, LeaseHeld, NotFound, Refused, StaleEpoch, Terminal
+from ..errors import Exists, Invalid, JobError, LeaseExpired, LeaseHeld, NotFound, Refused, StaleEpoch, Terminal
 from ..record import (
     STATES,
     WANTS,
@@ -217,7 +217,8 @@ class FileStore:
         job_id = ids.check(record.id) if record.id else ids.mint()
         spec = record.spec
         if not isinstance(spec, dict) and not (isinstance(spec, Raw) and spec.text.startswith("{")):
-            raise Invalid("spec must be a JSON object", job_id)
+            # Named only when the caller chose the id: a minted one was never created.
+            raise Invalid("spec must be a JSON object", record.id)
         now = self.now()
         rec = record.replace(
             id=job_id,
@@ -238,7 +239,7 @@ class FileStore:
 
         def edit(current: bytes | None) -> bytes:
             if current is not None:
-                raise Invalid(f"job {job_id} already exists", job_id)
+                raise Exists(f"job {job_id} is already in the store", job_id)
             return data
 
         lock.change(self.path(job_id), edit)

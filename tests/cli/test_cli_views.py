@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
-from clitools import Jobctl
+from clitools import JOBCTL, Jobctl
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -89,3 +92,66 @@ def test_a_narrow_table_drops_low_value_columns_and_cuts_long_text(jobctl: Jobct
         assert "line two" not in text  # one line per row, cut with …
         assert all(len(line) <= width for line in text.splitlines())
     assert "…" in narrow
+
+
+# -- submit -- CMD (issue 8) ------------------------------------------------------------------------
+
+
+def test_submit_a_command_makes_a_shell_job_run_where_it_was_submitted(
+    jobctl: Jobctl, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    ran = jobctl("submit", "--env", "A=1", "--env", "B=x=y", "--", "./convert.sh", "in.mkv", "--fast")
+    assert ran.code == 0, ran.err
+    rec = jobctl.store().load(ran.text.strip())
+    assert rec.kind == "shell"
+    assert rec.spec == {"argv": ["./convert.sh", "in.mkv", "--fast"], "cwd": str(here), "env": {"A": "1", "B": "x=y"}}
+
+
+def test_a_submitted_command_runs_in_the_submitters_directory(jobctl: Jobctl, tmp_path: Path) -> None:
+    here = tmp_path / "here"
+    here.mkdir()
+    (here / "hello.sh").write_text('#!/bin/sh\necho "hello from $(pwd) $GREETING"\n')
+    (here / "hello.sh").chmod(0o755)
+    env = jobctl.subprocess_env()
+    argv = [JOBCTL, "submit", "--env", "GREETING=hi", "--", "./hello.sh"]
+    job = subprocess.run(argv, cwd=here, env=env, capture_output=True, check=True).stdout.decode().strip()
+    ran = subprocess.run([JOBCTL, "run", job], cwd=tmp_path, env=env, capture_output=True)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.decode() == f"hello from {here} hi\n"
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ('{"argv": "echo hi"}', "argv"),
+        ('{"argv": []}', "argv"),
+        ('{"argv": ["echo", 1]}', "argv"),
+        ('{"argv": ["echo"], "cwd": 3}', "cwd"),
+        ('{"argv": ["echo"], "env": {"A": 1}}', "env"),
+        ('{"argv": ["echo"], "timeout": 0}', "timeout"),
+        ('{"argv": ["echo"], "timeout": "9"}', "timeout"),
+    ],
+)
+def test_a_bad_shell_spec_is_refused_at_submit(jobctl: Jobctl, spec: str, field: str) -> None:
+    ran = jobctl("submit", "--kind", "shell", "--spec", spec)
+    assert ran.code == 9 and ran.out == b"", ran.err
+    assert ran.err.startswith("jobctl: invalid: ") and f'"{field}"' in ran.err and ran.err.count("\n") == 1
+    assert not list((jobctl.root / "jobs").glob("*.json"))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("submit", "--spec", "{}", "--", "true"),
+        ("submit", "--kind", "fetch", "--", "true"),
+        ("submit", "--env", "A=1", "--kind", "k"),
+        ("submit", "--env", "NOEQUALS", "--", "true"),
+        ("submit",),
+    ],
+)
+def test_submit_command_usage_errors(jobctl: Jobctl, args: tuple[str, ...]) -> None:
+    ran = jobctl(*args)
+    assert ran.code == 2, ran.err
