@@ -200,7 +200,11 @@ class _JsonText(_Text):
                 with open(text[1:], "rb") as fh:
                     return fh.read().decode("utf-8", "surrogateescape")
             except OSError as exc:
-                self.fail(f"cannot read {text[1:]}: {exc.strerror or exc}", param, ctx)
+                # One line, as for JSON that does not parse, not a screen of usage.
+                from ..errors import Invalid
+
+                flag = param.opts[0] if isinstance(param, click.Option) else "JSON"
+                raise Invalid(f"{flag}: cannot read {text[1:]}: {exc.strerror or exc}") from None
         return text
 
 
