@@ -20,7 +20,7 @@ from contextlib import contextmanager
 
 from .errors import Refused
 
-__all__ = ["change", "read", "sweep"]
+__all__ = ["change", "read", "remove", "sweep"]
 
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
@@ -136,6 +136,21 @@ def change(path: str, edit: Callable[[bytes | None], bytes]) -> bytes:
             raise
         _fsync_dir(os.path.dirname(path) or ".")
         return new
+
+
+def remove(path: str, check: Callable[[bytes], bool]) -> bool:
+    """Delete ``path`` under its lock if ``check(current bytes)`` agrees; True when it was removed.
+
+    The check runs on the bytes read under the lock, so nothing written since
+    the caller last looked is removed unseen. The lock file stays [JOB-L3].
+    """
+    with _locked(path):
+        current = read(path)
+        if current is None or not check(current):
+            return False
+        os.unlink(path)
+        _fsync_dir(os.path.dirname(path) or ".")
+        return True
 
 
 def sweep(path: str) -> int:

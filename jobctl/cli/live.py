@@ -229,16 +229,22 @@ def wait_code(records: list[Record], goal: str | None) -> int:
     help=f"Wait until each job is in STATE ({STATES_HELP}) or has ended.",
 )
 @click.option("--timeout", type=SECONDS, metavar="SECONDS", help="Give up after this long (exit 124).")
+@click.option(
+    "--fail-fast", is_flag=True, help="Return as soon as one job ends failed or cancelled, not waiting for the rest."
+)
 @common
 @pass_state
 @click.pass_context
-def wait(ctx: click.Context, state: State, ids: tuple[str, ...], goal: str | None, timeout: float | None) -> None:
+def wait(
+    ctx: click.Context, state: State, ids: tuple[str, ...], goal: str | None, timeout: float | None, fail_fast: bool
+) -> None:
     """Block until every job ID has ended (or reached --state); print `<id> <state>` as each settles.
 
     Exit 0 when every job is complete (or in the --state asked for); 11 when
     one failed, 12 when one was cancelled, 13 when one completed without being
     seen in the --state asked for; 124 on --timeout; 3 for an unknown id. On a
-    terminal, a progress bar a job.
+    terminal, a progress bar a job. With --fail-fast, the first job to end
+    failed or cancelled ends the wait at once with its code (11 or 12).
 
     \b
     Examples:
@@ -268,6 +274,13 @@ def wait(ctx: click.Context, state: State, ids: tuple[str, ...], goal: str | Non
                         render.out_json(render.job_json(rec, state.now()))
                     elif not screen.terminal:
                         render.out(f"{rec.id} {rec.state}")
+                    if fail_fast and rec.state in ("failed", "cancelled") and rec.state != goal:
+                        break
+            failing = [rec for rec in settled.values() if rec.state in ("failed", "cancelled") and rec.state != goal]
+            if fail_fast and failing:
+                settled = {rec.id: rec for rec in failing[:1]}
+                order = [failing[0].id]
+                break
             if screen.terminal:
                 fingerprint = "\n".join(render.watch_line(rec) for rec in latest.values())
                 if screen.live or fingerprint != drawn:

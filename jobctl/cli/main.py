@@ -452,6 +452,8 @@ LAZY: dict[str, tuple[str, str]] = {
     "worker": ("work", "worker"),
     "logs": ("work", "logs"),
     "pipeline": ("work", "pipeline"),
+    "retry": ("lifecycle", "retry"),
+    "gc": ("lifecycle", "gc"),
 }
 
 #: How ``jobctl --help`` groups the commands; anything unlisted goes under "Other".
@@ -459,8 +461,8 @@ SECTIONS: list[tuple[str, tuple[str, ...]]] = [
     ("Submit and look", ("submit", "show", "list", "orphans", "watch", "wait")),
     ("Hold a lease", ("claim", "progress", "checkpoint", "renew", "release", "finish")),
     ("Ask a holder", ("intent", "approve", "recall", "cancel")),
-    ("Do the work", ("run", "worker", "pipeline", "logs")),
-    ("Upkeep", ("sweep", "paths", "doctor", "help")),
+    ("Do the work", ("run", "worker", "pipeline", "logs", "retry")),
+    ("Upkeep", ("gc", "sweep", "paths", "doctor", "help")),
 ]
 
 

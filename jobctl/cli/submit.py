@@ -13,10 +13,18 @@ from ..record import Progress, Record, parse_time
 from . import render
 from .main import COUNT, JSON_TEXT, TEXT, JobCommand, State, common, default_by, pass_state, raw_json
 
-__all__ = ["submit", "parse_when"]
+__all__ = ["submit", "parse_when", "parse_duration"]
 
 _DELAY = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)\Z")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str, what: str) -> timedelta:
+    """A span of time: ``90``, ``90s``, ``15m``, ``2h``, ``7d``; ``invalid`` naming ``what`` otherwise."""
+    match = _DELAY.match(text.strip())
+    if match is None:
+        raise Invalid(f"{what}: {text!r} is not a duration (90s, 15m, 2h, 7d)")
+    return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
 
 
 def parse_when(text: str, now: datetime) -> datetime:

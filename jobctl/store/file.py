@@ -416,6 +416,22 @@ class FileStore:
 
     # -- maintenance -----------------------------------------------------------
 
+    def remove(self, job_id: str) -> bool:
+        """Delete an ended job's record under its lock; False when it is missing, unreadable or not ended.
+
+        The only deletion of a record jobctl does (``jobctl gc``): a terminal
+        record never changes again [JOB-T1], so once it is read ended under
+        the lock nobody else can be writing it. The lock file stays [JOB-L3].
+        """
+
+        def ended(data: bytes) -> bool:
+            try:
+                return decode(data, job_id).terminal
+            except JobError:
+                return False
+
+        return lock.remove(self.path(job_id), ended)
+
     def sweep(self, job_id: str | None = None) -> int:
         """Remove stale staging temporaries (of one record, or of all); return the count."""
         if job_id is not None:
