@@ -87,6 +87,8 @@ class Event:
     outcome: Outcome | None = None
 
     def line(self) -> str:
+        if not self.job_id and not self.kind and self.detail:
+            return f"{self.what}: {self.detail}"  # about the worker, not a job: "stopping: claiming nothing more"
         parts = [self.what]
         if self.job_id:
             parts.append(self.job_id)

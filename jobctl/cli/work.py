@@ -482,13 +482,23 @@ Example:
 @pass_state
 def pipeline(state: State, name: str) -> None:
     from .. import schedule
-    from ..errors import NotFound
+    from ..errors import JobError, NotFound
 
     store = state.store()
     listing = store.list()
     stages = schedule.pipeline_stages(listing, name, state.now())
     if not stages:
-        raise NotFound(f"no job belongs to pipeline {name}")
+        known: set[str] = set()
+        for rec in listing:
+            try:
+                membership = schedule.pipeline_of(rec)
+            except JobError:
+                continue
+            if membership is not None:
+                known.add(membership[0])
+        missing = NotFound(f"no such pipeline {name}: no job was submitted with --pipeline {name}")
+        missing.hint = f"the pipelines here: {', '.join(sorted(known))}" if known else "no job belongs to a pipeline"
+        raise missing
     if state.json:
         for stage in stages:
             render.out_json(

@@ -78,3 +78,37 @@ def test_an_unreadable_spec_file_is_one_line(jobctl: Jobctl, tmp_path: Path) -> 
     ran = jobctl("submit", "--kind", "k", "--spec", f"@{tmp_path / 'missing.json'}")
     assert ran.code == 9 and ran.out == b""
     assert ran.err.count("\n") == 1 and ran.err.startswith("jobctl: invalid: --spec: cannot read "), ran.err
+
+
+# -- the smaller things (issue 8) ------------------------------------------------------------------
+
+
+def test_a_command_typo_gets_a_suggestion(jobctl: Jobctl) -> None:
+    ran = jobctl("lst")
+    assert ran.code == 2 and "Did you mean 'list'?" in ran.err, ran.err
+    ran = jobctl("frobnicate")
+    assert ran.code == 2 and "No such command 'frobnicate'." in ran.err and "Did you mean" not in ran.err
+
+
+def test_an_unknown_pipeline_says_so(jobctl: Jobctl) -> None:
+    jobctl.submit("--pipeline", "nightly")
+    ran = jobctl("pipeline", "nighly")
+    assert ran.code == 3
+    assert ran.err == (
+        "jobctl: not_found: no such pipeline nighly: no job was submitted with --pipeline nighly; "
+        "the pipelines here: nightly\n"
+    )
+
+
+def test_paths_says_absent_default_without_nested_brackets(jobctl: Jobctl) -> None:
+    lines = dict(line.split("=", 1) for line in jobctl("paths").lines)
+    assert lines["worker.config"].endswith(" (absent, default)"), lines["worker.config"]
+    assert lines["worker.retry_intervals"].endswith(" (default, submit's default)")
+
+
+def test_a_stopping_worker_says_it_claims_nothing_more() -> None:
+    from jobctl.worker import Event
+
+    line = Event("stopping", detail="claiming nothing more; 0 job(s) to finish or stop").line()
+    assert line == "stopping: claiming nothing more; 0 job(s) to finish or stop"
+    assert Event("started", "j1", "shell", "attempt 1").line() == "started j1 kind=shell attempt 1"
