@@ -415,6 +415,10 @@ class Worker:
         if report.skip:
             self._skip[job_id] = time.monotonic() + max(self.poll_interval, 1.0)
         out = report.outcome
+        if out is not None and out.reason == "recall" and out.verdict is None:
+            # A recall asks for the lease back [JOB-I9]: the giver leaves the job
+            # alone for the recall's grace, so another worker can take it.
+            self._skip[job_id] = time.monotonic() + max(self._recall_grace(job_id), self.poll_interval, 1.0)
         if report.record is not None:
             board.note(report.record)
         elif out is not None and out.state in TERMINAL and out.verdict is None:
@@ -427,6 +431,16 @@ class Worker:
         if out is not None:
             self.summary.add("finished")
             self._report(out)
+
+    def _recall_grace(self, job_id: str) -> float:
+        """The grace the recall of ``job_id`` gave (``until - at``); 0 when it cannot be read."""
+        try:
+            recall = self.store.load(job_id).lease.recall
+        except (JobError, OSError):
+            return 0.0
+        if recall is None or recall.at is None or recall.until is None:
+            return 0.0
+        return max(0.0, (recall.until - recall.at).total_seconds())
 
     def _report(self, out: Outcome) -> None:
         if out.fenced:
