@@ -186,6 +186,29 @@ def log_files(store: RunStore, job_id: str) -> list[tuple[int, str]]:
     return out
 
 
+def _cut_short(path: str) -> str | None:
+    """Whether the log at ``path`` was left open by a holder that died: None if not, else what ends its last line.
+
+    A closed log ends with a ``--- jobctl: <how it ended> ---`` line; an empty
+    one was never started. Anything else -- output, or only the start line --
+    was cut short. The answer is ``"\\n"`` when the last line is unfinished.
+    """
+    try:
+        with open(path, "rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            if size == 0:
+                return None
+            handle.seek(max(0, size - 4096))
+            tail = handle.read()
+    except OSError:
+        return None
+    last = tail.rstrip(b"\n").rsplit(b"\n", 1)[-1]
+    closed = last.startswith(b"--- jobctl: ") and last.endswith(b" ---") and b", started " not in last
+    if closed and tail.endswith(b"\n"):
+        return None
+    return "" if tail.endswith(b"\n") else "\n"
+
+
 # -- the child's environment ----------------------------------------------------
 
 _CHILD_VARS = ("JOB_STORE", "JOB_ID", "JOB_EPOCH", "JOB_KIND", "JOB_WORK", "JOB_CHECKPOINT", "JOB_ATTEMPT")
@@ -544,6 +567,12 @@ class Run:
                 handle = open(path, "ab")  # noqa: SIM115 -- as above
         except OSError:
             return None  # no log beats no run: the output goes where the runner's goes
+        cut = _cut_short(path)
+        if cut is not None:
+            handle.write(
+                f"{cut}--- jobctl: cut short: its holder stopped without closing this log "
+                f"(its worker was killed?); adopted at epoch {self.epoch} by {self.owner} ---\n".encode()
+            )
         handle.write(
             f"--- jobctl: attempt {self.attempt}, epoch {self.epoch}, owner {self.owner}, "
             f"started {format_time(self.store.now())} ---\n".encode()

@@ -12,9 +12,10 @@ import subprocess
 import termios
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
-from clitools import JOBCTL, Jobctl, has_box
+from clitools import JOBCTL, REPO, Jobctl, has_box
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -218,3 +219,14 @@ def test_watch_filters_on_a_terminal(jobctl: Jobctl) -> None:
     assert code == 0, text
     seen = set(_visible_rows(text, states))
     assert seen == {job for job, state in states.items() if state in ("running", "pending")}, text
+
+
+def test_the_demo_prints_no_escape_codes_into_a_pipe_or_under_no_color(jobctl: Jobctl, tmp_path: Path) -> None:
+    """examples/demo.sh: bold headings on a terminal, plain ones into a pipe and under NO_COLOR."""
+    demo = str(REPO / "examples" / "demo.sh")
+    env = _env(jobctl, DEMO_STORE=str(tmp_path / "demo-store"), PATH=f"{Path(JOBCTL).parent}:{os.environ['PATH']}")
+    piped = subprocess.run(["sh", demo], env=env, capture_output=True, timeout=60)
+    assert piped.returncode == 0, piped.stderr
+    assert b"== submit a job" in piped.stdout and b"\x1b" not in piped.stdout + piped.stderr
+    code, output = in_pty(["sh", demo], {**env, "NO_COLOR": "1"}, deadline=60)
+    assert code == 0 and b"== submit a job" in output and b"\x1b" not in output
