@@ -74,8 +74,8 @@ def watch(
     """Follow jobs (all, those the filters choose, or the IDs given) until interrupted.
 
     On a terminal: a live table redrawn within a second of a change, fitted
-    to the screen: running jobs first, then pending and held ones, then
-    ended ones (each group oldest first). When the jobs do not all fit, the
+    to the screen: running jobs first, then pending and held ones (oldest
+    first), then ended ones (most recently ended first). When the jobs do not all fit, the
     rows at the end are left out and the caption says how many. Piped: first
     one line a job for the present, then one line for every visible change:
     `<id> kind=K state=S done=N total=T owner=O [error=E]`, or `<id> gone`

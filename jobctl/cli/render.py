@@ -420,15 +420,16 @@ class _Column:
 def _fit(columns: list[_Column], width: int) -> list[_Column]:
     """The columns that fit ``width`` and their widths: low-value columns go first, id and state stay.
 
-    A boxed table takes three cells a column (two of padding, one of rule)
-    and one more for the closing rule. Every kept column gets its least
+    A table without outer edges takes three cells a column beside its
+    contents (two of padding, one of rule) less three (no outer rules, no
+    outer padding). Every kept column gets its least
     width; what is left goes to the most valuable columns first, up to what
     their contents want.
     """
     kept = list(columns)
 
     def need(cols: list[_Column]) -> int:
-        return sum(c.least for c in cols) + 3 * len(cols) + 1
+        return sum(c.least for c in cols) + 3 * len(cols) - 3
 
     while need(kept) > width:
         droppable = [c for c in kept if c.drop is not None]
@@ -458,7 +459,8 @@ def _fit(columns: list[_Column], width: int) -> list[_Column]:
 def _fitted_table(columns: list[_Column], rows: int, width: int, **options: Any) -> Table:
     from rich.table import Table
 
-    table = Table(header_style="bold", **options)
+    # No outer edge: at 80 columns the four cells it costs are a column of data.
+    table = Table(header_style="bold", show_edge=False, pad_edge=False, **options)
     kept = _fit(columns, width)
     for col in kept:
         table.add_column(col.name, width=col.width, no_wrap=True, overflow="ellipsis")
@@ -525,7 +527,7 @@ def jobs_table(
 ) -> Table:
     """The people's view of a list of jobs, in the order given, fitted to ``width`` columns."""
     recs = list(records)
-    table = _fitted_table(_job_columns(recs, now, states), len(recs), width, show_edge=True)
+    table = _fitted_table(_job_columns(recs, now, states), len(recs), width)
     if not recs:
         table.caption = "no jobs"
     return table
@@ -618,19 +620,22 @@ class LiveTable:
             self._live.__exit__(None, None, None)
 
 
-#: Lines a watch table takes besides its rows: title, top rule, header, header rule, bottom rule,
-#: caption, and the line the cursor rests on below a live view.
-WATCH_FRAME = 7
+#: Lines a watch table takes besides its rows: title, header, header rule, caption, and the
+#: line the cursor rests on below a live view.
+WATCH_FRAME = 5
 
 
 def watch_table(records: Iterable[Record], now: datetime, title: str, width: int = 200, height: int = 0) -> Table:
-    """The live view of ``watch``: running jobs first, fitted to the screen.
+    """The live view of ``watch``: running jobs first, then pending, then the most recently ended.
 
     When there are more rows than ``height`` lines hold, the rows at the end
     (ended jobs first, then pending ones) are left out and the caption says
     how many; ``height`` 0 means no limit.
     """
-    recs = view_order(records)
+    ordered = view_order(records)
+    # Ended jobs most recently changed first: what just finished is what a watcher wants to see.
+    ended = sorted((r for r in ordered if r.terminal), key=lambda r: r.updated_at or ZERO_TIME, reverse=True)
+    recs = [r for r in ordered if not r.terminal] + ended
     shown = recs
     if height and len(recs) > max(1, height - WATCH_FRAME):
         shown = recs[: max(1, height - WATCH_FRAME)]

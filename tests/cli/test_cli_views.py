@@ -71,8 +71,8 @@ def test_ended_jobs_show_no_scheduling_residue(jobctl: Jobctl) -> None:
     _end(jobctl, waiting, "cancelled")
     pending = jobctl.submit("--after", first)
     ran = jobctl("list", terminal=True, env={"COLUMNS": "200", "NO_COLOR": "1"})
-    rows = {line.split("│")[1].strip(): line for line in ran.lines if line.startswith("│")}
-    assert "not before" not in rows[waiting] and first not in rows[waiting].split("│", 2)[2]
+    rows = {line.split("│")[0].strip(): line for line in ran.lines if "│" in line}
+    assert "not before" not in rows[waiting] and first not in rows[waiting].split("│", 1)[1]
     assert "waiting for" in rows[pending] or "after" in rows[pending]
 
 
