@@ -642,9 +642,9 @@ def watch_table(records: Iterable[Record], now: datetime, title: str, width: int
     table = _fitted_table(_job_columns(shown, now, None), len(shown), width, title=title, title_justify="left")
     hidden = recs[len(shown) :]
     if hidden:
-        ended = sum(1 for rec in hidden if rec.terminal)
-        parts = [f"{len(hidden) - ended} active"] if len(hidden) > ended else []
-        parts += [f"{ended} ended"] if ended else []
+        gone = sum(1 for rec in hidden if rec.terminal)
+        parts = [f"{len(hidden) - gone} active"] if len(hidden) > gone else []
+        parts += [f"{gone} ended"] if gone else []
         table.caption = f"{len(hidden)} more rows hidden ({', '.join(parts)})"
     elif not recs:
         table.caption = "no jobs yet"

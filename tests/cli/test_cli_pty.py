@@ -231,3 +231,12 @@ def test_the_demo_prints_no_escape_codes_into_a_pipe_or_under_no_color(jobctl: J
     assert b"== submit a job" in piped.stdout and b"\x1b" not in piped.stdout + piped.stderr
     _code, output = in_pty(["sh", demo], {**env, "NO_COLOR": "1"}, deadline=60)
     assert b"== submit a job" in output and b"\x1b" not in output
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_wait_shows_whole_ids_and_states(jobctl: Jobctl, columns: int) -> None:
+    states = _mixed_store(jobctl, running=0, pending=0, ended=4)
+    code, output = in_pty([JOBCTL, "wait", *states], _env(jobctl, NO_COLOR="1"), columns=columns)
+    text = output.decode(errors="replace")
+    assert code == 11, text  # two of them failed
+    assert set(_visible_rows(text, states)) == set(states), text
