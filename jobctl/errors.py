@@ -3,7 +3,7 @@
 The class is the contract; the message is not. Each class carries the verdict
 word that transcripts and the command line print (the newest upstream spelling,
 with underscores) and the process exit code the command line maps it to. Codes
-are distinct per class and never 0, 1 or 2: 1 is "some other failure" (an
+are distinct per class and never 0, 1 or 2 (11 to 13 are ``wait``'s): 1 is "some other failure" (an
 unreadable store, a partial listing) and 2 is a usage error, as upstream.
 """
 
@@ -18,6 +18,7 @@ __all__ = [
     "Terminal",
     "UnknownSchema",
     "Invalid",
+    "Exists",
     "Refused",
     "Untrusted",
     "WriteFailed",
@@ -115,6 +116,19 @@ class Invalid(JobError):
     exit_code = 9
 
 
+class Exists(Invalid):
+    """A job with the id asked for is already in the store (``submit --id``).
+
+    An ``Invalid`` to a caller that catches that (the contract's verdict for
+    a duplicate id), with a code of its own so a producer run twice can tell
+    "already submitted" from "malformed" without parsing stderr.
+    """
+
+    verdict = "exists"
+    legacy = "exists"
+    exit_code = 15
+
+
 class Refused(JobError):
     """Everything else the store turns down: a blank owner, a re-entrant lock, I/O."""
 
@@ -146,7 +160,7 @@ class WriteFailed(Refused):
 
 
 VERDICTS: dict[str, type[JobError]] = {}
-for _cls in (NotFound, LeaseHeld, StaleEpoch, LeaseExpired, Terminal, UnknownSchema, Invalid, Refused):
+for _cls in (NotFound, LeaseHeld, StaleEpoch, LeaseExpired, Terminal, UnknownSchema, Invalid, Exists, Refused):
     VERDICTS[_cls.verdict] = _cls
     VERDICTS[_cls.legacy] = _cls
 

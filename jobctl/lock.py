@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from . import fsio
 from .errors import Refused
 
-__all__ = ["change", "read", "sweep"]
+__all__ = ["change", "read", "remove", "sweep"]
 
 # Locks this process holds, by thread: taking one again inside its own edit
 # would deadlock on flock. (_thread, not threading: this is on every start-up.)
@@ -141,6 +141,22 @@ def change(at: fsio.Dir, name: str, edit: Callable[[bytes | None], bytes], job_i
             raise
         fsio.fsync_dir(at)
         return new
+
+
+def remove(at: fsio.Dir, name: str, check: Callable[[bytes], bool], job_id: str = "") -> bool:
+    """Delete record ``name`` in ``at`` under its lock if ``check(current bytes)`` agrees; True when removed.
+
+    The check runs on the bytes read under the lock, so nothing written since
+    the caller last looked is removed unseen. The lock file stays [JOB-L3]:
+    an upstream writer waiting on it knows nothing of a new inode.
+    """
+    with _locked(at, name, job_id):
+        current = read(at, name, job_id)
+        if current is None or not check(current):
+            return False
+        fsio.unlink(at, name)
+        fsio.fsync_dir(at)
+        return True
 
 
 def sweep(at: fsio.Dir, name: str, job_id: str = "") -> int:

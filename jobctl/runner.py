@@ -133,30 +133,12 @@ class Command:
 Processor = Callable[[Record], Command]
 
 
-def _str_list(value: Any) -> bool:
-    return isinstance(value, list) and all(isinstance(v, str) for v in value)
-
-
 def shell_command(rec: Record) -> Command:
     """The ``shell`` kind: ``argv`` (non-empty list of strings), ``cwd``, ``env`` (strings), ``timeout`` (seconds)."""
-    spec = rec.spec
-    if not isinstance(spec, dict):
-        raise Invalid("a shell job's spec must be an object with argv", rec.id)
-    argv = spec.get("argv")
-    if not _str_list(argv) or not argv:
-        raise Invalid('a shell job\'s spec needs "argv": a non-empty list of strings', rec.id)
-    cwd = spec.get("cwd")
-    if cwd is not None and (not isinstance(cwd, str) or not cwd):
-        raise Invalid('"cwd" must be a directory path', rec.id)
-    env = spec.get("env", {})
-    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
-        raise Invalid('"env" must be an object of strings', rec.id)
-    timeout = spec.get("timeout")
-    if timeout is not None and (
-        isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf
-    ):
-        raise Invalid('"timeout" must be a positive number of seconds', rec.id)
-    return Command(list(argv), cwd, dict(env), None if timeout is None else float(timeout))
+    from .shell import parse
+
+    spec = parse(rec.spec, rec.id)
+    return Command(spec.argv, spec.cwd, spec.env, spec.timeout)
 
 
 def handler_command(command_line: str) -> Processor:
@@ -290,6 +272,27 @@ def log_size(store: RunStore, job_id: str, attempt: int) -> int | None:
         return os.fstat(fd).st_size
     finally:
         os.close(fd)
+
+
+def _cut_short(store: RunStore, job_id: str, attempt: int) -> str | None:
+    """Whether attempt ``attempt``'s log was left open by a holder that died: None if not, else what ends its last line.
+
+    A closed log ends with a ``--- jobctl: <how it ended> ---`` line; an empty
+    one was never started. Anything else -- output, or only the start line --
+    was cut short. The answer is ``"\\n"`` when the last line is unfinished.
+    """
+    try:
+        size = log_size(store, job_id, attempt)
+        if not size:
+            return None
+        tail = log_read(store, job_id, attempt, max(0, size - 4096)) or b""
+    except (OSError, JobError):
+        return None
+    last = tail.rstrip(b"\n").rsplit(b"\n", 1)[-1]
+    closed = last.startswith(b"--- jobctl: ") and last.endswith(b" ---") and b", started " not in last
+    if closed and tail.endswith(b"\n"):
+        return None
+    return "" if tail.endswith(b"\n") else "\n"
 
 
 # -- the child's environment ----------------------------------------------------
@@ -798,6 +801,12 @@ class Run:
             # No log beats no run (the output goes where the runner's goes); a
             # link planted at the log's name is refused, never followed.
             return None
+        cut = _cut_short(self.store, self.job_id, self.attempt)
+        if cut is not None:
+            handle.write(
+                f"{cut}--- jobctl: cut short: its holder stopped without closing this log "
+                f"(its worker was killed?); adopted at epoch {self.epoch} by {self.owner} ---\n".encode()
+            )
         handle.write(
             f"--- jobctl: attempt {self.attempt}, epoch {self.epoch}, owner {self.owner}, "
             f"started {format_time(self.store.now())} ---\n".encode()

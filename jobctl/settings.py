@@ -283,7 +283,7 @@ class Settings:
 
     def describe(self) -> list[tuple[str, str, str]]:
         """``(name, value, source)`` rows for ``jobctl paths``: the config file first, then every setting."""
-        rows = [("config", self.config, f"{self.config_state} ({self.config_source})")]
+        rows = [("config", self.config, f"{self.config_state}, {self.config_source}")]  # one level of brackets
         for spec in SETTINGS:
             setting = self.values[spec.name]
             rows.append((spec.name, setting.text(), setting.source))
@@ -291,7 +291,7 @@ class Settings:
             setting = self.handlers[kind]
             rows.append((f"handler {kind}", str(setting.value), setting.source))
         rows.append(
-            ("retry_intervals", self.retry_intervals.text(), self.retry_intervals.source + " (submit's default)")
+            ("retry_intervals", self.retry_intervals.text(), self.retry_intervals.source + ", submit's default")
         )
         return rows
 

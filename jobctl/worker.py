@@ -91,6 +91,8 @@ class Event:
     outcome: Outcome | None = None
 
     def line(self) -> str:
+        if not self.job_id and not self.kind and self.detail:
+            return f"{self.what}: {self.detail}"  # about the worker, not a job: "stopping: claiming nothing more"
         parts = [self.what]
         if self.job_id:
             parts.append(self.job_id)
@@ -423,6 +425,10 @@ class Worker:
         if report.skip:
             self._skip[job_id] = math.inf if report.forever else time.monotonic() + max(self.poll_interval, 1.0)
         out = report.outcome
+        if out is not None and out.reason == "recall" and out.verdict is None:
+            # A recall asks for the lease back [JOB-I9]: the giver leaves the job
+            # alone for the recall's grace, so another worker can take it.
+            self._skip[job_id] = time.monotonic() + max(self._recall_grace(job_id), self.poll_interval, 1.0)
         if report.record is not None:
             board.note(report.record)
         elif out is not None and out.state in TERMINAL and out.verdict is None:
@@ -435,6 +441,16 @@ class Worker:
         if out is not None:
             self.summary.add("finished")
             self._report(out)
+
+    def _recall_grace(self, job_id: str) -> float:
+        """The grace the recall of ``job_id`` gave (``until - at``); 0 when it cannot be read."""
+        try:
+            recall = self.store.load(job_id).lease.recall
+        except (JobError, OSError):
+            return 0.0
+        if recall is None or recall.at is None or recall.until is None:
+            return 0.0
+        return max(0.0, (recall.until - recall.at).total_seconds())
 
     def _report(self, out: Outcome) -> None:
         if out.fenced:

@@ -6,12 +6,26 @@ stopped is not the process doing it [JOB-I3].
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from .. import limits
 from ..record import WANTS, Record
 from . import render
-from .main import COUNT, TEXT, JobCommand, State, by_option, common, default_by, job_id_argument, pass_state, seconds
+from .main import (
+    COUNT,
+    TEXT,
+    JobCommand,
+    State,
+    by_option,
+    common,
+    complete_ids,
+    default_by,
+    job_id_argument,
+    pass_state,
+    seconds,
+)
 
 __all__ = ["intent", "approve", "recall", "cancel"]
 
@@ -23,8 +37,19 @@ def _emit(state: State, rec: Record, line: str) -> None:
         render.out(line)
 
 
+def _complete_intent(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    """The first word is a job id (or, with $JOB_ID set, already the intent); after it, run, pause or cancel."""
+    from click.shell_completion import CompletionItem
+
+    given = ctx.params.get("args") or ()
+    wants = [CompletionItem(w) for w in WANTS if w.startswith(incomplete)]
+    if given:
+        return wants if len(given) == 1 else []
+    return complete_ids(ctx, param, incomplete) + wants
+
+
 @click.command(cls=JobCommand, short_help="Say what should happen to a job: run, pause or cancel.")
-@click.argument("args", nargs=-1, metavar="[ID] run|pause|cancel")
+@click.argument("args", nargs=-1, metavar="[ID] run|pause|cancel", shell_complete=_complete_intent)
 @by_option
 @common
 @pass_state

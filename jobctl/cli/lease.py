@@ -89,6 +89,9 @@ def _claim_next(state: State, owner: str, ttl: float, kinds: tuple[str, ...]) ->
     show_default=True,
     help="line: `epoch=N state=S checkpoint=C`; env: JOB_ID=… JOB_EPOCH=… for eval; json: as --json.",
 )
+@click.option(
+    "--quiet", "-q", is_flag=True, help="With --next: nothing runnable exits 3 and prints nothing (errors still print)."
+)
 @common
 @pass_state
 @click.pass_context
@@ -101,6 +104,7 @@ def claim(
     owner: str | None,
     ttl: float,
     fmt: str,
+    quiet: bool,
 ) -> None:
     """Take the lease of job ID (or, with --next, of the oldest runnable orphan).
 
@@ -110,12 +114,13 @@ def claim(
 
     With --next, the job is the oldest orphan whose dependencies are
     complete, whose not-before time has passed and that is not paused; the
-    line starts with its id. Nothing runnable exits 3 (not_found).
+    line starts with its id. Nothing runnable exits 3 (not_found); with -q
+    it says nothing, so cron mails only real errors.
 
     \b
     Examples:
       jobctl claim 1787202430967-a752f9a9c2c77b123ffd --owner "$HOSTNAME" --ttl 60
-      vars=$(jobctl claim --next --kind backup --format env) || exit 0
+      vars=$(jobctl claim --next -q --kind backup --format env) || exit 0
       eval "export $vars"
     """
     from_env = ctx.get_parameter_source("job_id") == click.core.ParameterSource.ENVIRONMENT
@@ -128,8 +133,15 @@ def claim(
         if kind:
             raise click.UsageError("--kind only narrows --next")
     who = owner or default_by()
+    if quiet and not take_next:
+        raise click.UsageError("-q/--quiet goes with --next")
     if take_next:
-        rec = _claim_next(state, who, ttl, kind)
+        try:
+            rec = _claim_next(state, who, ttl, kind)
+        except NothingToClaim:
+            if not quiet:
+                raise
+            ctx.exit(NothingToClaim.exit_code)
     else:
         assert job_id is not None
         rec = state.lease_store(ttl).claim(job_id, who, ttl)

@@ -100,6 +100,7 @@ HINTS: dict[str, str] = {
     "terminal": "submit a new job if the work must run again",
     "unknown_schema": "a newer implementation wrote it; leave it for a reader that understands it",
     "invalid": "fix the request (jobctl COMMAND --help shows what each command takes)",
+    "exists": "nothing was changed (submit --exists-ok treats this as done)",
     "refused": "nothing was changed; fix the cause and try again",
 }
 
@@ -242,7 +243,11 @@ class _JsonText(_Text):
                 with open(text[1:], "rb") as fh:
                     return fh.read().decode("utf-8", "surrogateescape")
             except OSError as exc:
-                self.fail(f"cannot read {text[1:]}: {exc.strerror or exc}", param, ctx)
+                # One line, as for JSON that does not parse, not a screen of usage.
+                from ..errors import Invalid
+
+                flag = param.opts[0] if isinstance(param, click.Option) else "JSON"
+                raise Invalid(f"{flag}: cannot read {text[1:]}: {exc.strerror or exc}") from None
         return text
 
 
@@ -542,6 +547,8 @@ LAZY: dict[str, tuple[str, str]] = {
     "worker": ("work", "worker"),
     "logs": ("work", "logs"),
     "pipeline": ("work", "pipeline"),
+    "retry": ("lifecycle", "retry"),
+    "gc": ("lifecycle", "gc"),
 }
 
 #: How ``jobctl --help`` groups the commands; anything unlisted goes under "Other".
@@ -549,8 +556,8 @@ SECTIONS: list[tuple[str, tuple[str, ...]]] = [
     ("Submit and look", ("submit", "show", "list", "orphans", "watch", "wait")),
     ("Hold a lease", ("claim", "progress", "checkpoint", "renew", "release", "finish")),
     ("Ask a holder", ("intent", "approve", "recall", "cancel")),
-    ("Do the work", ("run", "worker", "pipeline", "logs")),
-    ("Upkeep", ("sweep", "paths", "doctor", "help")),
+    ("Do the work", ("run", "worker", "pipeline", "logs", "retry")),
+    ("Upkeep", ("gc", "sweep", "paths", "doctor", "help")),
 ]
 
 
@@ -574,6 +581,19 @@ class JobGroup(click.Group):
         module = importlib.import_module(f"{__package__}.{spec[0]}")
         command: click.Command = getattr(module, spec[1])
         return command
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """As click's, but an unknown command gets a suggestion (`lst` -> `list`), as an unknown option does."""
+        name = click.utils.make_str(args[0])
+        if self.get_command(ctx, name) is None and not name.startswith("-") and not ctx.resilient_parsing:
+            import difflib
+
+            close = difflib.get_close_matches(name, self.list_commands(ctx), n=3, cutoff=0.6)
+            hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            ctx.fail(f"No such command {name!r}.{hint}")
+        return super().resolve_command(ctx, args)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         names = self.list_commands(ctx)
@@ -599,7 +619,7 @@ class JobGroup(click.Group):
         except JobError as exc:
             if state.debug:
                 _traceback()
-            click.echo(refusal_line(exc), err=True)
+            click.echo(refusal_line(exc, ctx.invoked_subcommand), err=True)
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt:
             click.echo("", err=True)
@@ -635,10 +655,14 @@ def _traceback() -> None:
     traceback.print_exc(file=sys.stderr)
 
 
-def refusal_line(exc: JobError) -> str:
-    """``jobctl: <verdict>: <what and which job>; <what to do next>`` -- one line."""
+def refusal_line(exc: JobError, command: str | None = None) -> str:
+    """``jobctl: <verdict>: <what and which job>; <what to do next>`` -- one line.
+
+    ``command`` is the command that ran, so the advice names its real help.
+    """
     message = " ".join(str(exc).split()) or exc.verdict.replace("_", " ")
     hint = str(getattr(exc, "hint", "") or HINTS.get(exc.verdict, "")).replace("{id}", exc.job_id or "ID")
+    hint = hint.replace("COMMAND", command or "COMMAND")
     return f"jobctl: {exc.verdict}: {message}; {hint}" if hint else f"jobctl: {exc.verdict}: {message}"
 
 

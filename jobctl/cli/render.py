@@ -331,7 +331,10 @@ def _lease(rec: Record, now: datetime, too_long: bool = False) -> str:
     return "lapsed " + relative(lease.expires_at, now)
 
 
-def _waits(info: Mapping[str, Any]) -> str:
+def _waits(rec: Record, info: Mapping[str, Any]) -> str:
+    """What a job still waits for; nothing for an ended job, whose scheduling is history."""
+    if rec.terminal:
+        return ""
     parts = []
     blocked = info.get("blocked")
     if blocked and blocked["reason"] == "held":
@@ -345,57 +348,207 @@ def _waits(info: Mapping[str, Any]) -> str:
     return "; ".join(parts)
 
 
+# -- which rows, in which order, and which columns fit ------------------------------
+
+
+def view_rank(rec: Record) -> int:
+    """Running (and transferred) jobs first, then pending ones (held included), then ended ones."""
+    if rec.terminal:
+        return 2
+    return 0 if rec.state in ("running", "transferred") else 1
+
+
+def by_creation(records: Iterable[Record], newest: bool = False) -> list[Record]:
+    """Oldest first by creation time, then id (so ``fetch-2`` comes before ``fetch-10`` when it was made first)."""
+    recs = sorted(records, key=lambda r: (r.created_at or ZERO_TIME, r.id))
+    return recs[::-1] if newest else recs
+
+
+def view_order(records: Iterable[Record], newest: bool = False) -> list[Record]:
+    """Active jobs before ended ones (:func:`view_rank`); each group by creation (:func:`by_creation`)."""
+    return sorted(by_creation(records, newest), key=view_rank)  # sorted() is stable: creation order stays
+
+
+def one_line(text: str) -> str:
+    """Text made one line: every run of whitespace (newlines too) becomes one space."""
+    return " ".join(text.split())
+
+
+#: The narrowest a column of free text is cut to (with …) before it is dropped instead.
+SHRUNK = 8
+#: The widest progress bar drawn.
+BAR = 16
+
+
+class _Column:
+    """One column of a fitted table: its cells as plain text, how far it may shrink, when it goes.
+
+    ``drop`` orders the columns that may be left out when the terminal is
+    narrow (lowest goes first); None means never (id and state). A ``shrink``
+    column is cut to one line with … rather than wrapped.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        texts: list[str],
+        drop: int | None,
+        shrink: bool = False,
+        styles: list[str] | None = None,
+        bars: list[tuple[int, int]] | None = None,
+    ) -> None:
+        from rich.cells import cell_len
+
+        self.name = name
+        self.texts = texts
+        self.drop = drop
+        self.styles = styles
+        self.bars = bars
+        text_width = max([cell_len(name), *(cell_len(t) for t in texts)])
+        self.least = min(text_width, max(cell_len(name), SHRUNK)) if shrink else text_width
+        self.text_width = self.natural = text_width
+        if bars and any(total for _, total in bars):
+            self.natural = text_width + 1 + BAR
+        self.width = self.least
+
+    def cell(self, row: int) -> RenderableType:
+        from rich.progress_bar import ProgressBar
+        from rich.table import Table
+        from rich.text import Text
+
+        text = Text(self.texts[row], style=self.styles[row] if self.styles else "")
+        if self.bars is None:
+            return text
+        done, total = self.bars[row]
+        room = self.width - len(self.texts[row]) - 1
+        if not total or room < 4:
+            return text
+        grid = Table.grid(padding=(0, 1))
+        text.stylize("dim")
+        grid.add_row(ProgressBar(total=total, completed=min(done, total), width=min(room, BAR)), text)
+        return grid
+
+
+def _fit(columns: list[_Column], width: int) -> list[_Column]:
+    """The columns that fit ``width`` and their widths: low-value columns go first, id and state stay.
+
+    A table without outer edges takes three cells a column beside its
+    contents (two of padding, one of rule) less three (no outer rules, no
+    outer padding). Every kept column gets its least
+    width; what is left goes to the most valuable columns first, up to what
+    their contents want.
+    """
+    kept = list(columns)
+
+    def need(cols: list[_Column]) -> int:
+        return sum(c.least for c in cols) + 3 * len(cols) - 3
+
+    while need(kept) > width:
+        droppable = [c for c in kept if c.drop is not None]
+        if not droppable:
+            break
+        kept.remove(min(droppable, key=lambda c: c.drop or 0))
+    slack = max(0, width - need(kept))
+    for col in kept:
+        col.width = col.least
+    # One cell at a time to each column that wants more, most valuable first,
+    # so a long error does not starve the waits beside it; the progress bars,
+    # decoration, get what the text leaves.
+    for goal in ("text_width", "natural"):
+        hungry = [c for c in sorted(kept, key=lambda c: -1 if c.drop is None else -c.drop - 1)]
+        hungry = [c for c in hungry if getattr(c, goal) > c.width]
+        while slack and hungry:
+            for col in list(hungry):
+                if not slack:
+                    break
+                col.width += 1
+                slack -= 1
+                if col.width >= getattr(col, goal):
+                    hungry.remove(col)
+    return kept
+
+
+def _fitted_table(columns: list[_Column], rows: int, width: int, **options: Any) -> Table:
+    from rich.table import Table
+
+    # No outer edge: at 80 columns the four cells it costs are a column of data.
+    table = Table(header_style="bold", show_edge=False, pad_edge=False, **options)
+    kept = _fit(columns, width)
+    for col in kept:
+        table.add_column(col.name, width=col.width, no_wrap=True, overflow="ellipsis")
+    for row in range(rows):
+        table.add_row(*(col.cell(row) for col in kept))
+    return table
+
+
+def _progress_text(rec: Record) -> str:
+    done, total = rec.progress.done, rec.progress.total
+    if total:
+        return f"{done}/{total}"
+    return str(done) if done else "-"
+
+
+def _job_columns(
+    recs: list[Record], now: datetime, states: Mapping[str, str] | None, long_leases: Collection[str] = ()
+) -> list[_Column]:
+    """Every column a job table may show; optional ones only when some job fills them.
+
+    Left out first when narrow: intent, recall, updated, owner, attempt,
+    stage, lease, waits, done, kind, error; free text is cut to one line
+    with … before its column is left out. Never: id and state.
+    """
+    infos = [scheduling(rec, states, now) for rec in recs]
+    waits = [one_line(_waits(rec, info)) for rec, info in zip(recs, infos, strict=True)]
+    cols = [
+        _Column("id", [rec.id for rec in recs], None),
+        _Column("kind", [rec.kind for rec in recs], 10, shrink=True),
+        _Column("state", [rec.state for rec in recs], None, styles=[_STATE_STYLE.get(rec.state, "") for rec in recs]),
+        _Column(
+            "done",
+            [_progress_text(rec) for rec in recs],
+            9,
+            bars=[(rec.progress.done, rec.progress.total) for rec in recs],
+        ),
+        _Column("owner", [rec.lease.owner or "-" for rec in recs], 4, shrink=True),
+        _Column("lease", [_lease(rec, now, rec.id in long_leases) for rec in recs], 7),
+    ]
+    if any(rec.want != "run" for rec in recs):
+        cols.append(_Column("intent", [rec.want if rec.want != "run" else "" for rec in recs], 1))
+    if any(rec.lease.recall is not None for rec in recs):
+        recalls = []
+        for rec in recs:
+            recall = rec.lease.recall
+            recalls.append("" if recall is None else one_line(f"{recall.reason} (until {relative(recall.until, now)})"))
+        cols.append(_Column("recall", recalls, 2, shrink=True))
+    if any(info["attempt"] > 1 for info in infos):
+        cols.append(_Column("attempt", [str(info["attempt"]) for info in infos], 5))
+    if any(waits):
+        cols.append(_Column("waits", waits, 8, shrink=True))
+    if any(info["pipeline"] for info in infos):
+        stages = [
+            f"{info['pipeline']}/{info['stage'] or rec.kind}" if info["pipeline"] else ""
+            for rec, info in zip(recs, infos, strict=True)
+        ]
+        cols.append(_Column("stage", stages, 6, shrink=True))
+    if any(rec.error for rec in recs):
+        cols.append(_Column("error", [one_line(rec.error) for rec in recs], 11, shrink=True))
+    cols.append(_Column("updated", [relative(rec.updated_at, now) for rec in recs], 3))
+    return cols
+
+
 def jobs_table(
     records: Iterable[Record],
     now: datetime,
     states: Mapping[str, str] | None = None,
+    width: int = 200,
     long_leases: Collection[str] = (),
 ) -> Table:
-    """The people's view of a list of jobs; optional columns appear only when some job fills them.
+    """The people's view of a list of jobs, in the order given, fitted to ``width`` columns.
 
     A lease in ``long_leases`` (further ahead than max_ttl) says so in its cell.
     """
-    from rich.table import Table
-
     recs = list(records)
-    infos = [scheduling(rec, states, now) for rec in recs]
-    table = Table(show_edge=True, header_style="bold")
-    table.add_column("id", no_wrap=True)
-    table.add_column("kind")
-    table.add_column("state")
-    table.add_column("progress", no_wrap=True)
-    table.add_column("owner")
-    table.add_column("lease", no_wrap=True)
-    extra = {
-        "intent": any(rec.want != "run" for rec in recs),
-        "recall": any(rec.lease.recall is not None for rec in recs),
-        "attempt": any(info["attempt"] > 1 for info in infos),
-        "waits": any(_waits(info) for info in infos),
-        "stage": any(info["pipeline"] for info in infos),
-        "error": any(rec.error for rec in recs),
-    }
-    for name, shown in extra.items():
-        if shown:
-            table.add_column(name)
-    table.add_column("updated", no_wrap=True)
-    for rec, info in zip(recs, infos, strict=True):
-        lease = _lease(rec, now, rec.id in long_leases)
-        row: list[RenderableType] = [rec.id, rec.kind, _state(rec), _bar(rec), rec.lease.owner or "-", lease]
-        if extra["intent"]:
-            row.append(rec.want if rec.want != "run" else "")
-        if extra["recall"]:
-            recall = rec.lease.recall
-            row.append("" if recall is None else f"{recall.reason} (until {relative(recall.until, now)})")
-        if extra["attempt"]:
-            row.append(str(info["attempt"]))
-        if extra["waits"]:
-            row.append(_waits(info))
-        if extra["stage"]:
-            row.append(f"{info['pipeline']}/{info['stage'] or rec.kind}" if info["pipeline"] else "")
-        if extra["error"]:
-            row.append(rec.error)
-        row.append(relative(rec.updated_at, now))
-        table.add_row(*row)
+    table = _fitted_table(_job_columns(recs, now, states, long_leases), len(recs), width)
     if not recs:
         table.caption = "no jobs"
     return table
@@ -408,7 +561,8 @@ def print_jobs(
     states: Mapping[str, str] | None,
     long_leases: Collection[str] = (),
 ) -> None:
-    screen.console().print(jobs_table(records, now, states, long_leases))
+    console = screen.console()
+    console.print(jobs_table(records, now, states, console.width, long_leases))
 
 
 def print_job(
@@ -495,43 +649,55 @@ class LiveTable:
             self._live.__exit__(None, None, None)
 
 
-def watch_table(records: Iterable[Record], now: datetime, title: str) -> Table:
-    """The live view of ``watch``: id, kind, state, progress, owner, lease left, intent, recall."""
-    from rich.table import Table
+#: Lines a watch table takes besides its rows: title, header, header rule, caption, and the
+#: line the cursor rests on below a live view.
+WATCH_FRAME = 5
 
-    table = Table(title=title, header_style="bold", title_justify="left")
-    for name in ("id", "kind", "state", "progress", "owner", "lease", "intent", "recall"):
-        table.add_column(name, no_wrap=name in ("id", "lease"))
-    count = 0
-    for rec in records:
-        count += 1
-        recall = rec.lease.recall
-        table.add_row(
-            rec.id,
-            rec.kind,
-            _state(rec),
-            _bar(rec),
-            rec.lease.owner or "-",
-            _lease(rec, now),
-            rec.want if rec.want != "run" else "",
-            "" if recall is None else f"{recall.reason} (until {relative(recall.until, now)})",
-        )
-    if not count:
+
+def watch_table(records: Iterable[Record], now: datetime, title: str, width: int = 200, height: int = 0) -> Table:
+    """The live view of ``watch``: running jobs first, then pending, then the most recently ended.
+
+    When there are more rows than ``height`` lines hold, the rows at the end
+    (ended jobs first, then pending ones) are left out and the caption says
+    how many; ``height`` 0 means no limit.
+    """
+    ordered = view_order(records)
+    # Ended jobs most recently changed first: what just finished is what a watcher wants to see.
+    ended = sorted((r for r in ordered if r.terminal), key=lambda r: r.updated_at or ZERO_TIME, reverse=True)
+    recs = [r for r in ordered if not r.terminal] + ended
+    shown = recs
+    if height and len(recs) > max(1, height - WATCH_FRAME):
+        shown = recs[: max(1, height - WATCH_FRAME)]
+    table = _fitted_table(_job_columns(shown, now, None), len(shown), width, title=title, title_justify="left")
+    hidden = recs[len(shown) :]
+    if hidden:
+        gone = sum(1 for rec in hidden if rec.terminal)
+        parts = [f"{len(hidden) - gone} active"] if len(hidden) > gone else []
+        parts += [f"{gone} ended"] if gone else []
+        table.caption = f"{len(hidden)} more rows hidden ({', '.join(parts)})"
+    elif not recs:
         table.caption = "no jobs yet"
     return table
 
 
-def wait_table(records: Iterable[tuple[str, Record | None]], now: datetime, goal: str) -> Table:
+def wait_table(records: Iterable[tuple[str, Record | None]], now: datetime, goal: str, width: int = 200) -> Table:
     """The view of ``wait``: one progress bar a job, and whether it has settled."""
-    from rich.table import Table
-    from rich.text import Text
-
-    table = Table(title=f"waiting for {goal}", header_style="bold", title_justify="left")
-    for name in ("id", "state", "progress", "owner", "lease"):
-        table.add_column(name, no_wrap=True)
-    for job_id, rec in records:
-        if rec is None:
-            table.add_row(job_id, Text("missing", style="red"), "", "", "")
-            continue
-        table.add_row(job_id, _state(rec), _bar(rec), rec.lease.owner or "-", _lease(rec, now))
-    return table
+    pairs = list(records)
+    cols = [
+        _Column("id", [job_id for job_id, _ in pairs], None),
+        _Column(
+            "state",
+            ["missing" if rec is None else rec.state for _, rec in pairs],
+            None,
+            styles=["red" if rec is None else _STATE_STYLE.get(rec.state, "") for _, rec in pairs],
+        ),
+        _Column(
+            "done",
+            ["" if rec is None else _progress_text(rec) for _, rec in pairs],
+            3,
+            bars=[(0, 0) if rec is None else (rec.progress.done, rec.progress.total) for _, rec in pairs],
+        ),
+        _Column("owner", ["" if rec is None else rec.lease.owner or "-" for _, rec in pairs], 1, shrink=True),
+        _Column("lease", ["" if rec is None else _lease(rec, now) for _, rec in pairs], 2),
+    ]
+    return _fitted_table(cols, len(pairs), width, title=f"waiting for {goal}", title_justify="left")

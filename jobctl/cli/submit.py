@@ -2,21 +2,30 @@
 
 from __future__ import annotations
 
+import os
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import click
 
 from .. import limits
-from ..errors import Invalid
+from ..errors import Exists, Invalid
 from ..record import Progress, Record, parse_time
 from . import render
 from .main import COUNT, JSON_TEXT, TEXT, JobCommand, State, common, count, default_by, pass_state, raw_json
 
-__all__ = ["submit", "parse_when"]
+__all__ = ["submit", "parse_when", "parse_duration"]
 
 _DELAY = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)\Z")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str, what: str) -> timedelta:
+    """A span of time: ``90``, ``90s``, ``15m``, ``2h``, ``7d``; ``invalid`` naming ``what`` otherwise."""
+    match = _DELAY.match(text.strip())
+    if match is None:
+        raise Invalid(f"{what}: {text!r} is not a duration (90s, 15m, 2h, 7d)")
+    return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
 
 
 def parse_when(text: str, now: datetime) -> datetime:
@@ -42,14 +51,33 @@ def _codes(text: str) -> list[int]:
     return out
 
 
-@click.command(cls=JobCommand, short_help="Submit a job; print its id.")
-@click.option("--kind", type=TEXT, required=True, help="What the job is: who can read its spec.")
+def _env_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for pair in pairs:
+        name, eq, value = pair.partition("=")
+        if not eq or not name or "\0" in pair:
+            raise click.BadParameter(f"{pair!r} is not NAME=VALUE", param_hint="--env")
+        env[name] = value
+    return env
+
+
+@click.command(cls=JobCommand, short_help="Submit a job (or a command: submit -- CMD...); print its id.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- CMD...]")
+@click.option(
+    "--kind", type=TEXT, help="What the job is: who can read its spec. [default: shell with -- CMD; else required]"
+)
 @click.option(
     "--spec",
     type=JSON_TEXT,
-    default="{}",
-    show_default=True,
-    help="The job's spec: a JSON object, inline, @FILE, or - for stdin. Kept byte for byte.",
+    help="The job's spec: a JSON object, inline, @FILE, or - for stdin. Kept byte for byte. [default: {}]",
+)
+@click.option(
+    "--env",
+    "env_pairs",
+    multiple=True,
+    type=TEXT,
+    metavar="NAME=VALUE",
+    help="With -- CMD: set NAME in the command's environment (repeatable).",
 )
 @click.option(
     "--total",
@@ -61,7 +89,14 @@ def _codes(text: str) -> list[int]:
 )
 @click.option("--requires", type=TEXT, metavar="A,B", help="Capabilities an implementation must have, comma-separated.")
 @click.option(
-    "--id", "job_id", type=TEXT, metavar="ID", help="Use this id instead of minting one (refused if it exists)."
+    "--id",
+    "job_id",
+    type=TEXT,
+    metavar="ID",
+    help="Use this id instead of minting one (refused if it exists: exit 15).",
+)
+@click.option(
+    "--exists-ok", is_flag=True, help="With --id: when that job exists, print its id and exit 0, changing nothing."
 )
 @click.option("--hold", is_flag=True, help="Submit paused: nothing adopts it until `jobctl intent ID run`.")
 @click.option(
@@ -97,11 +132,14 @@ def _codes(text: str) -> list[int]:
 @pass_state
 def submit(
     state: State,
-    kind: str,
-    spec: str,
+    command: tuple[str, ...],
+    kind: str | None,
+    spec: str | None,
+    env_pairs: tuple[str, ...],
     total: int,
     requires: str | None,
     job_id: str | None,
+    exists_ok: bool,
     hold: bool,
     retries: int | None,
     retry_intervals: str | None,
@@ -120,15 +158,53 @@ def submit(
     --hold) are jobctl's own extension keys, carried untouched by every other
     implementation.
 
+    With words after --, a `shell` job runs them: its spec is
+    {"argv": [the words], "cwd": this directory, "env": {--env pairs}}, so a
+    relative command runs where it was submitted. A `shell` spec given with
+    --spec is checked here (argv a non-empty list of strings, cwd a string,
+    env an object of strings, timeout a positive number) and refused
+    `invalid` (exit 9) rather than failing later in a worker.
+
+    An --id that is already in the store is refused `exists` (exit 15);
+    with --exists-ok its id is printed and the exit is 0, so a producer that
+    runs twice enqueues the work once. The existing job is not compared
+    with this request, nor changed.
+
     \b
     Examples:
+      jobctl submit -- ./convert.sh in.mkv
+      jobctl submit --env LANG=C.UTF-8 --retries 2 -- make -C ~/site publish
       jobctl submit --kind download --spec '{"url": "https://example.com/a.iso"}'
       jobctl submit --kind report --spec @report.json --after "$FETCH_ID" --retries 3
+      jobctl submit --id "backup-$(date +%F)" --exists-ok -- ./backup.sh
       id=$(jobctl submit --kind backup --hold) && jobctl approve "$id"
     """
+    from ..shell import SHELL
+
     if stage and not pipeline:
         raise click.UsageError("--stage needs --pipeline")
-    rec = Record(id=job_id or "", kind=kind, spec=raw_json(spec, "--spec"), progress=Progress(total=total))
+    if exists_ok and not job_id:
+        raise click.UsageError("--exists-ok needs --id")
+    if command:
+        if spec is not None:
+            raise click.UsageError("give the command after -- or a --spec, not both")
+        if kind is not None and kind != SHELL:
+            raise click.UsageError(f"a command after -- makes a {SHELL} job, not --kind {kind}")
+        import json
+
+        body: dict[str, object] = {"argv": list(command), "cwd": os.getcwd()}
+        if env_pairs:
+            body["env"] = _env_pairs(env_pairs)
+        kind, spec = SHELL, json.dumps(body, ensure_ascii=False)
+    elif kind is None:
+        raise click.UsageError("give --kind (or a command after --)")
+    elif env_pairs:
+        raise click.UsageError("--env goes with a command after --")
+    rec = Record(id=job_id or "", kind=kind, spec=raw_json(spec or "{}", "--spec"), progress=Progress(total=total))
+    if kind == SHELL:
+        from ..shell import parse
+
+        parse(rec.spec, job_id or "")
     if requires:
         rec.requires = requires.split(",")
     scheduled = any(value is not None for value in (retries, retry_intervals, no_retry_on, pipeline, stage, not_before))
@@ -150,7 +226,12 @@ def submit(
             by=by or default_by(),
         )
     store = state.store()
-    new_id = store.submit(rec)
+    try:
+        new_id = store.submit(rec)
+    except Exists:
+        if not exists_ok:
+            raise
+        new_id = rec.id  # already there: the work is enqueued, and that job is left exactly as it is
     if state.json:
         render.out_json(render.job_json(store.load(new_id), state.now()))
     else:

@@ -98,6 +98,23 @@ def _print_records(
         click.get_current_context().exit(EXIT_FAILURE)
 
 
+def pipeline_filter(name: str | None) -> Callable[[Record], bool]:
+    """``--pipeline NAME``: whether a record belongs to pipeline NAME (a malformed membership does not)."""
+
+    def belongs(rec: Record) -> bool:
+        if name is None:
+            return True
+        from .. import schedule  # only a --pipeline filter pays for it
+
+        try:
+            membership = schedule.pipeline_of(rec)
+        except JobError:
+            return False
+        return membership is not None and membership[0] == name
+
+    return belongs
+
+
 @click.command("list", cls=JobCommand, short_help="List jobs, one line each.")
 @click.option("--kind", multiple=True, type=TEXT, metavar="K", help="Only jobs of kind K (repeatable).")
 @click.option(
@@ -108,14 +125,34 @@ def _print_records(
     metavar="STATE",
     help=f"Only jobs in STATE: {STATES_HELP} (repeatable).",
 )
+@click.option("--active", is_flag=True, help="Only jobs that have not ended (running, pending, held).")
+@click.option("--pipeline", type=TEXT, metavar="NAME", help="Only jobs of pipeline NAME.")
 @click.option("--owner", type=TEXT, help="Only jobs whose lease names this owner.")
 @click.option("--orphans", "only_orphans", is_flag=True, help="Only jobs nobody holds that a worker may adopt.")
+@click.option("--newest", is_flag=True, help="Newest first within each group.")
+@click.option("--limit", type=click.IntRange(min=1), metavar="N", help="At most N rows (the first N in this order).")
 @common
 @pass_state
 def list_jobs(
-    state: State, kind: tuple[str, ...], states: tuple[str, ...], owner: str | None, only_orphans: bool
+    state: State,
+    kind: tuple[str, ...],
+    states: tuple[str, ...],
+    active: bool,
+    pipeline: str | None,
+    owner: str | None,
+    only_orphans: bool,
+    newest: bool,
+    limit: int | None,
 ) -> None:
-    """List jobs, oldest first: `<id> kind=K state=S done=N checkpoint=C` a line.
+    """List jobs: `<id> kind=K state=S done=N checkpoint=C` a line.
+
+    Order: active jobs first (running and transferred, then pending and
+    held), then ended ones (complete, failed, cancelled); within each group
+    oldest first by creation time, then by id (--newest: newest first).
+    --limit N keeps the first N rows of that order. On a terminal, a table
+    that fits its width: id and state are always shown whole; intent,
+    recall, updated and owner are left out first when it is narrow, and long
+    text is cut to one line with ….
 
     Records that cannot be read are named on stderr after the others, and
     the exit code is then 1, so a half-blind listing never looks complete.
@@ -125,20 +162,25 @@ def list_jobs(
     \b
     Examples:
       jobctl list --state running --kind download
+      jobctl list --active --newest --limit 20
       jobctl list --json | jq -r 'select(.orphan) | .id'
     """
     store = state.store()
     listing = store.list()
     now = store.now()
     every = {rec.id: rec.state for rec in listing}
+    belongs = pipeline_filter(pipeline)
     chosen = [
         rec
         for rec in listing
         if (not kind or rec.kind in kind)
         and (not states or rec.state in states)
+        and (not active or not rec.terminal)
+        and belongs(rec)
         and (owner is None or rec.lease.owner == owner)
         and (not only_orphans or is_orphan(rec, now))
     ]
+    chosen = render.view_order(chosen, newest)[:limit]
     _print_records(state, chosen, render.list_line, every, listing)
 
 

@@ -49,6 +49,19 @@ def _say(line: str) -> None:
     click.echo(line, err=True)
 
 
+def _check_handlers(_ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
+    """``--handler KIND=CMD``: a malformed one is a usage error (2), like any other bad flag value."""
+    from ..errors import Invalid
+    from ..settings import parse_handler
+
+    for value in values:
+        try:
+            parse_handler(value)
+        except Invalid as exc:
+            raise click.BadParameter(exc.message, param=param) from None
+    return values
+
+
 # -- run -------------------------------------------------------------------------------
 
 
@@ -186,15 +199,27 @@ policy. CMD's output goes to stdout and to the attempt's log (`jobctl logs
 ID`); with --json only to the log, and stdout gets one object saying how the
 run ended. SIGINT or SIGTERM stops CMD and releases the job.
 
-The exit status is CMD's (128+N when a signal N ended it), or a verdict's
-code when the lease was lost to somebody else (5 stale_epoch, 6
-lease_expired): then CMD was killed at once and nothing more was written.
+When CMD ran, the exit status is CMD's own (128+N when a signal N ended
+it), as timeout(1) and env(1) do. jobctl's own codes, when CMD did not
+run to its end: 2 usage; 3 no such job, or (--next) nothing runnable; 4
+lease_held, 7 terminal, 10 refused (paused, waiting for a dependency, no
+command for its kind), all before CMD started; 5 stale_epoch or 6
+lease_expired when the lease was lost to somebody else (CMD was killed at
+once and nothing more was written); 126 CMD could not be run, 127 not
+found, as a shell says. Each of these also prints one line on stderr;
+with --json, the object's `exit_code` and `verdict` tell CMD's status
+from jobctl's. -q with --next: nothing runnable exits 3 and prints nothing.
+
+So `while jobctl run --next -q -- CMD; do :; done` runs the runnable jobs
+one after another while each completes, and stops at the first that does
+not (its failure on stderr) or, silently, when none is left. To go on past
+failures, use `jobctl worker --drain`.
 
 \b
 Examples:
   jobctl run 1787202430967-a752f9a9c2c77b123ffd -- ./fetch.sh
   jobctl run --next --kind shell
-  while jobctl run --next --kind resize -- ./resize.sh; do :; done
+  while jobctl run --next -q --kind resize -- ./resize.sh; do :; done
 """
 
 
@@ -211,7 +236,18 @@ Examples:
     show_default=True,
     help=f"Seconds from SIGTERM to SIGKILL ({limits.GRACE.text()}).",
 )
-@click.option("--handler", "handlers", multiple=True, type=TEXT, metavar="KIND=CMD", help="Command for a kind.")
+@click.option(
+    "--handler",
+    "handlers",
+    multiple=True,
+    type=TEXT,
+    metavar="KIND=CMD",
+    callback=_check_handlers,
+    help="Command for a kind.",
+)
+@click.option(
+    "--quiet", "-q", is_flag=True, help="With --next: nothing runnable exits 3 and prints nothing (errors still print)."
+)
 @_trust_options
 @common
 @pass_state
@@ -227,9 +263,10 @@ def run(
     pass_env: tuple[str, ...],
     allow_loader_env: bool | None,
     owned_only: bool | None,
+    quiet: bool,
 ) -> None:
     from .. import runner, settings
-    from ..errors import JobError
+    from ..errors import JobError, NotFound
     from ..jobenv import JobEnvironment
 
     chosen = settings.load({"pass_env": pass_env, "allow_loader_env": allow_loader_env}, env=state.env)
@@ -245,10 +282,16 @@ def run(
         skipped: list[tuple[str, JobError]] = []
         try:
             rec = runner.claim_next(store, owner, ttl, wanted, skipped)
+        except NotFound as exc:  # runner.claim_next's one refusal: nothing is runnable
+            if not quiet:
+                raise
+            click.get_current_context().exit(exc.exit_code)
         finally:
-            for job_id, exc in skipped:
-                _say(f"jobctl: {job_id}: skipped: {exc.message}")
+            for job_id, why in skipped:
+                _say(f"jobctl: {job_id}: skipped: {why.message}")
     else:
+        if quiet:
+            raise click.UsageError("-q/--quiet goes with --next")
         if not args:
             raise click.UsageError("give a job ID, or --next")
         if kinds:
@@ -357,7 +400,15 @@ _QUIET_SHOWS = frozenset(("failed", "refused", "fenced", "alert-failed", "untrus
 )
 @click.option("--name", type=TEXT, help="Lease owner prefix: NAME@HOST:PID. [default: worker]")
 @click.option("--kind", "kinds", multiple=True, type=TEXT, metavar="K", help="Only kind K (repeatable).")
-@click.option("--handler", "handlers", multiple=True, type=TEXT, metavar="KIND=CMD", help="Command for a kind.")
+@click.option(
+    "--handler",
+    "handlers",
+    multiple=True,
+    type=TEXT,
+    metavar="KIND=CMD",
+    callback=_check_handlers,
+    help="Command for a kind.",
+)
 @click.option("--on-failure", type=TEXT, metavar="CMD", help="Shell command run when a job finally fails.")
 @click.option("--once", "mode", flag_value="once", help="One pass over what is runnable now, then exit.")
 @click.option("--drain", "mode", flag_value="drain", help="Exit once nothing is runnable or running.")
@@ -532,13 +583,23 @@ Example:
 @pass_state
 def pipeline(state: State, name: str) -> None:
     from .. import schedule
-    from ..errors import NotFound
+    from ..errors import JobError, NotFound
 
     store = state.store()
     listing = store.list()
     stages = schedule.pipeline_stages(listing, name, state.now())
     if not stages:
-        raise NotFound(f"no job belongs to pipeline {name}")
+        known: set[str] = set()
+        for rec in listing:
+            try:
+                membership = schedule.pipeline_of(rec)
+            except JobError:
+                continue
+            if membership is not None:
+                known.add(membership[0])
+        missing = NotFound(f"no such pipeline {name}: no job was submitted with --pipeline {name}")
+        missing.hint = f"the pipelines here: {', '.join(sorted(known))}" if known else "no job belongs to a pipeline"
+        raise missing
     if state.json:
         for stage in stages:
             render.out_json(

@@ -148,3 +148,11 @@ class Store(Protocol):
     def sweep(self, job_id: str | None = None) -> int:
         """Remove stale staging temporaries; return how many."""
         ...
+
+    def remove(self, job_id: str) -> bool:
+        """Delete an ended job's record, checked ended under its lock; False when missing, unreadable or live.
+
+        jobctl's only deletion (``jobctl gc``): a terminal record never
+        changes again [JOB-T1], so nobody else can be writing it.
+        """
+        ...

@@ -28,7 +28,18 @@ from datetime import datetime, timezone
 from typing import Any
 
 from .. import fsio, ids, limits, lock
-from ..errors import Invalid, JobError, LeaseExpired, LeaseHeld, NotFound, Refused, StaleEpoch, Terminal, Untrusted
+from ..errors import (
+    Exists,
+    Invalid,
+    JobError,
+    LeaseExpired,
+    LeaseHeld,
+    NotFound,
+    Refused,
+    StaleEpoch,
+    Terminal,
+    Untrusted,
+)
 from ..record import (
     STATES,
     WANTS,
@@ -269,7 +280,8 @@ class FileStore:
         job_id = ids.check(record.id) if record.id else ids.mint()
         spec = record.spec
         if not isinstance(spec, dict) and not (isinstance(spec, Raw) and spec.text.startswith("{")):
-            raise Invalid("spec must be a JSON object", job_id)
+            # Named only when the caller chose the id: a minted one was never created.
+            raise Invalid("spec must be a JSON object", record.id)
         now = self.now()
         rec = record.replace(
             id=job_id,
@@ -290,7 +302,7 @@ class FileStore:
 
         def edit(current: bytes | None) -> bytes:
             if current is not None:
-                raise Invalid(f"job {job_id} already exists", job_id)
+                raise Exists(f"job {job_id} is already in the store", job_id)
             return data
 
         with self._jobs() as jobs:
@@ -516,6 +528,23 @@ class FileStore:
         return self.finish(job_id, mine.lease.epoch, "cancelled")
 
     # -- maintenance -----------------------------------------------------------
+
+    def remove(self, job_id: str) -> bool:
+        """Delete an ended job's record under its lock; False when it is missing, unreadable or not ended.
+
+        The only deletion of a record jobctl does (``jobctl gc``): a terminal
+        record never changes again [JOB-T1], so once it is read ended under
+        the lock nobody else can be writing it. The lock file stays [JOB-L3].
+        """
+
+        def ended(data: bytes) -> bool:
+            try:
+                return decode(data, job_id).terminal
+            except JobError:
+                return False
+
+        with self._jobs() as jobs:
+            return lock.remove(jobs, ids.check(job_id) + ".json", ended, job_id)
 
     def sweep(self, job_id: str | None = None) -> int:
         """Remove stale staging temporaries (of one record, or of all); return the count.

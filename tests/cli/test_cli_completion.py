@@ -11,7 +11,7 @@ def complete(jobctl: Jobctl, words: str) -> list[str]:
     cword = len(words.split()) - (0 if words.endswith(" ") else 1)
     ran = jobctl(env={"_JOBCTL_COMPLETE": "bash_complete", "COMP_WORDS": words, "COMP_CWORD": str(cword)})
     assert ran.code == 0, ran.err
-    return [line.split(",", 1)[1] for line in ran.lines if line]
+    return [line.split(",", 1)[1] for line in ran.lines if line]  # nothing to offer is one empty line
 
 
 def test_commands_options_and_ids_complete(jobctl: Jobctl) -> None:
@@ -47,3 +47,11 @@ def test_the_zsh_and_fish_scripts_are_printed(jobctl: Jobctl) -> None:
         assert (ran.code, ran.err) == (0, ""), shell
         assert marker in ran.text, shell
         assert f"_JOBCTL_COMPLETE={shell}_complete" in ran.text, shell
+
+
+def test_intent_completes_its_values(jobctl: Jobctl) -> None:
+    jobctl.submit("--id", "nightly-1")
+    assert complete(jobctl, "jobctl intent nightly-1 ") == ["run", "pause", "cancel"]
+    assert complete(jobctl, "jobctl intent nightly-1 p") == ["pause"]
+    assert complete(jobctl, "jobctl intent night") == ["nightly-1"]
+    assert complete(jobctl, "jobctl intent nightly-1 run ") == []

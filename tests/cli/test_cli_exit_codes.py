@@ -41,6 +41,7 @@ def test_the_codes_are_distinct_and_match_the_library() -> None:
         "unknown_schema": 8,
         "invalid": 9,
         "refused": 10,
+        "exists": 15,
     }
     others = [
         cli_main.EXIT_OK,
@@ -141,10 +142,13 @@ def test_unknown_schema_exits_8(jobctl: Jobctl) -> None:
 def test_invalid_exits_9(jobctl: Jobctl) -> None:
     line = refused(jobctl("submit", "--kind", "k", "--spec", '{"a": 1,}'), errors.Invalid)
     assert "--spec is not JSON" in line
-    refused(jobctl("submit", "--kind", "k", "--spec", "[1, 2]"), errors.Invalid)
+    assert line.endswith("(jobctl submit --help shows what each command takes)")  # the command's real name
+    line = refused(jobctl("submit", "--kind", "k", "--spec", "[1, 2]"), errors.Invalid)
+    assert line.startswith("jobctl: invalid: spec must be a JSON object;"), line  # no id that was never created
     job = jobctl.submit("--id", "fixed")
     before = jobctl.record(job)
-    refused(jobctl("submit", "--kind", "k", "--id", "fixed"), errors.Invalid, "fixed")
+    assert jobctl.record(job) == before
+    line = refused(jobctl("submit", "--kind", "k", "--id", "fixed", "--spec", "[1]"), errors.Invalid, "fixed")
     assert jobctl.record(job) == before
     jobctl("claim", job, "--owner", "a")
     before = jobctl.record(job)
@@ -152,6 +156,19 @@ def test_invalid_exits_9(jobctl: Jobctl) -> None:
     refused(jobctl("show", "../escape"), errors.Invalid)
     assert jobctl.record(job) == before
     assert list((jobctl.root / "jobs").glob("*.json")) == [jobctl.root / "jobs" / "fixed.json"]
+
+
+def test_an_existing_id_exits_15_unless_exists_ok(jobctl: Jobctl) -> None:
+    job = jobctl.submit("--id", "nightly-2030-01-02", "--spec", '{"n": 1}')
+    before = jobctl.record(job)
+    line = refused(jobctl("submit", "--kind", "k", "--id", job), errors.Exists, job)
+    assert line.startswith(f"jobctl: exists: job {job} is already in the store;"), line
+    assert issubclass(errors.Exists, errors.Invalid)  # a library caller catching Invalid still catches it
+    ran = jobctl("submit", "--kind", "other", "--spec", '{"n": 2}', "--id", job, "--exists-ok")
+    assert (ran.code, ran.out, ran.err) == (0, f"{job}\n".encode(), "")
+    assert jobctl.record(job) == before  # not compared, not touched
+    assert jobctl("submit", "--kind", "k", "--exists-ok").code == 2  # --exists-ok needs --id
+    assert [p.name for p in (jobctl.root / "jobs").glob("*.json")] == [f"{job}.json"]
 
 
 def test_refused_exits_10(jobctl: Jobctl) -> None:

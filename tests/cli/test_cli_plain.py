@@ -161,9 +161,9 @@ def test_list_and_orphans_print_one_line_a_job(jobctl: Jobctl) -> None:
     jobctl("checkpoint", second, '{"k": [1, 2.0]}', "--epoch", "1", "--done", "5")
     assert (
         jobctl("list").out
-        == (
-            f"{first} kind=test state=pending done=0 checkpoint=none\n"
+        == (  # upstream's lines, running jobs first (list --help)
             f'{second} kind=test state=running done=5 checkpoint={{"k":[1,2.0]}}\n'
+            f"{first} kind=test state=pending done=0 checkpoint=none\n"
         ).encode()
     )
     assert jobctl("orphans").out == f"{first} kind=test state=pending checkpoint=none\n".encode()

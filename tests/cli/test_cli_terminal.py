@@ -28,7 +28,7 @@ def test_list_draws_a_coloured_table_on_a_terminal(jobctl: Jobctl) -> None:
     assert ran.code == 0
     assert has_box(ran.text)
     assert "\x1b[" in ran.text
-    for word in ("id", "state", "progress", "owner", "lease", first, second, "worker-1", "40/100", "nightly/test"):
+    for word in ("id", "state", "done", "owner", "lease", first, second, "worker-1", "40/100", "nightly/test"):
         assert word in ran.text, word
     assert "left" in ran.text  # lease time left, relative
 

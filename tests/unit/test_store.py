@@ -20,7 +20,17 @@ import pytest
 
 import jobctl
 from jobctl import errors, layout, record
-from jobctl.errors import Invalid, LeaseExpired, LeaseHeld, NotFound, Refused, StaleEpoch, Terminal, UnknownSchema
+from jobctl.errors import (
+    Exists,
+    Invalid,
+    LeaseExpired,
+    LeaseHeld,
+    NotFound,
+    Refused,
+    StaleEpoch,
+    Terminal,
+    UnknownSchema,
+)
 from jobctl.record import Delegation, Envelope, Record
 
 BASE = "abstraction.job/base@1"
@@ -315,7 +325,7 @@ def test_submit_effects(clocked_store: jobctl.FileStore, clock: Any) -> None:
 
 
 def test_submit_refusals(clocked_store: jobctl.FileStore, job: str) -> None:
-    refused(clocked_store, job, Invalid, lambda: clocked_store.submit(Record(id=job, kind="other", spec={"b": 2})))
+    refused(clocked_store, job, Exists, lambda: clocked_store.submit(Record(id=job, kind="other", spec={"b": 2})))
     for spec in (None, [1], "s", 5, jobctl.Raw("[1]")):
         with pytest.raises(Invalid):
             clocked_store.submit(Record(id="new-one", kind="k", spec=spec))

@@ -236,7 +236,8 @@ def test_cancel_pause_and_recall_of_running_jobs(store: FileStore, side_log: Pat
     rec = store.load(pause)
     assert (rec.state, rec.want) == ("pending", "pause") and not is_orphan(rec, store.now())
     # The recalled job is released (recall kept, checkpoint kept: the runner tests look at the record in
-    # between) and, an orphan again, adopted at once by the same worker, which resumes from the checkpoint.
+    # between) and, an orphan again, adopted by the same worker once the recall's grace has passed (no
+    # other worker is there to take it), which resumes from the checkpoint.
     worker.next_event(lambda e: e["what"] == "released" and e["id"] == recall and e["detail"] == "recall")
     again = wait_until(lambda: [e for e in read_log(side_log) if e["id"] == recall and e["event"] == "start"][1:])
     assert again[0]["epoch"] > held_epoch
@@ -283,3 +284,19 @@ def test_sigterm_lets_running_jobs_finish_and_a_second_stops_them(
     rec = store.load(long)
     assert rec.state == "pending" and rec.lease.owner == "" and is_orphan(rec, store.now())  # released for others
     assert gone(pid)
+
+
+def test_a_recalled_job_is_left_for_another_worker(store: FileStore, side_log: Path, workers: Workers) -> None:
+    """The worker that gives a recalled job back does not take it again within the grace [JOB-I9]."""
+    job = submit(store, job_argv("sleep", 60), side_log)
+    first: WorkerProcess = workers(concurrency=1, ttl=3.0)
+    wait_until(lambda: store.load(job).checkpoint, what="the first checkpoint")
+    rec = store.load(job)
+    assert rec.lease.owner.startswith(first.owner)
+    second: WorkerProcess = workers(concurrency=1, ttl=3.0, poll_interval=1.0)  # slower to look than the giver
+    store.recall(job, rec.lease.epoch, "rebalance", "ops", 5.0)
+    first.next_event(lambda e: e["what"] == "released" and e["id"] == job)
+    second.next_event(lambda e: e["what"] == "started" and e["id"] == job)
+    assert store.load(job).lease.owner.startswith(second.owner)
+    starts = wait_until(lambda: [e for e in read_log(side_log) if e["id"] == job and e["event"] == "start"][1:])
+    assert len(starts) == 1 and starts[0]["epoch"] == rec.lease.epoch + 1  # the giver did not take it back between

@@ -349,3 +349,32 @@ def test_the_fork_start_path_of_python_3_10_supervises_too(
     assert run_job(store, job_id).execute().state == "complete"
     pid, pgid = json.loads(out.read_text())
     assert pid == pgid  # its own process group, so a stop reaches all it starts
+
+
+def test_a_log_cut_short_is_closed_on_adoption_with_a_line(store: FileStore) -> None:
+    """A worker killed mid-attempt leaves its log open; the adopter says so before its own start line."""
+    job_id = submit(store, ["sh", "-c", "echo second"])
+    dead = store.claim(job_id, "dead-worker", 30)
+    path = Path(log_dir(store, job_id)) / "attempt-1.log"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"--- jobctl: attempt 1, epoch 1, owner dead-worker, started x ---\npartial outp")
+    store.release(job_id, dead.lease.epoch)  # as the lapse of its lease would, sooner
+    assert run_job(store, job_id).execute().state == "complete"
+    lines = path.read_text().splitlines()
+    assert lines[1:4] == [
+        "partial outp",
+        "--- jobctl: cut short: its holder stopped without closing this log (its worker was killed?); "
+        "adopted at epoch 2 by tester ---",
+        lines[3],
+    ]
+    assert lines[3].startswith("--- jobctl: attempt 1, epoch 2, owner tester")
+    assert lines[-2:] == ["second", "--- jobctl: exit status 0 ---"]
+
+
+def test_a_closed_log_gets_no_cut_short_line(store: FileStore) -> None:
+    job_id = submit(store, ["sh", "-c", "echo again"])
+    path = Path(log_dir(store, job_id)) / "attempt-1.log"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"--- jobctl: attempt 1, epoch 1, owner w, started x ---\nout\n--- jobctl: released (pause) ---\n")
+    assert run_job(store, job_id).execute().state == "complete"
+    assert "cut short" not in path.read_text()

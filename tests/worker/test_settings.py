@@ -101,7 +101,7 @@ def test_describe_lists_every_setting_with_its_source(config: Path) -> None:
     config.write_text("[worker]\nconcurrency = 2\n[handlers]\nfetch = ./f\n")
     rows = settings.describe({"JOBCTL_CONFIG": str(config), "JOBCTL_GRACE": "3"})
     table = {name: (value, source) for name, value, source in rows}
-    assert table["config"] == (str(config), "read (env JOBCTL_CONFIG)")
+    assert table["config"] == (str(config), "read, env JOBCTL_CONFIG")
     assert table["concurrency"] == ("2", f"config {config}")
     assert table["grace"] == ("3", "env JOBCTL_GRACE")
     assert table["kinds"] == ("(all)", "default")
