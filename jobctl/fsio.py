@@ -368,3 +368,43 @@ def scan(at: Dir) -> Iterator[os.DirEntry[str]]:
     """The entries of ``at`` (``os.scandir`` on its fd: names only, nothing followed)."""
     with os.scandir(at.fd) as entries:
         yield from entries
+
+
+def remove_tree(at: Dir, name: str) -> None:
+    """Remove ``name`` in ``at`` and, when it is a directory, all below it; nothing missing is an error.
+
+    Walked by descriptor with nothing followed: a link anywhere in the tree
+    is removed itself, never its target, and a directory swapped for a link
+    while the walk runs is refused by ``O_NOFOLLOW`` rather than entered.
+    """
+    try:
+        info = os.stat(name, dir_fd=at.fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(info.st_mode):
+        unlink(at, name)
+        return
+    try:
+        below = Dir(_open_below(at.fd, name, at.join(name), False, 0o755), at.join(name))
+    except FileNotFoundError:
+        return
+    with below:
+        for entry in list(scan(below)):
+            remove_tree(below, entry.name)
+    try:
+        os.rmdir(name, dir_fd=at.fd)
+    except FileNotFoundError:
+        pass
+
+
+def remove_below(root: str, path: str) -> None:
+    """Remove ``path`` under ``root`` with :func:`remove_tree`, following no part below ``root``."""
+    parts = os.path.relpath(path, root).split(os.sep)
+    if ".." in parts or parts == ["."]:
+        raise ValueError(f"{path} is not below {root}")
+    try:
+        at = open_dir(root, *parts[:-1])
+    except FileNotFoundError:
+        return
+    with at:
+        remove_tree(at, parts[-1])

@@ -11,8 +11,6 @@ one that a job staying in the store still depends on.
 from __future__ import annotations
 
 import os
-import shutil
-import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -112,18 +110,13 @@ class Collection:
     kept: list[tuple[Record, str]] = field(default_factory=list)
 
 
-def _remove_tree(path: str) -> None:
-    """Remove a work or log directory without following a link: a link is removed, not its target."""
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if stat.S_ISDIR(info.st_mode):
-        # rmtree walks by file descriptor on Linux (rmtree.avoids_symlink_attacks),
-        # so a link planted inside is unlinked, never followed.
-        shutil.rmtree(path)
-    else:
-        os.unlink(path)
+def _remove_tree(root: str, path: str) -> None:
+    """Remove a work or log directory under ``root``; a link is removed, never followed (:mod:`jobctl.fsio`)."""
+    from . import fsio
+
+    if os.path.relpath(path, root).startswith(".."):
+        return  # a work directory configured outside the store is not gc's to remove
+    fsio.remove_below(root, path)
 
 
 def collect(
@@ -173,8 +166,8 @@ def collect(
     result.kept = [(by_id[job_id], why) for job_id, why in kept.items()]
     for rec in sorted(candidates.values(), key=lambda r: (r.created_at or ZERO_TIME, r.id)):
         if not dry_run:
-            _remove_tree(log_dir(store, rec.id))
-            _remove_tree(store.work_path(rec.id))
+            _remove_tree(store.root, log_dir(store, rec.id))
+            _remove_tree(store.root, store.work_path(rec.id))
             if not store.remove(rec.id):
                 continue
         result.removed.append(rec)

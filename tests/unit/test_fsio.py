@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from jobctl import Invalid, fsio
+from jobctl.errors import JobError
 
 
 def test_open_dir_follows_the_root_but_no_part_below_it(tmp_path: Path) -> None:
@@ -54,3 +55,32 @@ def test_a_lock_link_is_refused_and_its_target_never_made(tmp_path: Path) -> Non
         with pytest.raises(FileExistsError):
             fsio.create_file(at, "new.tmp")
     assert not target.exists()
+
+
+def test_remove_tree_removes_links_never_their_targets(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious").write_text("keep")
+    root = tmp_path / "store"
+    job = root / "work" / "job-1"
+    (job / "deep").mkdir(parents=True)
+    (job / "deep" / "out.txt").write_text("x")
+    (job / "to-dir").symlink_to(outside)
+    (job / "deep" / "to-file").symlink_to(outside / "precious")
+    fsio.remove_below(str(root), str(job))
+    assert not job.exists() and (root / "work").is_dir()
+    assert (outside / "precious").read_text() == "keep"
+
+
+def test_remove_below_never_walks_a_linked_parent(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    (outside / "job-1").mkdir(parents=True)
+    root = tmp_path / "store"
+    root.mkdir()
+    (root / "work").symlink_to(outside)
+    with pytest.raises(JobError):
+        fsio.remove_below(str(root), str(root / "work" / "job-1"))
+    assert (outside / "job-1").is_dir()
+    fsio.remove_below(str(root), str(root / "nothing" / "here"))  # missing: nothing to do
+    with pytest.raises(ValueError):
+        fsio.remove_below(str(root), str(tmp_path / "elsewhere"))
