@@ -180,3 +180,27 @@ def pg_server() -> Iterator[pgserver.Server]:
 def pg_url(pg_server: pgserver.Server) -> str:
     """A URL whose connections see a schema of their own, empty."""
     return pg_server.fresh_schema()
+
+
+def _postgres_store(request: pytest.FixtureRequest, clock: FakeClock | None) -> jobctl.Store:
+    from jobctl.store import postgres
+
+    url = request.getfixturevalue("pg_url")
+    postgres.init(url)
+    store = postgres.PostgresStore(url, clock=clock)
+    request.addfinalizer(store.close)
+    return store
+
+
+@pytest.fixture(params=["file", "postgres"])
+def any_store(request: pytest.FixtureRequest, store_root: Path, clock: FakeClock) -> jobctl.Store:
+    """Every backend in turn, on ``clock``: the contract tests run unchanged against each (huey's StorageTests)."""
+    if request.param == "file":
+        return jobctl.FileStore(store_root, clock=clock)
+    return _postgres_store(request, clock)
+
+
+@pytest.fixture
+def pg_store(request: pytest.FixtureRequest) -> jobctl.Store:
+    """An initialised PostgreSQL store in a fresh schema, on the server's clock."""
+    return _postgres_store(request, None)

@@ -4,7 +4,7 @@ Each operation of DIGEST §5 is a function ``apply(rec, now)`` run on the
 record *as found* under the backend's lock (a file's ``flock``, a row's
 ``SELECT ... FOR UPDATE``), with ``now`` read from the store's own clock
 inside that lock. A refusal raises before anything is written; the checks run
-in the contract's order. A backend supplies the five primitives of
+in the contract's order. A backend supplies the six primitives of
 :class:`ContractStore` and inherits every operation, so the file store and the
 PostgreSQL store cannot drift apart in what they refuse or how.
 """
@@ -41,17 +41,17 @@ def _epoch(value: Any) -> int:
 
 
 class ContractStore:
-    """Every operation of the job contract over five backend primitives.
+    """Every operation of the job contract over six backend primitives.
 
     ``now()`` is the store's clock; ``load(id)`` reads one record without a
-    lock; ``_read_epoch(id)`` gives ``(epoch, bytes, exact)`` as read now,
-    without the lock (``exact`` False when the epoch came from a pattern that
-    may misread, and ``bytes`` must then be decoded to be sure);
-    ``_write(id, apply, fresh)`` decodes the record under the lock, runs
-    ``apply`` with the clock read under that lock, encodes and replaces it in
-    one atomic step, and returns the record written (decoded afresh from the
-    bytes when ``fresh``); ``_create(id, data)`` writes a new record's bytes,
-    refusing an existing id with ``Invalid``.
+    lock, ``load_bytes(id)`` its stored bytes; ``_read_epoch(id)`` gives
+    ``(epoch, bytes, exact)`` as read now, without the lock (``exact`` False
+    when the epoch came from a pattern that may misread, and ``bytes`` must
+    then be decoded to be sure); ``_write(id, apply, fresh)`` decodes the
+    record under the lock, runs ``apply`` with the clock read under that lock,
+    encodes and replaces it in one atomic step, and returns the record written
+    (decoded afresh from the bytes when ``fresh``); ``_create(id, data)``
+    writes a new record's bytes, refusing an existing id with ``Invalid``.
     """
 
     def now(self) -> datetime:
@@ -68,6 +68,24 @@ class ContractStore:
 
     def _create(self, job_id: str, data: bytes) -> None:
         raise NotImplementedError
+
+    def load_bytes(self, job_id: str) -> bytes:
+        """The record's stored bytes, exactly; ``NotFound``. What ``jobctl export`` writes."""
+        raise NotImplementedError
+
+    def import_bytes(self, data: bytes) -> str:
+        """Add a record from its exact bytes (another store's ``load_bytes``); return its id.
+
+        The bytes are decoded first, so a record this reader cannot read is
+        refused (``Invalid``, ``UnknownSchema``) and nothing is written; an
+        existing id is ``Invalid``. What ``jobctl import`` calls.
+        """
+        if not isinstance(data, bytes):
+            raise Invalid("import takes the record's bytes")
+        rec = decode(data)
+        job_id = ids.check(rec.id)
+        self._create(job_id, data)
+        return job_id
 
     def _as_holder(
         self, job_id: str, epoch: int, apply: Callable[[Record, datetime], None], fresh: bool = False
@@ -117,32 +135,9 @@ class ContractStore:
         return job_id
 
     def claim(self, job_id: str, owner: str, ttl_seconds: float) -> Record:
-        if not isinstance(owner, str) or not owner.strip():
-            raise Refused("claim needs an owner", job_id)
-        ttl = _seconds(ttl_seconds, "ttl")
+        ttl = _claim_terms(job_id, owner, ttl_seconds)
         seen, data, exact = self._read_epoch(job_id)
-
-        def apply(rec: Record, now: datetime) -> None:
-            nonlocal seen, exact
-            lease = rec.lease
-            if lease.epoch != seen and not exact:
-                seen, exact = decode(data, job_id).lease.epoch, True  # the pattern may have misread
-            if lease.epoch != seen:
-                raise LeaseHeld(f"job {job_id} moved since it was read (epoch {seen} -> {lease.epoch})")
-            if rec.terminal:
-                raise Terminal(f"job {job_id} is {rec.state}; nothing reopens it")
-            if held(lease, now):
-                if lease.owner != owner:
-                    raise LeaseHeld(
-                        f"job {job_id} is held by {lease.owner} until {lease.expires_at:%Y-%m-%dT%H:%M:%SZ}"
-                    )
-                if lease.recall is not None:
-                    raise LeaseHeld(f"job {job_id} is recalled ({lease.recall.reason}); its holder cannot re-claim it")
-            rec.lease = Lease(owner, lease.epoch + 1, now + ttl)
-            if rec.state in ("pending", "running"):
-                rec.state = "running"
-
-        return self._write(job_id, apply)
+        return self._write(job_id, _claiming(job_id, owner, ttl, seen, data, exact))
 
     def renew(self, job_id: str, epoch: int, ttl_seconds: float) -> Record:
         _epoch(epoch)
@@ -284,3 +279,37 @@ class ContractStore:
         except (LeaseHeld, Terminal):
             return self.load(job_id)
         return self.finish(job_id, mine.lease.epoch, "cancelled")
+
+
+def _claim_terms(job_id: str, owner: str, ttl_seconds: Any) -> timedelta:
+    """A claim's arguments, refused before anything is read: blank owner [JOB-O3], bad ttl."""
+    if not isinstance(owner, str) or not owner.strip():
+        raise Refused("claim needs an owner", job_id)
+    return _seconds(ttl_seconds, "ttl")
+
+
+def _claiming(job_id: str, owner: str, ttl: timedelta, seen: int, data: bytes, exact: bool) -> Apply:
+    """The claim's preconditions and effect [JOB-L4], for a record whose epoch read ``seen``.
+
+    ``data`` and ``exact`` are as :meth:`ContractStore._read_epoch` gives them.
+    """
+
+    def apply(rec: Record, now: datetime) -> None:
+        nonlocal seen, exact
+        lease = rec.lease
+        if lease.epoch != seen and not exact:
+            seen, exact = decode(data, job_id).lease.epoch, True  # the pattern may have misread
+        if lease.epoch != seen:
+            raise LeaseHeld(f"job {job_id} moved since it was read (epoch {seen} -> {lease.epoch})")
+        if rec.terminal:
+            raise Terminal(f"job {job_id} is {rec.state}; nothing reopens it")
+        if held(lease, now):
+            if lease.owner != owner:
+                raise LeaseHeld(f"job {job_id} is held by {lease.owner} until {lease.expires_at:%Y-%m-%dT%H:%M:%SZ}")
+            if lease.recall is not None:
+                raise LeaseHeld(f"job {job_id} is recalled ({lease.recall.reason}); its holder cannot re-claim it")
+        rec.lease = Lease(owner, lease.epoch + 1, now + ttl)
+        if rec.state in ("pending", "running"):
+            rec.state = "running"
+
+    return apply

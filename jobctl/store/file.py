@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 
 from .. import ids, lock
@@ -29,7 +29,7 @@ from ..record import (
     held,
 )
 from ..wire import lazy_pattern
-from .base import Listing
+from .base import Listing, Skipped
 from .contract import Apply, ContractStore
 
 __all__ = ["FileStore", "Clock"]
@@ -83,6 +83,12 @@ class FileStore(ContractStore):
         if data is None:
             raise NotFound(f"no job {job_id}", job_id)
         return decode(data, job_id)
+
+    def load_bytes(self, job_id: str) -> bytes:
+        data = lock.read(self.path(job_id))
+        if data is None:
+            raise NotFound(f"no job {job_id}", job_id)
+        return data
 
     def _read_epoch(self, job_id: str) -> tuple[int, bytes, bool]:
         """The lease epoch as read now, without the lock [JOB-L4]: (epoch, bytes, exact).
@@ -140,6 +146,19 @@ class FileStore(ContractStore):
             if is_orphan(rec, now):
                 out.append(rec)
         return out
+
+    def claim_next(
+        self,
+        owner: str,
+        ttl: float,
+        kinds: Iterable[str] | None = None,
+        *,
+        skipped: Skipped | None = None,
+    ) -> Record | None:
+        """The oldest runnable job, claimed: :func:`jobctl.schedule.claim_next` over a listing."""
+        from ..schedule import claim_next
+
+        return claim_next(self, owner, ttl, kinds, skipped=skipped)
 
     # -- writes --------------------------------------------------------------
 
