@@ -33,6 +33,7 @@ from ..record import STATES
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from ..store.file import FileStore
+    from ..store.postgres import PostgresStore
     from .render import Screen
 
 __all__ = [
@@ -114,7 +115,7 @@ class State:
         terminal: bool | None = None,
         env: Mapping[str, str] | None = None,
         clock: Callable[[], datetime] | None = None,
-        store: FileStore | None = None,
+        store: FileStore | PostgresStore | None = None,
     ) -> None:
         self.store_flag: str | None = None
         self.json = False
@@ -122,7 +123,7 @@ class State:
         self._terminal = terminal
         self._env = env
         self._clock = clock
-        self._store: FileStore | None = store
+        self._store: FileStore | PostgresStore | None = store
 
     @property
     def env(self) -> Mapping[str, str]:
@@ -135,7 +136,7 @@ class State:
             return self._store.now()
         return datetime.now(timezone.utc)
 
-    def store(self) -> FileStore:
+    def store(self) -> FileStore | PostgresStore:
         """The store this run talks to, discovered on first use (DIGEST §7)."""
         if self._store is None:
             from .. import discovery
@@ -143,6 +144,12 @@ class State:
             root, rung = discovery.resolve(self.store_flag, self.env, warn=lambda line: click.echo(line, err=True))
             self._store = discovery.open_store(root, rung)
         return self._store
+
+    def close(self) -> None:
+        """Let go of the store's connection, when it has one (a database store)."""
+        close = getattr(self._store, "close", None)
+        if close is not None:
+            close()
 
     @property
     def terminal(self) -> bool:
@@ -295,7 +302,7 @@ store_option = click.option(
     expose_value=False,
     callback=_set_store,
     is_eager=True,
-    help="Store root; beats JOB_STORE, ABSTRACTION_STORE and the config file.",
+    help="Store root (a directory or a postgresql:// URL); beats JOB_STORE, ABSTRACTION_STORE and the config file.",
 )
 json_option = click.option(
     "--json",
@@ -447,6 +454,9 @@ LAZY: dict[str, tuple[str, str]] = {
     "worker": ("work", "worker"),
     "logs": ("work", "logs"),
     "pipeline": ("work", "pipeline"),
+    "db": ("db", "db"),
+    "export": ("transfer", "export"),
+    "import": ("transfer", "import_"),
 }
 
 #: How ``jobctl --help`` groups the commands; anything unlisted goes under "Other".
@@ -456,6 +466,7 @@ SECTIONS: list[tuple[str, tuple[str, ...]]] = [
     ("Ask a holder", ("intent", "approve", "recall", "cancel")),
     ("Do the work", ("run", "worker", "pipeline", "logs")),
     ("Upkeep", ("sweep", "paths", "doctor", "help")),
+    ("Move and set up", ("export", "import", "db")),
 ]
 
 
@@ -499,6 +510,12 @@ class JobGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         """Run the command; the one place where a refusal becomes a stderr line and an exit code."""
         state = ctx.ensure_object(State)
+        try:
+            return self._invoke(ctx, state)
+        finally:
+            state.close()
+
+    def _invoke(self, ctx: click.Context, state: State) -> Any:
         try:
             return super().invoke(ctx)
         except JobError as exc:
@@ -569,10 +586,11 @@ CONTEXT: dict[str, Any] = {"help_option_names": ["-h", "--help"], "max_content_w
 def cli() -> None:
     """Durable jobs in a shared directory: leased, fenced, checkpointed, resumable.
 
-    Every command works on one store root (a directory). It is the one given
-    with --store, else $JOB_STORE, else $ABSTRACTION_STORE, else the "store"
-    in the per-user abstraction/config.json, else ~/.abstraction;
-    `jobctl paths` says which and why.
+    Every command works on one store: a directory, or a PostgreSQL database
+    named by a postgresql:// URL. It is the one given with --store, else
+    $JOB_STORE, else $ABSTRACTION_STORE, else the "store" in the per-user
+    abstraction/config.json, else ~/.abstraction; `jobctl paths` says which
+    and why.
 
     Piped, each command prints the plain lines of upstream's jobctl; on a
     terminal, tables; with --json, versioned JSON. Data goes to stdout,

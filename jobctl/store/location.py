@@ -8,8 +8,8 @@ when a URL asks for it, so a file-store command's start-up does not grow.
 from __future__ import annotations
 
 import os
+import re
 from typing import TYPE_CHECKING
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from .file import FileStore
 
@@ -29,21 +29,14 @@ def masked(where: str) -> str:
     """``where`` fit to print: a URL's password (in the authority or as ``password=``) becomes ``***``."""
     if not is_database_url(where):
         return where
-    try:
-        parts = urlsplit(where)
-        netloc = parts.netloc
-        if parts.password is not None:
-            userinfo, _, hostinfo = netloc.rpartition("@")
-            user = userinfo.split(":", 1)[0]
-            netloc = f"{user}:***@{hostinfo}"
-        query = parts.query
-        if query:
-            pairs = parse_qsl(query, keep_blank_values=True)
-            if any(k == "password" for k, _ in pairs):
-                query = urlencode([(k, "***" if k == "password" else v) for k, v in pairs], safe="/:*")
-        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-    except ValueError:
-        return "postgresql://(a URL that does not parse)"
+    where = _USERINFO_PASSWORD.sub(r"\1***@", where, count=1)
+    return _QUERY_PASSWORD.sub(r"\1***", where)
+
+
+# scheme://user:PASSWORD@ -- the authority ends at the first "/", "?" or "#".
+_USERINFO_PASSWORD = re.compile(r"\A([A-Za-z]+://[^/?#@:]*:)[^/?#]*@")
+# ?password=... or &password=... in the query string (libpq reads it there too).
+_QUERY_PASSWORD = re.compile(r"([?&]password=)[^&#]*")
 
 
 def open_store(where: str | os.PathLike[str]) -> FileStore | PostgresStore:

@@ -72,6 +72,16 @@ def _connect(url: str) -> psycopg.Connection[Any]:
         raise err from None
 
 
+@contextmanager
+def _refusing(url: str) -> Iterator[None]:
+    """A driver error (a failed statement, a lost server) becomes ``Refused`` naming the masked URL."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise Refused(f"{masked(url)}: {first}") from exc
+
+
 def schema_status(conn: psycopg.Connection[Any]) -> int:
     """The schema version the database holds; 0 when jobctl was never initialised there."""
     row = conn.execute(Q["schema_exists"]).fetchone()
@@ -97,7 +107,7 @@ def init(url: str, *, sql_dir: str = SQL_DIR, target: int = SCHEMA_VERSION) -> t
     A database already at ``target`` is left alone; an older one is refused
     (``jobctl db migrate`` moves it), a newer one too.
     """
-    with _connect(url) as conn, conn.transaction():
+    with _connect(url) as conn, _refusing(url), conn.transaction():
         found = schema_status(conn)
         if found == 0:
             for _n, script in sorted(_steps(sql_dir, target).items()):
@@ -110,7 +120,7 @@ def init(url: str, *, sql_dir: str = SQL_DIR, target: int = SCHEMA_VERSION) -> t
 
 def migrate(url: str, *, sql_dir: str = SQL_DIR, target: int = SCHEMA_VERSION) -> tuple[int, int]:
     """Move an older schema forward to ``target`` in one transaction: ``(before, after)``."""
-    with _connect(url) as conn, conn.transaction():
+    with _connect(url) as conn, _refusing(url), conn.transaction():
         found = schema_status(conn)
         if found == 0:
             raise _uninitialised(url)
@@ -184,12 +194,17 @@ class PostgresStore(ContractStore):
         self._lock = threading.RLock()
         self._conn: psycopg.Connection[Any] | None = None
         self._pid = 0
-        conn = self._connection()
-        found = schema_status(conn)
-        if found == 0:
-            raise _uninitialised(url)
-        if found != SCHEMA_VERSION:
-            _refuse_version(url, found, SCHEMA_VERSION, migrate_hint=True)
+        try:
+            with self._tx() as conn:
+                found = schema_status(conn)
+            if found == 0:
+                raise _uninitialised(url)
+            if found != SCHEMA_VERSION:
+                _refuse_version(url, found, SCHEMA_VERSION, migrate_hint=True)
+        except JobError:
+            self.close()
+            raise
+        self.schema_version = found
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.root!r})"
