@@ -57,7 +57,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import IO, Any, Protocol
@@ -65,9 +65,7 @@ from typing import IO, Any, Protocol
 from .errors import Invalid, JobError, LeaseExpired, NotFound, Refused, StaleEpoch
 from .record import Record, format_time
 from .schedule import attempt as attempt_of
-from .schedule import claim_next as schedule_claim_next
 from .schedule import not_before, record_failure
-from .store.base import Listing
 
 __all__ = [
     "Command",
@@ -912,15 +910,14 @@ def _io(exc: OSError, job_id: str) -> JobError:
 
 
 class ClaimStore(RunStore, Protocol):
-    """A store a run can also claim from and list."""
+    """A store a run can also claim the next runnable job from."""
 
-    def list(self) -> Listing: ...
-    def claim(self, job_id: str, owner: str, ttl_seconds: float) -> Record: ...
+    def claim_next(self, owner: str, ttl: float, kinds: Iterable[str] | None = None) -> Record | None: ...
 
 
 def claim_next(store: ClaimStore, owner: str, ttl: float, kinds: set[str] | None = None) -> Record:
     """Claim the oldest runnable job (of ``kinds``, when given); ``NotFound`` when there is none."""
-    rec = schedule_claim_next(store, owner, ttl, kinds)
+    rec = store.claim_next(owner, ttl, kinds)
     if rec is not None:
         return rec
     missing = NotFound("no runnable job" + (f" of kind {', '.join(sorted(kinds))}" if kinds else ""))

@@ -127,6 +127,7 @@ class Store(Protocol):
         kinds: Iterable[str] | None = None,
         *,
         skipped: Skipped | None = None,
+        unreadable: Skipped | None = None,
     ) -> Record | None:
         """Claim the oldest runnable job (of ``kinds``); None when nothing may start now.
 
@@ -135,7 +136,8 @@ class Store(Protocol):
         paused. How it is found is the backend's (a listing on a directory,
         an indexed ``SKIP LOCKED`` pick on PostgreSQL); a job another picker
         takes meanwhile is passed over. Jobs left out for unreadable
-        scheduling data are named in ``skipped`` when a list is given.
+        scheduling data are named in ``skipped``, records that cannot be read
+        at all in ``unreadable``, when lists are given.
         """
         ...
 

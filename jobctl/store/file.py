@@ -154,11 +154,15 @@ class FileStore(ContractStore):
         kinds: Iterable[str] | None = None,
         *,
         skipped: Skipped | None = None,
+        unreadable: Skipped | None = None,
     ) -> Record | None:
         """The oldest runnable job, claimed: :func:`jobctl.schedule.claim_next` over a listing."""
         from ..schedule import claim_next
 
-        return claim_next(self, owner, ttl, kinds, skipped=skipped)
+        listing = self.list()
+        if unreadable is not None:
+            unreadable.extend(listing.unreadable)
+        return claim_next(self, owner, ttl, kinds, records=listing, skipped=skipped)
 
     # -- writes --------------------------------------------------------------
 

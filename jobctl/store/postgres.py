@@ -364,6 +364,7 @@ class PostgresStore(ContractStore):
         kinds: Iterable[str] | None = None,
         *,
         skipped: Skipped | None = None,
+        unreadable: Skipped | None = None,
     ) -> Record | None:
         """Claim the oldest runnable job with one indexed ``FOR UPDATE SKIP LOCKED`` pick.
 
@@ -373,7 +374,8 @@ class PostgresStore(ContractStore):
         """
         ttl_delta = _claim_terms("", owner, ttl)
         wanted = None if kinds is None else sorted(set(kinds))
-        passed: list[str] = []  # rows this reader cannot decode: named, and passed over
+        passed: list[str] = []  # rows this reader cannot decode: passed over, and named in unreadable
+        claimed: Record | None = None
         while True:
             with self._tx() as conn:
                 now = self._now(conn)
@@ -386,17 +388,18 @@ class PostgresStore(ContractStore):
                     rec = decode(data, job_id)
                 except JobError as exc:
                     passed.append(job_id)
-                    if skipped is not None:
-                        skipped.append((job_id, exc))
+                    if unreadable is not None:
+                        unreadable.append((job_id, exc))
                     continue
                 rec._exposed = False
                 _claiming(job_id, owner, ttl_delta, rec.lease.epoch, data, True)(rec, now)
                 written = encode(rec, settle=True)
                 conn.execute(Q["update"], _columns(job_id, written, rec))
-                return rec
+                claimed = rec
+                break
         if skipped is not None:
             self._name_unscheduled(skipped)
-        return None
+        return claimed
 
     def _name_unscheduled(self, skipped: Skipped) -> None:
         """Jobs left out for malformed scheduling data, with the refusal reading it gives."""
