@@ -111,7 +111,19 @@ def _facts(state: State) -> tuple[list[tuple[str, str]], bool]:
         facts.append(("check_open", "FAILED: " + exc.lines[0].removeprefix("jobctl: ")))
         return facts, False
     if not isinstance(store, FileStore):  # a database: the connection and schema were checked on opening
-        facts += [("work", store.work_dir), ("schema_version", str(store.schema_version)), ("check_open", "ok")]
+        from datetime import datetime, timezone
+
+        # The server's clock decides every lease; a host far off it reads lease times misleadingly.
+        try:
+            offset = (store.now() - datetime.now(timezone.utc)).total_seconds()
+        finally:
+            store.close()
+        facts += [
+            ("work", store.work_dir),
+            ("schema_version", str(store.schema_version)),
+            ("clock_offset", f"{offset:+.3f}s"),
+            ("check_open", "ok"),
+        ]
         return facts, healthy
     facts += [("jobs", store.jobs_dir), ("work", store.work_dir), ("check_open", "ok")]
     for name, check in (("check_lock", check_lock), ("check_rename", check_rename)):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from clitools import Jobctl
@@ -233,3 +234,29 @@ def test_import_names_what_it_refuses_and_keeps_the_rest(jobctl: Jobctl, pg: str
     assert "line 1:" in err[0] and "already exists" in err[0]
     assert "line 5 is not JSON" in err[1] and "line 6 has no record text" in err[2]
     assert len(jobctl("--store", pg, "export").lines) == 4
+
+
+def test_paths_on_a_database_store(jobctl: Jobctl, pg: str) -> None:
+    assert jobctl("--store", pg, "db", "init").code == 0
+    ran = jobctl("--store", pg, "paths")
+    assert ran.code == 0, ran.err
+    facts = dict(line.split("=", 1) for line in ran.lines if "=" in line and not line.startswith("worker."))
+    assert facts["root"] == pg and facts["rung"] == "the --store flag"
+    assert facts["schema_version"] == "1" and facts["check_open"] == "ok"
+    assert facts["clock_offset"].endswith("s") and abs(float(facts["clock_offset"][:-1])) < 60  # same host
+
+
+def test_a_lost_connection_is_refused_once_then_replaced(pg_store: Any) -> None:
+    """A server that dropped the connection (a restart, a failover) costs one refused call, not the process."""
+    import psycopg
+
+    from jobctl.errors import Refused
+
+    job_id = pg_store.submit(Record(kind="k", spec={}))
+    backend = pg_store._connection().info.backend_pid
+    with psycopg.connect(pg_store.url, autocommit=True) as other:
+        assert other.execute("SELECT pg_terminate_backend(%s)", (backend,)).fetchone() == (True,)
+    with pytest.raises(Refused):
+        pg_store.load(job_id)
+    assert pg_store.load(job_id).id == job_id
+    assert pg_store._connection().info.backend_pid != backend
