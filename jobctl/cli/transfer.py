@@ -43,7 +43,8 @@ def export(state: State) -> None:
             if exc.verdict == "not_found":
                 continue  # removed since the ids were read
             raise
-        line = json.dumps({"id": job_id, "record": data.decode("utf-8")}, ensure_ascii=False)
+        # ASCII with \u escapes: any stdout encoding carries it, and it decodes to the same text.
+        line = json.dumps({"id": job_id, "record": data.decode("utf-8")})
         out.write(line + "\n")
     out.flush()
 
