@@ -66,6 +66,7 @@ from .errors import Invalid, JobError, LeaseExpired, NotFound, Refused, StaleEpo
 from .record import Record, format_time
 from .schedule import attempt as attempt_of
 from .schedule import not_before, record_failure
+from .store.location import address
 
 __all__ = [
     "Command",
@@ -217,7 +218,7 @@ def child_env(store: RunStore, rec: Record, base: Mapping[str, str] | None = Non
     env = dict(os.environ if base is None else base)
     for name in _CHILD_VARS:
         env.pop(name, None)
-    env["JOB_STORE"] = os.path.abspath(store.root)
+    env["JOB_STORE"] = address(store)
     env["JOB_ID"] = rec.id
     env["JOB_EPOCH"] = str(rec.lease.epoch)
     env["JOB_KIND"] = rec.kind

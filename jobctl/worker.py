@@ -55,6 +55,7 @@ from .errors import JobError, LeaseHeld, NotFound, Terminal
 from .record import TERMINAL, Record, format_time
 from .runner import Guardian, Outcome, Processor, Run, RunStore, processors
 from .schedule import blocked_by
+from .store.location import address
 
 __all__ = ["Worker", "WorkerStore", "Event", "Summary", "MODES", "default_owner"]
 
@@ -490,7 +491,7 @@ class Worker:
                 "JOB_KIND": out.kind,
                 "JOB_ERROR": out.error,
                 "JOB_ATTEMPT": str(out.attempt),
-                "JOB_STORE": os.path.abspath(self.store.root),
+                "JOB_STORE": address(self.store),
             }
         )
         try:

@@ -16,7 +16,7 @@ from .file import FileStore
 if TYPE_CHECKING:
     from .postgres import PostgresStore
 
-__all__ = ["is_database_url", "masked", "open_store"]
+__all__ = ["is_database_url", "masked", "open_store", "address"]
 
 _SCHEMES = ("postgresql://", "postgres://")
 
@@ -50,3 +50,16 @@ def open_store(where: str | os.PathLike[str]) -> FileStore | PostgresStore:
 
         return PostgresStore(str(where))
     return FileStore(where)
+
+
+def address(store: object) -> str:
+    """What ``JOB_STORE`` is set to for a child, so it reaches this same store.
+
+    A directory's absolute path; a database store's URL as given (the child
+    needs whatever credentials the parent was given; it is never printed).
+    """
+    url = getattr(store, "url", None)
+    if isinstance(url, str) and is_database_url(url):
+        return url
+    root: str = store.root  # type: ignore[attr-defined]  # every store has a root
+    return os.path.abspath(root)
