@@ -260,3 +260,27 @@ def test_a_lost_connection_is_refused_once_then_replaced(pg_store: Any) -> None:
         pg_store.load(job_id)
     assert pg_store.load(job_id).id == job_id
     assert pg_store._connection().info.backend_pid != backend
+
+
+def test_a_forked_child_opens_its_own_connection(pg_store: Any) -> None:
+    """A child must not talk on its parent's socket, nor close it on its way out."""
+    import os
+
+    job_id = pg_store.submit(Record(kind="k", spec={}))
+    parent_backend = pg_store._connection().info.backend_pid
+    pid = os.fork()
+    if pid == 0:  # the child: use the store, then leave as a child does
+        code = 0
+        try:
+            code = 0 if pg_store._connection().info.backend_pid != parent_backend else 3
+            if pg_store.load(job_id).id != job_id:
+                code = 4
+        except BaseException:
+            code = 5
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    # the parent's connection is untouched and still its own
+    assert pg_store._connection().info.backend_pid == parent_backend
+    assert pg_store.load(job_id).id == job_id
