@@ -319,7 +319,8 @@ class PostgresStore(ContractStore):
                 row = conn.execute(Q["load_for_update"], {"id": job_id}).fetchone()
                 if row is None:
                     raise NotFound(f"no job {job_id}", job_id)
-                now = self._now(conn)  # read under the row lock, as the file store reads it under flock
+                # the server's clock, read with the row lock held, as the file store reads it under flock
+                now = self._clock() if self._clock is not None else row[1].astimezone(timezone.utc)
                 rec = decode(bytes(row[0]), job_id)
                 rec._exposed = False  # only update() hands it to outside code
                 apply(rec, now)

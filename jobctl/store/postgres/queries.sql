@@ -20,7 +20,11 @@ SELECT clock_timestamp();
 SELECT data FROM jobctl_jobs WHERE id = %(id)s;
 
 -- name: load_for_update
-SELECT data FROM jobctl_jobs WHERE id = %(id)s FOR UPDATE;
+-- The outer SELECT projects only rows the CTE has locked, so the server's
+-- clock is read after the lock is held (as the file store reads it under flock),
+-- in the same round trip.
+WITH locked AS (SELECT data FROM jobctl_jobs WHERE id = %(id)s FOR UPDATE)
+SELECT data, clock_timestamp() FROM locked;
 
 -- name: read_epoch
 SELECT epoch, data FROM jobctl_jobs WHERE id = %(id)s;
