@@ -62,7 +62,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import IO, Any, Protocol
@@ -72,9 +72,8 @@ from .errors import Invalid, JobError, LeaseExpired, NotFound, Refused, StaleEpo
 from .jobenv import JobEnvironment
 from .record import Record, format_time
 from .schedule import attempt as attempt_of
-from .schedule import claim_next as schedule_claim_next
 from .schedule import not_before, record_failure
-from .store.base import Listing
+from .store.location import address
 
 __all__ = [
     "Command",
@@ -314,7 +313,7 @@ def child_env(
     env = (environment or JobEnvironment()).base(os.environ if base is None else base)
     for name in _CHILD_VARS:
         env.pop(name, None)
-    env["JOB_STORE"] = os.path.abspath(store.root)
+    env["JOB_STORE"] = address(store)
     env["JOB_ID"] = rec.id
     env["JOB_EPOCH"] = str(rec.lease.epoch)
     env["JOB_KIND"] = rec.kind
@@ -1267,10 +1266,16 @@ def _io(exc: OSError, job_id: str) -> JobError:
 
 
 class ClaimStore(RunStore, Protocol):
-    """A store a run can also claim from and list."""
+    """A store a run can also claim the next runnable job from."""
 
-    def list(self) -> Listing: ...
-    def claim(self, job_id: str, owner: str, ttl_seconds: float) -> Record: ...
+    def claim_next(
+        self,
+        owner: str,
+        ttl: float,
+        kinds: Iterable[str] | None = None,
+        *,
+        skipped: list[tuple[str, JobError]] | None = None,
+    ) -> Record | None: ...
 
 
 def claim_next(
@@ -1285,7 +1290,7 @@ def claim_next(
     ``skipped`` gets the jobs passed over for a refusal of their own (an
     ``Untrusted`` record, malformed scheduling data).
     """
-    rec = schedule_claim_next(store, owner, ttl, kinds, skipped=skipped)
+    rec = store.claim_next(owner, ttl, kinds, skipped=skipped)
     if rec is not None:
         return rec
     missing = NotFound("no runnable job" + (f" of kind {', '.join(sorted(kinds))}" if kinds else ""))

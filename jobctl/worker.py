@@ -58,6 +58,7 @@ from .jobenv import JobEnvironment
 from .record import TERMINAL, Record, format_time
 from .runner import Guardian, Outcome, Processor, Run, RunStore, processors
 from .schedule import blocked_by
+from .store.location import address
 
 __all__ = ["Worker", "WorkerStore", "Event", "Summary", "MODES", "default_owner"]
 
@@ -516,7 +517,7 @@ class Worker:
                 "JOB_KIND": out.kind,
                 "JOB_ERROR": out.error,
                 "JOB_ATTEMPT": str(out.attempt),
-                "JOB_STORE": os.path.abspath(self.store.root),
+                "JOB_STORE": address(self.store),
             }
         )
         try:

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from .. import limits, schedule
+from .. import limits
 from ..errors import JobError, NotFound
 from ..record import Record
 from ..store.base import UNSET
@@ -54,13 +54,13 @@ def _emit(state: State, rec: Record, line: str) -> None:
 def _claim_next(state: State, owner: str, ttl: float, kinds: tuple[str, ...]) -> Record:
     """Claim the oldest runnable orphan (of those kinds): the cron consumer's one step."""
     store = state.lease_store(ttl)
-    listing = store.list()
-    if listing.unreadable:
-        click.echo(render.unreadable_line(listing.unreadable), err=True)
     # A record with malformed scheduling data is left out (and named) so that
     # it cannot stop every other job from being claimed. Its dependents wait.
     skipped: list[tuple[str, JobError]] = []
-    claimed = schedule.claim_next(store, owner, ttl, kinds or None, records=listing, skipped=skipped)
+    unreadable: list[tuple[str, JobError]] = []
+    claimed = store.claim_next(owner, ttl, kinds or None, skipped=skipped, unreadable=unreadable)
+    if unreadable:
+        click.echo(render.unreadable_line(unreadable), err=True)
     for job_id, exc in skipped:
         click.echo(f"jobctl: {job_id}: skipped: {exc.message}", err=True)
     if claimed is not None:

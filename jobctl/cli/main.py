@@ -35,6 +35,7 @@ from ..record import STATES
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from ..record import Record
     from ..store.file import FileStore
+    from ..store.postgres import PostgresStore
     from .render import Screen
 
 __all__ = [
@@ -122,7 +123,7 @@ class State:
         terminal: bool | None = None,
         env: Mapping[str, str] | None = None,
         clock: Callable[[], datetime] | None = None,
-        store: FileStore | None = None,
+        store: FileStore | PostgresStore | None = None,
     ) -> None:
         self.store_flag: str | None = None
         self.json = False
@@ -130,7 +131,7 @@ class State:
         self._terminal = terminal
         self._env = env
         self._clock = clock
-        self._store: FileStore | None = store
+        self._store: FileStore | PostgresStore | None = store
         self._max_ttl: float | None = None
 
     @property
@@ -144,7 +145,7 @@ class State:
             return self._store.now()
         return datetime.now(timezone.utc)
 
-    def store(self) -> FileStore:
+    def store(self) -> FileStore | PostgresStore:
         """The store this run talks to, discovered on first use (DIGEST §7)."""
         if self._store is None:
             from .. import discovery
@@ -166,7 +167,7 @@ class State:
             self._max_ttl = float(settings.one("max_ttl", self.env).value)
         return self._max_ttl
 
-    def lease_store(self, ttl: float) -> FileStore:
+    def lease_store(self, ttl: float) -> FileStore | PostgresStore:
         """The store, told the longest lease it may grant (``claim``, ``renew``, ``run``).
 
         A ``ttl`` no longer than the smallest ``max_ttl`` there can be is
@@ -187,6 +188,12 @@ class State:
             return set()
         ceiling = self.max_ttl()
         return {r.id for r in ahead if limits.lease_too_long(r.lease.expires_at, now, ceiling)}
+
+    def close(self) -> None:
+        """Let go of the store's connection, when it has one (a database store)."""
+        close = getattr(self._store, "close", None)
+        if close is not None:
+            close()
 
     @property
     def terminal(self) -> bool:
@@ -378,7 +385,7 @@ store_option = click.option(
     expose_value=False,
     callback=_set_store,
     is_eager=True,
-    help="Store root; beats JOB_STORE, ABSTRACTION_STORE and the config file.",
+    help="Store root (a directory or a postgresql:// URL); beats JOB_STORE, ABSTRACTION_STORE and the config file.",
 )
 json_option = click.option(
     "--json",
@@ -549,6 +556,9 @@ LAZY: dict[str, tuple[str, str]] = {
     "pipeline": ("work", "pipeline"),
     "retry": ("lifecycle", "retry"),
     "gc": ("lifecycle", "gc"),
+    "db": ("db", "db"),
+    "export": ("transfer", "export"),
+    "import": ("transfer", "import_"),
 }
 
 #: How ``jobctl --help`` groups the commands; anything unlisted goes under "Other".
@@ -558,6 +568,7 @@ SECTIONS: list[tuple[str, tuple[str, ...]]] = [
     ("Ask a holder", ("intent", "approve", "recall", "cancel")),
     ("Do the work", ("run", "worker", "pipeline", "logs", "retry")),
     ("Upkeep", ("gc", "sweep", "paths", "doctor", "help")),
+    ("Move and set up", ("export", "import", "db")),
 ]
 
 
@@ -614,6 +625,12 @@ class JobGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         """Run the command; the one place where a refusal becomes a stderr line and an exit code."""
         state = ctx.ensure_object(State)
+        try:
+            return self._invoke(ctx, state)
+        finally:
+            state.close()
+
+    def _invoke(self, ctx: click.Context, state: State) -> Any:
         try:
             return super().invoke(ctx)
         except JobError as exc:
@@ -688,10 +705,11 @@ CONTEXT: dict[str, Any] = {"help_option_names": ["-h", "--help"], "max_content_w
 def cli() -> None:
     """Durable jobs in a shared directory: leased, fenced, checkpointed, resumable.
 
-    Every command works on one store root (a directory). It is the one given
-    with --store, else $JOB_STORE, else $ABSTRACTION_STORE, else the "store"
-    in the per-user abstraction/config.json, else ~/.abstraction;
-    `jobctl paths` says which and why.
+    Every command works on one store: a directory, or a PostgreSQL database
+    named by a postgresql:// URL. It is the one given with --store, else
+    $JOB_STORE, else $ABSTRACTION_STORE, else the "store" in the per-user
+    abstraction/config.json, else ~/.abstraction; `jobctl paths` says which
+    and why.
 
     Piped, each command prints the plain lines of upstream's jobctl; on a
     terminal, tables; with --json, versioned JSON. Data goes to stdout,

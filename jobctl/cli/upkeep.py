@@ -9,6 +9,8 @@ from typing import Any
 import click
 
 from .. import discovery
+from ..store.file import FileStore
+from ..store.location import masked
 from . import render
 from .main import EXIT_FAILURE, TEXT, JobCommand, State, common, complete_ids, pass_state
 
@@ -199,18 +201,33 @@ def _facts(state: State) -> tuple[list[tuple[str, str]], bool]:
     if problem:
         config_status = f"ignored: it {problem}"
     elif store_named:
-        config_status = f"names {store_named}"
+        config_status = f"names {masked(store_named)}"
     elif os.path.exists(config):
         config_status = "names no store"
     else:
         config_status = "absent"
-    facts = [("root", root), ("rung", rung), ("config", config), ("config_status", config_status)]
+    facts = [("root", masked(root)), ("rung", rung), ("config", config), ("config_status", config_status)]
     healthy = True
     try:
         store = discovery.open_store(root, rung)
     except discovery.Unavailable as exc:
         facts.append(("check_open", "FAILED: " + exc.lines[0].removeprefix("jobctl: ")))
         return facts, False
+    if not isinstance(store, FileStore):  # a database: the connection and schema were checked on opening
+        from datetime import datetime, timezone
+
+        # The server's clock decides every lease; a host far off it reads lease times misleadingly.
+        try:
+            offset = (store.now() - datetime.now(timezone.utc)).total_seconds()
+        finally:
+            store.close()
+        facts += [
+            ("work", store.work_dir),
+            ("schema_version", str(store.schema_version)),
+            ("clock_offset", f"{offset:+.3f}s"),
+            ("check_open", "ok"),
+        ]
+        return facts, healthy
     facts += [("jobs", store.jobs_dir), ("work", store.work_dir), ("check_open", "ok")]
     checks: tuple[tuple[str, Callable[[], str]], ...] = (
         ("check_access", lambda: check_access(store.jobs_dir, store.work_dir)),

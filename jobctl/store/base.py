@@ -6,14 +6,14 @@ returned is the caller's own copy [JOB-M2]. ``now`` is the store's own clock.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any, Protocol
 
 from ..errors import JobError
 from ..record import Record
 
-__all__ = ["Store", "Listing", "UNSET"]
+__all__ = ["Store", "Listing", "UNSET", "Skipped"]
 
 
 class _Unset:
@@ -23,6 +23,10 @@ class _Unset:
 
 #: "Leave this field as it is" for optional arguments where None is a value.
 UNSET: Any = _Unset()
+
+
+#: ``(id, verdict)`` pairs of jobs a pick passed over because it could not read them.
+Skipped = list[tuple[str, JobError]]
 
 
 class Listing(list[Record]):
@@ -114,6 +118,35 @@ class Store(Protocol):
 
     def orphans(self) -> Listing:
         """Records nobody holds that a sweep may adopt [JOB-I11] [JOB-I12] [JOB-T2]."""
+        ...
+
+    def claim_next(
+        self,
+        owner: str,
+        ttl: float,
+        kinds: Iterable[str] | None = None,
+        *,
+        skipped: Skipped | None = None,
+        unreadable: Skipped | None = None,
+    ) -> Record | None:
+        """Claim the oldest runnable job (of ``kinds``); None when nothing may start now.
+
+        Runnable as :func:`jobctl.schedule.runnable` says: an orphan whose
+        dependencies are complete, whose not-before time has passed, not
+        paused. How it is found is the backend's (a listing on a directory,
+        an indexed ``SKIP LOCKED`` pick on PostgreSQL); a job another picker
+        takes meanwhile is passed over. Jobs left out for unreadable
+        scheduling data are named in ``skipped``, records that cannot be read
+        at all in ``unreadable``, when lists are given.
+        """
+        ...
+
+    def load_bytes(self, job_id: str) -> bytes:
+        """The record's stored bytes, exactly (``jobctl export``). ``NotFound``."""
+        ...
+
+    def import_bytes(self, data: bytes) -> str:
+        """Add a record from its exact bytes (``jobctl import``); as ``submit``'s refusals."""
         ...
 
     def set_intent(self, job_id: str, want: str, by: str) -> Record:

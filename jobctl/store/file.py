@@ -20,39 +20,22 @@ of the store or a hung reader.
 
 from __future__ import annotations
 
-import math
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
-from typing import Any
 
 from .. import fsio, ids, limits, lock
-from ..errors import (
-    Exists,
-    Invalid,
-    JobError,
-    LeaseExpired,
-    LeaseHeld,
-    NotFound,
-    Refused,
-    StaleEpoch,
-    Terminal,
-    Untrusted,
-)
+from ..errors import Exists, JobError, NotFound, Untrusted
 from ..record import (
-    STATES,
-    WANTS,
-    Intent,
-    Lease,
-    Recall,
     Record,
     decode,
     encode,
     held,
 )
-from ..wire import Raw, lazy_pattern
-from .base import UNSET, Listing
+from ..wire import lazy_pattern
+from .base import Listing, Skipped
+from .contract import ContractStore
 
 __all__ = ["FileStore", "Clock"]
 
@@ -61,18 +44,6 @@ Clock = Callable[[], datetime]
 
 def _system_clock() -> datetime:
     return datetime.now(timezone.utc)
-
-
-def _seconds(value: Any, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise Invalid(f"{what} must be a non-negative number of seconds, not {value!r}")
-    return float(value)
-
-
-def _epoch(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise Invalid(f"epoch must be a non-negative integer, not {value!r}")
-    return value
 
 
 # The lease block as every conforming writer lays it out; "\n  " anchors it
@@ -85,7 +56,7 @@ _EPOCH: re.Pattern[bytes] = lazy_pattern(
 _TEMP: re.Pattern[str] = lazy_pattern(globals(), "_TEMP", r"(.+\.json)\.[A-Za-z0-9_]+\.tmp\Z")
 
 
-class FileStore:
+class FileStore(ContractStore):
     """A store rooted at a directory; opening it creates ``jobs/`` and ``work/``.
 
     ``max_ttl`` is the longest lease ``claim`` and ``renew`` grant (seconds;
@@ -140,6 +111,14 @@ class FileStore:
         if data is None:
             raise NotFound(f"no job {job_id}", job_id)
         return decode(data, job_id)
+
+    def load_bytes(self, job_id: str) -> bytes:
+        name = ids.check(job_id) + ".json"
+        with self._jobs() as jobs:
+            data = lock.read(jobs, name, job_id)
+        if data is None:
+            raise NotFound(f"no job {job_id}", job_id)
+        return data
 
     def _read_epoch(self, job_id: str) -> tuple[int, bytes, bool]:
         """The lease epoch as read now, without the lock [JOB-L4]: (epoch, bytes, exact).
@@ -208,6 +187,23 @@ class FileStore:
                 out.append(rec)
         return out
 
+    def claim_next(
+        self,
+        owner: str,
+        ttl: float,
+        kinds: Iterable[str] | None = None,
+        *,
+        skipped: Skipped | None = None,
+        unreadable: Skipped | None = None,
+    ) -> Record | None:
+        """The oldest runnable job, claimed: :func:`jobctl.schedule.claim_next` over a listing."""
+        from ..schedule import claim_next
+
+        listing = self.list()
+        if unreadable is not None:
+            unreadable.extend(listing.unreadable)
+        return claim_next(self, owner, ttl, kinds, records=listing, skipped=skipped)
+
     # -- writes --------------------------------------------------------------
 
     def _write(
@@ -253,53 +249,7 @@ class FileStore:
                 exc.job_id = job_id
             raise
 
-    def _as_holder(
-        self, job_id: str, epoch: int, apply: Callable[[Record, datetime], None], fresh: bool = False
-    ) -> Record:
-        """A write by the lease holder: terminal, stale epoch and lapse refused first."""
-        _epoch(epoch)
-
-        def checked(rec: Record, now: datetime) -> None:
-            if rec.terminal:
-                raise Terminal(f"job {job_id} is {rec.state}; nothing reopens it")
-            if rec.lease.epoch != epoch:
-                raise StaleEpoch(
-                    f"job {job_id} is at epoch {rec.lease.epoch}, not {epoch}: "
-                    f"{rec.lease.owner or 'somebody'} claimed it since"
-                )
-            if not held(rec.lease, now):
-                raise LeaseExpired(f"job {job_id}: the lease of epoch {epoch} has lapsed or was released")
-            apply(rec, now)
-            rec.updated_at = now
-
-        return self._write(job_id, checked, fresh)
-
-    def submit(self, record: Record) -> str:
-        if not isinstance(record, Record):
-            raise Invalid("submit takes a Record")
-        job_id = ids.check(record.id) if record.id else ids.mint()
-        spec = record.spec
-        if not isinstance(spec, dict) and not (isinstance(spec, Raw) and spec.text.startswith("{")):
-            # Named only when the caller chose the id: a minted one was never created.
-            raise Invalid("spec must be a JSON object", record.id)
-        now = self.now()
-        rec = record.replace(
-            id=job_id,
-            state=record.state or "pending",
-            progress=record.progress.replace(updated_at=now),
-            lease=Lease(),
-            intent=None if record.intent is None else record.intent.replace(at=record.intent.at or now),
-            created_at=now,
-            updated_at=now,
-            extensions=dict(record.extensions),
-            requires=list(record.requires),
-            content=list(record.content),
-            critical=list(record.critical),
-            _raw=dict(record._raw),
-            _text=record._text,
-        )
-        data = encode(rec)
-
+    def _create(self, job_id: str, data: bytes) -> None:
         def edit(current: bytes | None) -> bytes:
             if current is not None:
                 raise Exists(f"job {job_id} is already in the store", job_id)
@@ -307,35 +257,6 @@ class FileStore:
 
         with self._jobs() as jobs:
             lock.change(jobs, job_id + ".json", edit, job_id)
-        return job_id
-
-    def claim(self, job_id: str, owner: str, ttl_seconds: float) -> Record:
-        if not isinstance(owner, str) or not owner.strip():
-            raise Refused("claim needs an owner", job_id)
-        ttl = self._ttl(ttl_seconds, job_id)
-        seen, data, exact = self._read_epoch(job_id)
-
-        def apply(rec: Record, now: datetime) -> None:
-            nonlocal seen, exact
-            lease = rec.lease
-            if lease.epoch != seen and not exact:
-                seen, exact = decode(data, job_id).lease.epoch, True  # the pattern may have misread
-            if lease.epoch != seen:
-                raise LeaseHeld(f"job {job_id} moved since it was read (epoch {seen} -> {lease.epoch})")
-            if rec.terminal:
-                raise Terminal(f"job {job_id} is {rec.state}; nothing reopens it")
-            if held(lease, now):
-                if lease.owner != owner:
-                    raise LeaseHeld(
-                        f"job {job_id} is held by {lease.owner} until {lease.expires_at:%Y-%m-%dT%H:%M:%SZ}"
-                    )
-                if lease.recall is not None:
-                    raise LeaseHeld(f"job {job_id} is recalled ({lease.recall.reason}); its holder cannot re-claim it")
-            rec.lease = Lease(owner, lease.epoch + 1, limits.later(now, ttl, "ttl", job_id))
-            if rec.state in ("pending", "running"):
-                rec.state = "running"
-
-        return self._write(job_id, apply)
 
     def _owned(self, name: str, current: bytes) -> None:
         """Refuse (``Untrusted``) a record whose file the required uid does not own.
@@ -374,158 +295,6 @@ class FileStore:
             os.close(fd)
         if b"".join(chunks) != current:
             raise Untrusted(f"job {job_id}: its record changed while its owner was checked; not run", job_id)
-
-    def renew(self, job_id: str, epoch: int, ttl_seconds: float) -> Record:
-        _epoch(epoch)
-        ttl = self._ttl(ttl_seconds, job_id)
-
-        def apply(rec: Record, now: datetime) -> None:
-            lease = rec.lease
-            if lease.epoch != epoch:
-                raise StaleEpoch(f"job {job_id} is at epoch {lease.epoch}, not {epoch}")
-            if not held(lease, now):
-                raise LeaseExpired(f"job {job_id}: the lease of epoch {epoch} has lapsed or was released")
-            expires = limits.later(now, ttl, "ttl", job_id)
-            if lease.recall is not None and lease.recall.until is not None and expires > lease.recall.until:
-                expires = lease.recall.until
-            lease.expires_at = expires
-
-        return self._write(job_id, apply)
-
-    def _ttl(self, value: Any, job_id: str) -> float:
-        """A TTL ``claim``/``renew`` may grant: a non-negative number of seconds, at most ``max_ttl``."""
-        ttl = _seconds(value, "ttl")
-        if ttl > self.max_ttl:
-            raise Invalid(
-                f"job {job_id}: ttl {value!r} is more than max_ttl ({self.max_ttl:g} s), "
-                "the longest lease jobctl grants",
-                job_id,
-            )
-        return ttl
-
-    def release(self, job_id: str, epoch: int) -> Record:
-        def apply(rec: Record, now: datetime) -> None:
-            rec.lease.expires_at = now
-            rec.lease.owner = ""
-            if rec.state == "running" and rec.delegation is None:
-                rec.state = "pending"
-
-        return self._as_holder(job_id, epoch, apply)
-
-    def update(self, job_id: str, epoch: int, mutate: Callable[[Record], object]) -> Record:
-        def envelope(rec: Record) -> tuple[str, tuple[str, ...]] | None:
-            return None if rec.envelope is None else (rec.envelope.schema, tuple(rec.envelope.actions))
-
-        def apply(rec: Record, now: datetime) -> None:
-            before = (rec.id, rec.kind, rec.opaque_text("spec"), rec.created_at, envelope(rec))
-            lease = rec.lease.replace(recall=None if rec.lease.recall is None else rec.lease.recall.replace())
-            intent = None if rec.intent is None else rec.intent.replace()
-            rec._exposed = True
-            mutate(rec)
-            after = (rec.id, rec.kind, rec.opaque_text("spec"), rec.created_at, envelope(rec))
-            for name, old, new in zip(("id", "kind", "spec", "created_at", "envelope"), before, after, strict=True):
-                if old != new:
-                    raise Invalid(f"job {job_id}: {name} cannot change under a lease [JOB-M1]")
-            if rec.lease != lease:
-                raise Invalid(f"job {job_id}: the lease changes only by claim, renew and release")
-            if rec.intent != intent:
-                raise Invalid(f"job {job_id}: intent changes only by set_intent")
-
-        # The caller's mutate may keep references into the record it was handed:
-        # what it gets back is decoded afresh from the bytes written [JOB-M2].
-        return self._as_holder(job_id, epoch, apply, fresh=True)
-
-    def progress(self, job_id: str, epoch: int, done: int, checkpoint: Any = UNSET) -> Record:
-        """Record how far the holder got, and optionally what a successor needs."""
-        if not isinstance(done, int) or not limits.DONE.holds(done):
-            raise Invalid(f"done must be a whole number ({limits.DONE.text()}), not {done!r}", job_id)
-
-        def apply(rec: Record, now: datetime) -> None:
-            rec.progress.done = done
-            rec.progress.updated_at = now
-            if checkpoint is not UNSET:
-                rec.checkpoint = checkpoint
-
-        return self._as_holder(job_id, epoch, apply)
-
-    def finish(
-        self,
-        job_id: str,
-        epoch: int,
-        state: str,
-        *,
-        error: str | None = None,
-        checkpoint: Any = UNSET,
-        done: int | None = None,
-    ) -> Record:
-        """Set the state; error, checkpoint and done travel in the same write [JOB-T4]."""
-        if done is not None and (not isinstance(done, int) or not limits.DONE.holds(done)):
-            raise Invalid(f"done must be a whole number ({limits.DONE.text()}), not {done!r}", job_id)
-
-        def apply(rec: Record, now: datetime) -> None:
-            if state not in STATES:
-                raise Invalid(f"{state!r} is not a state ({', '.join(STATES)})")
-            rec.state = state
-            if error is not None:
-                rec.error = error
-            if checkpoint is not UNSET:
-                rec.checkpoint = checkpoint
-            if done is not None:
-                rec.progress.done = done
-                rec.progress.updated_at = now
-
-        return self._as_holder(job_id, epoch, apply)
-
-    def set_intent(self, job_id: str, want: str, by: str = "") -> Record:
-        if want not in WANTS:
-            raise Invalid(f"intent {want!r} is not run, pause or cancel [JOB-I1]", job_id)
-
-        def apply(rec: Record, now: datetime) -> None:
-            if rec.terminal:
-                raise Terminal(f"job {job_id} is {rec.state}; nothing reopens it")
-            rec.intent = Intent(want, by or "", now)
-            rec.updated_at = now
-
-        return self._write(job_id, apply)
-
-    def recall(self, job_id: str, epoch: int, reason: str, by: str = "", grace: float = 30.0) -> Record:
-        if not isinstance(reason, str) or not reason.strip():
-            raise Invalid("a recall needs a reason", job_id)
-        _epoch(epoch)
-        window = _seconds(grace, "grace")
-
-        def apply(rec: Record, now: datetime) -> None:
-            lease = rec.lease
-            if rec.terminal:
-                raise Terminal(f"job {job_id} is {rec.state}; there is nothing to give back")
-            if lease.epoch != epoch:
-                raise StaleEpoch(f"job {job_id} is at epoch {lease.epoch}, not {epoch}")
-            if not held(lease, now):
-                raise LeaseExpired(f"job {job_id}: nobody holds the lease of epoch {epoch}")
-            until = limits.later(now, window, "grace", job_id)
-            lease.recall = Recall(reason, now, until, by or "")
-            if lease.expires_at is None or until < lease.expires_at:
-                lease.expires_at = until
-            rec.updated_at = now
-
-        return self._write(job_id, apply)
-
-    def cancel(self, job_id: str, by: str, ttl_seconds: float = 15.0) -> Record:
-        """Ask for a stop and, when nobody holds the job, stop it now [JOB-S3] [JOB-S4].
-
-        An already cancelled job is a success (a double click); another
-        terminal state is ``Terminal``. When somebody holds the lease the
-        intent is recorded and its holder is expected to honour it.
-        """
-        rec = self.load(job_id)
-        if rec.state == "cancelled":
-            return rec
-        self.set_intent(job_id, "cancel", by)
-        try:
-            mine = self.claim(job_id, by, ttl_seconds)
-        except (LeaseHeld, Terminal):
-            return self.load(job_id)
-        return self.finish(job_id, mine.lease.epoch, "cancelled")
 
     # -- maintenance -----------------------------------------------------------
 

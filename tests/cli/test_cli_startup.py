@@ -38,6 +38,8 @@ NEVER = (
     "importlib.metadata",
     "subprocess",
     "asyncio",
+    "psycopg",  # the PostgreSQL driver: only a postgresql:// store asks for it
+    "jobctl.store.postgres",
     "locale",
     "pydoc",
 )
