@@ -227,11 +227,11 @@ def test_import_names_what_it_refuses_and_keeps_the_rest(jobctl: Jobctl, pg: str
     assert first.code == 0
     text = "\n".join([*lines, "not json", '{"id": "x"}']) + "\n"
     ran = jobctl("--store", pg, "import", input=text)
-    assert ran.code == 9  # the first refusal's code: invalid (an existing id)
+    assert ran.code == 15  # the first refusal's code: exists (an id already there)
     assert ran.text == "imported=3 refused=3\n"
     err = ran.err.splitlines()
     assert len(err) == 3
-    assert "line 1:" in err[0] and "already exists" in err[0]
+    assert "line 1:" in err[0] and "is already in the store" in err[0]
     assert "line 5 is not JSON" in err[1] and "line 6 has no record text" in err[2]
     assert len(jobctl("--store", pg, "export").lines) == 4
 
