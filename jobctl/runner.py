@@ -28,7 +28,9 @@ small process of its own that the supervisor tells each group's deadline (a
 little before its lease can run out) before the child may run any code of the
 job, and again at every renewal: it SIGKILLs the group when the supervisor
 is stopped (SIGSTOP, Ctrl-Z) and its deadline comes, and every group when the
-supervisor dies. ``jobctl run`` and the worker use it alike. A run that finds
+supervisor dies. Where the store has a record file on the system clock it
+also reads the lease there itself, so a recall or a claim made while the
+supervisor is stopped is honoured too. ``jobctl run`` and the worker use it alike. A run that finds
 its child's exit only after its own lease deadline (it was stopped) writes
 nothing more. A process that escapes anyway (one that started its own
 session) has every write refused by the epoch fencing once the job is
