@@ -296,10 +296,10 @@ def test_only_a_store_on_the_system_clock_offers_its_record(store: FileStore, ro
 def test_a_kill_by_the_guardian_is_not_counted_as_the_job_failing(store: FileStore, tmp_path: Path) -> None:
     """The guardian reads the record more often than a run checks it: a short recall is its to enforce."""
     job = store.submit(Record(kind="shell", spec={"argv": ["sleep", "60"]}))
-    claimed = store.claim(job, "me", TTL)
-    # A run that reads the record only at its renewals (every 3 s), and a recall with a second's grace.
-    run = Run(store, claimed, shell_command, ttl=TTL, grace=5.0, check_every=TTL)
-    threading.Timer(0.5, lambda: store.recall(job, claimed.lease.epoch, "maintenance", "ops", 1.0)).start()
+    claimed = store.claim(job, "me", 30)
+    # A run that reads the record only at its renewals (every 10 s), and a recall with a second's grace.
+    run = Run(store, claimed, shell_command, ttl=30, grace=5.0, check_every=30)
+    threading.Timer(0.2, lambda: store.recall(job, claimed.lease.epoch, "maintenance", "ops", 1.0)).start()
     outcome = run.execute()
     assert outcome.exit_code == -signal.SIGKILL
     assert outcome.fenced and outcome.reason == "fenced"  # it wrote nothing: no failure counted
