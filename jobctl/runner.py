@@ -536,7 +536,7 @@ class Guardian:
         """
         rest = ""
         if record is not None:
-            path = os.fsencode(record.path).hex()
+            path = os.fsencode(os.path.abspath(record.path)).hex()  # the guardian's cwd is not ours to rely on
             rest = f" {record.epoch} {record.margin!r} {record.every!r} {path}"
         with self._lock:
             if self._closed:
