@@ -28,7 +28,9 @@ small process of its own that the supervisor tells each group's deadline (a
 little before its lease can run out) before the child may run any code of the
 job, and again at every renewal: it SIGKILLs the group when the supervisor
 is stopped (SIGSTOP, Ctrl-Z) and its deadline comes, and every group when the
-supervisor dies. ``jobctl run`` and the worker use it alike. A run that finds
+supervisor dies. Where the store has a record file on the system clock it
+also reads the lease there itself, so a recall or a claim made while the
+supervisor is stopped is honoured too. ``jobctl run`` and the worker use it alike. A run that finds
 its child's exit only after its own lease deadline (it was stopped) writes
 nothing more. A process that escapes anyway (one that started its own
 session) has every write refused by the epoch fencing once the job is
@@ -95,6 +97,7 @@ __all__ = [
     "ClaimStore",
     "claim_next",
     "Guardian",
+    "LeaseRecord",
 ]
 
 #: The kind jobctl runs without any set-up: spec ``{"argv": [...], "cwd"?, "env"?, "timeout"?}``.
@@ -112,6 +115,7 @@ class RunStore(Protocol):
     def release(self, job_id: str, epoch: int) -> Record: ...
     def update(self, job_id: str, epoch: int, mutate: Callable[[Record], object]) -> Record: ...
     def work_path(self, job_id: str) -> str: ...
+    def lease_file(self, job_id: str) -> str | None: ...
 
 
 # -- what to run ----------------------------------------------------------------
@@ -372,40 +376,160 @@ _GUARDIAN = r"""
 import os, select, signal, time
 for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU):
     signal.signal(sig, signal.SIG_IGN)
+INF = float("inf")
+LIMIT = 1 << 26  # a larger file is not read: the time its supervisor reported still holds
+OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+LEASE = b'\n  "lease": {\n    "owner": "'
 def kill(pid):
     for fn in (os.killpg, os.kill):
         try:
             fn(pid, signal.SIGKILL)
         except OSError:
             pass
+def instant(t):
+    # An RFC 3339 time in seconds since 1970 (days from the civil date: no datetime to import).
+    try:
+        digits = t[:4] + t[5:7] + t[8:10] + t[11:13] + t[14:16] + t[17:19]
+        if not (digits.isascii() and digits.isdigit() and len(digits) == 14 and t[4] + t[7] + t[13] + t[16] == "--::"):
+            return None
+        y, mo, d, h, mi, s = int(t[:4]), int(t[5:7]), int(t[8:10]), int(t[11:13]), int(t[14:16]), int(t[17:19])
+        rest, n = t[19:], 1
+        if rest[:1] == ".":
+            while n < len(rest) and "0" <= rest[n] <= "9":
+                n += 1
+            s += float("0" + rest[:n])
+            rest = rest[n:]
+        if rest in ("Z", "z"):
+            off = 0
+        elif len(rest) == 6 and rest[0] in "+-" and rest[3] == ":" and (rest[1:3] + rest[4:]).isdigit():
+            off = (int(rest[1:3]) * 3600 + int(rest[4:]) * 60) * (1 if rest[0] == "+" else -1)
+        else:
+            return None
+    except (IndexError, ValueError):
+        return None
+    y -= mo <= 2
+    era, yoe = divmod(y, 400)
+    doy = (153 * (mo + (-3 if mo > 2 else 9)) + 2) // 5 + d - 1
+    days = era * 146097 + yoe * 365 + yoe // 4 - yoe // 100 + doy - 719468
+    return days * 86400 + h * 3600 + mi * 60 + s - off
+def read(path):
+    # Never a link, never a FIFO or a device, never more than LIMIT bytes.
+    try:
+        fd = os.open(path, OPEN)
+    except OSError:
+        return None
+    try:
+        if os.fstat(fd).st_mode & 0o170000 != 0o100000:
+            return None
+        parts, size = [], 0
+        while size <= LIMIT:
+            chunk = os.read(fd, LIMIT + 1 - size)
+            if not chunk:
+                return b"".join(parts)
+            parts.append(chunk)
+            size += len(chunk)
+        return None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+def lease(data):
+    # (epoch, expires_at in seconds since 1970; -INF when unset) as the record says; None when unknown.
+    i = data.find(LEASE)
+    if i >= 0:
+        # The lease block as every conforming writer lays it out: at the top level (two spaces after a raw
+        # newline, which no JSON string holds), the owner's line ends where its raw newline is.
+        e = data.find(b"\n", i + len(LEASE))
+        f = data[e + 1 : e + 128].split(b"\n")
+        if e > 0 and data[e - 2 : e] == b'",' and len(f) > 1:
+            ep, at = f[0], f[1]
+            ok = ep[:13] == b'    "epoch": ' and ep[-1:] == b"," and ep[13:-1].isdigit()
+            if ok and at[:19] == b'    "expires_at": "':
+                at = at[19:-2] if at[-2:] == b'",' else at[19:-1]
+                t = instant(at.decode("ascii", "replace"))
+                if t is not None:
+                    return int(ep[13:-1]), t
+    try:
+        import json
+        doc = json.loads(data)
+        epoch, at = doc["lease"]["epoch"], doc["lease"].get("expires_at")
+    except Exception:
+        return None
+    if type(epoch) is not int:
+        return None
+    if at is None or at == "":
+        return epoch, -INF
+    t = instant(at) if isinstance(at, str) else None
+    return None if t is None else (epoch, t)
+# pid -> [kill time reported, record path, epoch held, margin, read interval, kill time the record says, next read]
 live = {}
+def handle(line):
+    op, fields = line[:1], line[1:].split()
+    try:
+        pid = int(fields[0])
+        at = float(fields[1]) if op != b"-" else 0.0
+        watch = None
+        if len(fields) > 5:
+            watch = (bytes.fromhex(fields[5].decode()), int(fields[2]), float(fields[3]), float(fields[4]))
+    except (IndexError, ValueError):
+        return
+    if op == b"+":
+        live[pid] = [at, None, 0, 0.0, INF, INF, INF] if watch is None else [at, *watch, INF, -INF]
+    elif op == b"=" and pid in live:
+        live[pid][0] = at
+    elif op == b"-":
+        live.pop(pid, None)
 rest = b""
 while True:
     now = time.monotonic()
-    for pid, at in list(live.items()):
-        if at <= now:
+    for g in live.values():
+        if g[6] <= now:
+            data = read(g[1])
+            seen = None if data is None else lease(data)
+            now, wall = time.monotonic(), time.time()
+            if seen is not None:
+                # Another epoch: somebody claimed the job. Else its lease's end, now on the record, moved to
+                # this clock (the file store's clock is the system clock): a recall made behind a stopped
+                # supervisor's back shortens it here too.
+                g[5] = -INF if seen[0] != g[2] else now + (seen[1] - wall) - g[3]
+            g[6] = now + g[4]
+    # Every message that came first: a group whose "-PID" is written may be reaped, its id reused.
+    eof = False
+    while select.select([0], [], [], 0)[0]:
+        chunk = os.read(0, 65536)
+        if not chunk:
+            eof = True
+            break
+        *lines, rest = (rest + chunk).split(b"\n")
+        for line in lines:
+            handle(line)
+    if eof:
+        break
+    now = time.monotonic()
+    for pid, g in list(live.items()):
+        if min(g[0], g[5]) <= now:
             kill(pid)
             del live[pid]
-    if live and not select.select([0], [], [], max(0.0, min(live.values()) - now))[0]:
-        continue
-    chunk = os.read(0, 65536)
-    if not chunk:
-        break
-    *lines, rest = (rest + chunk).split(b"\n")
-    for line in lines:
-        op, fields = line[:1], line[1:].split()
-        try:
-            pid = int(fields[0])
-            at = float(fields[1]) if op != b"-" else 0.0
-        except (IndexError, ValueError):
-            continue
-        if op == b"+" or (op == b"=" and pid in live):
-            live[pid] = at
-        elif op == b"-":
-            live.pop(pid, None)
+    wake = min((min(g[0], g[5], g[6]) for g in live.values()), default=None)
+    select.select([0], [], [], None if wake is None else max(0.0, wake - time.monotonic()))
 for pid in live:
     kill(pid)
 """
+
+
+@dataclass(frozen=True)
+class LeaseRecord:
+    """A record a :class:`Guardian` reads to follow a lease itself: its path, the epoch held, when to kill.
+
+    The guardian kills ``margin`` seconds before the record's ``expires_at``
+    (on the system clock), and at once when its epoch is not ``epoch``; it
+    reads it every ``every`` seconds.
+    """
+
+    path: str
+    epoch: int
+    margin: float
+    every: float
 
 
 class Guardian:
@@ -430,15 +554,33 @@ class Guardian:
     on Linux, one clock for every process of the machine, so the times mean
     the same on both sides of the pipe.
 
-    Lines on the pipe: ``+PID AT`` (a new group, to be gone by AT), ``=PID AT``
-    (a renewal or a recall moved AT), ``-PID`` (reaped by its supervisor; never
-    signal that id again). If the guardian process dies, the next message
-    starts a new one and replays every registration first.
+    What the supervisor reports is not all a stopped supervisor misses: a
+    recall made meanwhile lowers the lease's end in the record [JOB-R3], and
+    an adopter may claim at the recall's ``until``. So where the store has a
+    :meth:`~jobctl.store.base.Store.lease_file` (the file store: the record,
+    its times on the system clock), the guardian also reads the record itself
+    every :func:`_read_every` and kills the group at the lease's end less the
+    margin when that comes first, and at once when the epoch is no longer the
+    one held (somebody claimed the job). It opens the record without
+    following a link or blocking, reads only a regular file of at most 64 MiB,
+    and reads only the lease block's epoch and ``expires_at`` (a full JSON
+    parse only for a record not laid out as jobctl writes them). A record it
+    cannot read leaves the last time it read, and the reported one, in force.
+
+    Lines on the pipe: ``+PID AT`` (a new group, to be gone by AT), ``+PID AT
+    EPOCH MARGIN EVERY PATH`` (the same, and read the record at PATH, in hex,
+    every EVERY seconds: the lease of EPOCH ends MARGIN seconds before its
+    ``expires_at``), ``=PID AT`` (a renewal or a recall moved AT), ``-PID``
+    (reaped by its supervisor; never signal that id again). The guardian
+    takes in every message waiting before it kills anything. If the guardian
+    process dies, the next message starts a new one and replays every
+    registration first.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._live: dict[int, float] = {}
+        # pid -> (kill time, the rest of its "+" line: the record to watch, or "")
+        self._live: dict[int, tuple[float, str]] = {}
         self._closed = False
         self.proc: subprocess.Popen[bytes] | None = None
         self._fd = -1
@@ -473,23 +615,30 @@ class Guardian:
                 self._spawn()
             except OSError:
                 return False
-            data = "".join(f"+{pid} {at!r}\n" for pid, at in self._live.items()).encode()
+            data = "".join(f"+{pid} {at!r}{rest}\n" for pid, (at, rest) in self._live.items()).encode()
         return False
 
-    def watch(self, pid: int, kill_at: float) -> bool:
-        """Guard the group ``pid`` until :meth:`forget`; SIGKILL it at monotonic ``kill_at``. False: no guardian."""
+    def watch(self, pid: int, kill_at: float, record: LeaseRecord | None = None) -> bool:
+        """Guard the group ``pid`` until :meth:`forget`; SIGKILL it at monotonic ``kill_at``. False: no guardian.
+
+        ``record``: the lease to follow in its record as well, where the store has one.
+        """
+        rest = ""
+        if record is not None:
+            path = os.fsencode(os.path.abspath(record.path)).hex()  # the guardian's cwd is not ours to rely on
+            rest = f" {record.epoch} {record.margin!r} {record.every!r} {path}"
         with self._lock:
             if self._closed:
                 return False
-            self._live[pid] = kill_at
-            return self._send(f"+{pid} {kill_at!r}\n")
+            self._live[pid] = (kill_at, rest)
+            return self._send(f"+{pid} {kill_at!r}{rest}\n")
 
     def renew(self, pid: int, kill_at: float) -> None:
         """Move the group's time on (a renewal) or back (a recall)."""
         with self._lock:
             if self._closed or pid not in self._live:
                 return
-            self._live[pid] = kill_at
+            self._live[pid] = (kill_at, self._live[pid][1])
             self._send(f"={pid} {kill_at!r}\n")
 
     def forget(self, pid: int) -> None:
@@ -578,6 +727,15 @@ def _guard_margin(ttl: float) -> float:
     return _own_margin(ttl) / 2
 
 
+def _read_every(ttl: float) -> float:
+    """How often the guardian reads a lease's record: a tenth of the TTL, a quarter second at most.
+
+    A recall is seen within this, so one whose grace is longer than it plus
+    the guardian's margin is honoured even while the supervisor is stopped.
+    """
+    return min(ttl / 10, 0.25)
+
+
 def _feed(fd: int, left: memoryview) -> memoryview:
     """Write what the pipe takes now; what is left (empty when done, or when the child closed its stdin)."""
     while left:
@@ -611,6 +769,15 @@ def _exited(pid: int) -> bool:
     except ChildProcessError:
         return True
     return info is not None and info.si_pid == pid
+
+
+def _sigkilled(pid: int) -> bool:
+    """Whether the exited child was ended by SIGKILL, without reaping it."""
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False
+    return info is not None and info.si_code == os.CLD_KILLED and info.si_status == signal.SIGKILL
 
 
 def _pidfd(pid: int) -> int | None:
@@ -943,7 +1110,11 @@ class Run:
         # Supervised first, then go: the guardian has the group before the job
         # runs anything. A time already past (this process was stopped since
         # the claim) gets no go: the lease may be somebody else's by now.
-        guarded = guardian.watch(proc.pid, expiry - margin)
+        # Where the store allows, the guardian reads the record too: a recall
+        # made while this process is stopped cannot reach it otherwise.
+        path = self.store.lease_file(self.job_id)
+        record = None if path is None else LeaseRecord(path, self.epoch, margin, _read_every(self.ttl))
+        guarded = guardian.watch(proc.pid, expiry - margin, record)
         if not guarded or time.monotonic() >= expiry - _own_margin(self.ttl):
             os.close(go_w)  # end of file: the child exits without running anything
             _killpg(proc.pid, signal.SIGKILL)
@@ -1154,6 +1325,13 @@ class Run:
                         poller.unregister(spec_fd)
                         os.close(spec_fd)
                         spec_fd = -1
+        if fenced is None and not disposition and _sigkilled(pid):
+            # SIGKILLed, and not by this loop: most likely by the guardian,
+            # which reads the record more often than this loop does and may
+            # have seen a recall or a claim this loop had not. Judge the record
+            # as it is now, so such a kill is never counted as the job failing.
+            with contextlib.suppress(JobError, OSError):
+                examine(store.load(self.job_id))
         if fenced is None and mono() >= lease_end:
             # The exit was seen only after the lease's own deadline: this
             # process was stopped (the guardian killed the child in time) or

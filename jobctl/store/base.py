@@ -65,6 +65,18 @@ class Store(Protocol):
         """The job's scratch name; never created by the store [JOB-W1]."""
         ...
 
+    def lease_file(self, job_id: str) -> str | None:
+        """A file a guardian process may re-read to follow the job's lease on its own, or None.
+
+        The record's path when the lease is in a regular file on this machine
+        and its times are on this machine's system clock, so a process that
+        knows nothing of the store can compare ``lease.expires_at`` with its
+        own ``time.time()``. None where that does not hold (a database, or a
+        store given another clock): a guardian then knows only the lease's
+        end its supervisor reports.
+        """
+        ...
+
     def submit(self, record: Record) -> str:
         """Write a new job; return its id (minted when ``record.id`` is empty).
 

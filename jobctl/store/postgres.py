@@ -358,6 +358,11 @@ class PostgresStore(ContractStore):
             if cur.rowcount != 1:
                 raise NotFound(f"no job {job_id}", job_id)
 
+    def lease_file(self, job_id: str) -> str | None:
+        """None: a row has no file a guardian could read; it keeps the times the supervisor reports."""
+        ids.check(job_id)
+        return None
+
     def remove(self, job_id: str) -> bool:
         """Delete an ended job's row; False when it is missing, unreadable or not ended (``jobctl gc``).
 

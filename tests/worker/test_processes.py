@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _campaign import children, cmdline
 from workertools import WorkerProcess, gone, job_argv, read_log, submit, wait_until
 
 from jobctl import FileStore, StaleEpoch, schedule
@@ -72,6 +73,12 @@ def test_a_sigkilled_worker_is_adopted_after_the_ttl_and_the_job_resumes(
     assert steps[steps.index(last) + 1 :] == list(range(last + 1, 9))  # resumed, nothing redone
 
 
+def stopped(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat") as fh:
+        stat = fh.read()
+    return stat[stat.rindex(")") + 2] == "T"
+
+
 def _intervals(log: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     runs: dict[tuple[str, int], dict[str, Any]] = {}
     for line in log:
@@ -102,17 +109,40 @@ def test_several_workers_never_run_a_job_twice_at_once(store: FileStore, side_lo
     jobs = [submit(store, ["bash", "-c", SHELL_JOB], side_log) for _ in range(36)]
     victim = pool[0]
 
-    def victim_busy() -> list[dict[str, Any]]:
-        spans = _intervals(read_log(side_log))
-        return [s for runs in spans.values() for s in runs if s["ppid"] == victim.proc.pid and "end" not in s]
+    def victim_holds() -> dict[str, int]:
+        """The jobs the victim holds (running under its lease), with their epochs, as the store says."""
+        found = {}
+        for job_id in jobs:
+            rec = store.load(job_id)
+            if rec.state == "running" and rec.lease.owner == victim.owner:
+                found[job_id] = rec.lease.epoch
+        return found
 
-    in_flight = wait_until(victim_busy, what="the first worker to be running a job")
+    # The premise by construction, not by timing: stop the victim while it holds a job, so that no job it
+    # holds can end under it, and kill it only if it still holds one then; otherwise let it go on and retry.
+    [guardian] = wait_until(
+        lambda: [pid for pid in children(victim.proc.pid) if b"\0-I\0-S\0-c\0" in cmdline(pid)],
+        what="the first worker's guardian",
+    )
+    while True:
+        wait_until(victim_holds, what="the first worker to hold a job")
+        victim.signal(signal.SIGSTOP)
+        wait_until(lambda: stopped(victim.proc.pid), 10, "the first worker to be stopped")
+        holding = victim_holds()
+        if holding:
+            break
+        victim.signal(signal.SIGCONT)
     victim.kill()
+    # Its guardian kills every group it had, then exits: from then on none of its children can write.
+    wait_until(lambda: gone(guardian), 10, "the killed worker's guardian to act")
     killed_at: dict[str, int] = {}
-    for span in victim_busy():
-        wait_until(lambda pid=span["pid"]: gone(pid), 10, "the killed worker's jobs to die")
-        killed_at[span["id"]] = time.time_ns()
-    assert in_flight
+    for span in (s for runs in _intervals(read_log(side_log)).values() for s in runs):
+        if span["ppid"] == victim.proc.pid and "end" not in span:
+            wait_until(lambda pid=span["pid"]: gone(pid), 10, "the killed worker's jobs to die")
+            killed_at[span["id"]] = time.time_ns()
+    # Every job it held at its death is adopted: claimed again, at a later epoch, by another worker.
+    for job_id, epoch in holding.items():
+        wait_until(lambda j=job_id, e=epoch: store.load(j).lease.epoch > e, 60, f"{job_id} to be adopted")
 
     wait_until(lambda: all(store.load(j).state == "complete" for j in jobs), 60, "every job to complete")
     for proc in pool[1:]:
@@ -128,8 +158,6 @@ def test_several_workers_never_run_a_job_twice_at_once(store: FileStore, side_lo
             assert end < after["start"], f"{job_id} ran twice at once: {before} and {after}"
             assert before["epoch"] < after["epoch"]
         assert "end" in runs[-1]
-    adopted = [job_id for job_id in killed_at if len(spans[job_id]) > 1]
-    assert adopted, "the killed worker's jobs were taken over"
 
 
 def test_retries_follow_the_schedule_and_the_alert_fires(
