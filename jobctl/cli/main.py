@@ -45,6 +45,7 @@ __all__ = [
     "job_id_argument",
     "complete_ids",
     "epoch_option",
+    "NO_EPOCH",
     "ttl_option",
     "by_option",
     "TEXT",
@@ -327,9 +328,40 @@ def complete_ids(ctx: click.Context, _param: click.Parameter, incomplete: str) -
     return [CompletionItem(name) for name in names if name.startswith(incomplete)]
 
 
+def _need_id(ctx: click.Context, _param: click.Parameter, value: str | None) -> str:
+    if value is None and not ctx.resilient_parsing:
+        raise click.UsageError(f"{ctx.info_name} needs a job id: name it, or set JOB_ID", ctx=ctx)
+    return value or ""
+
+
 def job_id_argument(fn: F) -> F:
-    """``ID``, defaulting to ``$JOB_ID`` so a command run under a lease needs no arguments."""
-    return click.argument("job_id", metavar="ID", envvar="JOB_ID", type=TEXT, shell_complete=complete_ids)(fn)
+    """``[ID]``, defaulting to ``$JOB_ID`` so a command run under a lease needs no arguments.
+
+    Missing from both, it is a usage error that says so in those words (not
+    click's ``Missing argument``), and the usage line shows it as optional.
+    """
+    return click.argument(
+        "job_id",
+        metavar="[ID]",
+        envvar="JOB_ID",
+        type=TEXT,
+        required=False,
+        callback=_need_id,
+        shell_complete=complete_ids,
+    )(fn)
+
+
+#: The one line a holder command prints when it has no epoch to present.
+NO_EPOCH = "no epoch: pass --epoch N or export JOB_EPOCH"
+
+
+def _need_epoch(ctx: click.Context, _param: click.Parameter, value: int | None) -> int:
+    # Epoch 0 is never a default: a script that forgot its epoch would be told
+    # stale_epoch ("somebody claimed it since"), which scripts read as "not ours
+    # any more, walk away", and the job would be abandoned for a typo [JOB-L1].
+    if value is None and not ctx.resilient_parsing:
+        raise click.UsageError(NO_EPOCH, ctx=ctx)
+    return value or 0
 
 
 def epoch_option(fn: F) -> F:
@@ -338,10 +370,9 @@ def epoch_option(fn: F) -> F:
         type=COUNT,
         metavar="N",
         envvar="JOB_EPOCH",
-        default=0,
-        show_default=True,
         show_envvar=True,
-        help="The epoch this holder's claim returned.",
+        callback=_need_epoch,
+        help="The epoch this holder's claim returned. Required: there is no default.",
     )(fn)
 
 

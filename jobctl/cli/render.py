@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import click
 
 from ..errors import JobError
-from ..record import ZERO_TIME, Record, format_time, held
+from ..record import ZERO_TIME, Record, format_time, held, is_zero
 from ..store.file import is_orphan
 from ..wire import Raw, dumps_compact
 
@@ -196,7 +196,7 @@ def unreadable_line(unreadable: list[tuple[str, JobError]]) -> str:
 
 
 def _when(value: datetime | None) -> str | None:
-    if value is None or value == ZERO_TIME:
+    if is_zero(value):
         return None
     return format_time(value)
 
@@ -274,7 +274,7 @@ _STATE_STYLE = {
 
 def relative(when: datetime | None, now: datetime) -> str:
     """``in 42s``, ``3m ago``, ``2h ago``: what a person reads faster than a timestamp."""
-    if when is None or when == ZERO_TIME:
+    if is_zero(when):
         return "-"
     seconds = int((when - now).total_seconds())
     span = abs(seconds)

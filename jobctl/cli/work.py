@@ -185,7 +185,7 @@ def run(
         rec = runner.claim_next(store, owner, ttl, wanted)
     else:
         if not args:
-            raise click.UsageError("give a job ID, or --next")
+            raise click.UsageError("run needs a job id: name it, or pass --next")
         if kinds:
             raise click.UsageError("--kind goes with --next")
         job_id, command = args[0], list(args[1:])

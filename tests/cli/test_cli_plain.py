@@ -109,10 +109,20 @@ def test_finish_carries_error_checkpoint_and_done_in_the_final_write(jobctl: Job
     )
 
 
-def test_finish_defaults_to_transferred_as_upstream(jobctl: Jobctl) -> None:
+def test_finish_needs_a_state_unlike_upstream(jobctl: Jobctl) -> None:
+    # Upstream's jobctl defaults to transferred: a job then neither runnable nor
+    # finished. jobctl has no default; the usage error names the choices.
     job = jobctl.submit()
     jobctl("claim", job, "--owner", "a")
-    assert jobctl("finish", job, "--epoch", "1").out == b"state=transferred\n"
+    before = jobctl.record(job)
+    ran = jobctl("finish", job, "--epoch", "1")
+    assert ran.code == 2 and ran.out == b""
+    assert ran.err.splitlines()[-1] == (
+        "Error: finish needs --state: one of pending, running, transferred, complete, failed or cancelled"
+    )
+    assert jobctl.record(job) == before
+    assert jobctl("finish", job, "--epoch", "1", "--state", "transferred").out == b"state=transferred\n"
+    assert "upstream" in jobctl("finish", "--help").text
 
 
 def test_show_prints_the_canonical_record_bytes(jobctl: Jobctl) -> None:

@@ -265,7 +265,10 @@ def test_format_time_six_digits_capital_t_z() -> None:
     assert record.format_time(datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)) == "2026-01-02T03:04:05.000000Z"
     assert record.format_time(datetime(2026, 1, 2, 3, 4, 5, 70, tzinfo=UTC)) == "2026-01-02T03:04:05.000070Z"
     assert record.format_time(datetime(999, 1, 1, tzinfo=UTC)) == "0999-01-01T00:00:00.000000Z"
-    assert record.format_time(None) == "0001-01-01T00:00:00.000000Z"
+    # An unset instant is written as the Unix epoch, which every upstream reader accepts;
+    # year one is echoed only when it was read (DIGEST §10.4).
+    assert record.format_time(None) == "1970-01-01T00:00:00.000000Z"
+    assert record.format_time(record.parse_time("0001-01-01T00:00:00.000000Z", "t")) == "0001-01-01T00:00:00.000000Z"
 
 
 def test_format_time_converts_to_utc() -> None:
