@@ -103,6 +103,9 @@ def test_a_holder_command_without_an_id_says_how_to_give_one(jobctl: Jobctl) -> 
             continue  # its only positional is the checkpoint; tested above with JOB_ID empty
         ran = jobctl(command, *rest, "--epoch", "1") if command != "show" else jobctl(command)
         assert ran.code == 2, (command, ran.err)
-        assert ran.err.splitlines()[-1] == f"Error: {command} needs a job id: name it, or set JOB_ID", (command, ran.err)
+        assert ran.err.splitlines()[-1] == f"Error: {command} needs a job id: name it, or set JOB_ID", (
+            command,
+            ran.err,
+        )
         usage = jobctl(command, "--help").text
         assert f"jobctl {command} [OPTIONS] [ID]" in usage, usage
