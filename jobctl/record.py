@@ -167,7 +167,7 @@ def parse_time(text: Any, what: str) -> datetime | None:
 
 def is_zero(when: datetime | None) -> bool:
     """Whether ``when`` is an unset instant in any writer's spelling (absent, 1970 or year one)."""
-    return when is None or when == ZERO_TIME or when == GO_ZERO_TIME
+    return when is None or when in (ZERO_TIME, GO_ZERO_TIME)
 
 
 @lru_cache(maxsize=1024)
