@@ -27,6 +27,7 @@ import json
 import os
 from collections.abc import Callable, Mapping
 
+from .errors import NoStore
 from .store.file import FileStore
 
 __all__ = [
@@ -140,10 +141,17 @@ def resolve(
     return os.path.join(home, ".abstraction"), DEFAULT
 
 
-def open_store(root: str, rung: str) -> FileStore:
-    """Open (and if need be create) the store at ``root``; refuse naming the rung that chose it."""
+def open_store(root: str, rung: str, create: bool = False) -> FileStore:
+    """Open the store at ``root`` (creating it only when ``create``); refuse naming the rung that chose it.
+
+    Only a command that adds a job, and ``jobctl init``, create a store: any
+    other given a root with no store raises :class:`NoStore` naming the root
+    and the rung, so a typo in ``--store`` or ``JOB_STORE`` is seen at once.
+    """
     try:
-        return FileStore(root)
+        return FileStore(root, create=create)
+    except NoStore as exc:
+        raise NoStore(f"{exc.message} (the root came from {rung})") from None
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename and exc.filename != root else ""
         raise Unavailable(

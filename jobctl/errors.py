@@ -19,6 +19,7 @@ __all__ = [
     "UnknownSchema",
     "Invalid",
     "Refused",
+    "NoStore",
     "VERDICTS",
     "verdict_class",
     "EXIT_FAILURE",
@@ -116,6 +117,20 @@ class Refused(JobError):
     verdict = "refused"
     legacy = "refused"
     exit_code = 10
+
+
+class NoStore(JobError):
+    """The root names no store: it does not exist, is not a directory, or has no ``jobs/``.
+
+    Not a verdict of the contract (no record was asked about, so it is not in
+    :data:`VERDICTS`): raised when a store is opened without creating it, so
+    that a mistyped root is reported instead of quietly becoming an empty store.
+    """
+
+    verdict = "no_store"
+    legacy = "no-store"
+    exit_code = 14
+    hint = "check the path (jobctl paths says where jobctl looks); jobctl init DIR creates a store"
 
 
 VERDICTS: dict[str, type[JobError]] = {}

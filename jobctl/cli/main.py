@@ -136,13 +136,17 @@ class State:
             return self._store.now()
         return datetime.now(timezone.utc)
 
-    def store(self) -> FileStore:
-        """The store this run talks to, discovered on first use (DIGEST §7)."""
+    def store(self, create: bool = False) -> FileStore:
+        """The store this run talks to, discovered on first use (DIGEST §7).
+
+        Only ``create`` (``submit``, ``init``) makes a store where there is
+        none; every other command refuses a root with no store (``no_store``).
+        """
         if self._store is None:
             from .. import discovery
 
             root, rung = discovery.resolve(self.store_flag, self.env, warn=lambda line: click.echo(line, err=True))
-            self._store = discovery.open_store(root, rung)
+            self._store = discovery.open_store(root, rung, create=create)
         return self._store
 
     @property
@@ -474,6 +478,7 @@ LAZY: dict[str, tuple[str, str]] = {
     "sweep": ("upkeep", "sweep"),
     "paths": ("upkeep", "paths"),
     "doctor": ("upkeep", "doctor"),
+    "init": ("upkeep", "init"),
     "run": ("work", "run"),
     "worker": ("work", "worker"),
     "logs": ("work", "logs"),
@@ -486,7 +491,7 @@ SECTIONS: list[tuple[str, tuple[str, ...]]] = [
     ("Hold a lease", ("claim", "progress", "checkpoint", "renew", "release", "finish")),
     ("Ask a holder", ("intent", "approve", "recall", "cancel")),
     ("Do the work", ("run", "worker", "pipeline", "logs")),
-    ("Upkeep", ("sweep", "paths", "doctor", "help")),
+    ("Upkeep", ("init", "sweep", "paths", "doctor", "help")),
 ]
 
 

@@ -274,7 +274,7 @@ _STATE_STYLE = {
 
 def relative(when: datetime | None, now: datetime) -> str:
     """``in 42s``, ``3m ago``, ``2h ago``: what a person reads faster than a timestamp."""
-    if is_zero(when):
+    if when is None or is_zero(when):
         return "-"
     seconds = int((when - now).total_seconds())
     span = abs(seconds)

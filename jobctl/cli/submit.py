@@ -131,7 +131,7 @@ def submit(
             hold=hold,
             by=by or default_by(),
         )
-    store = state.store()
+    store = state.store(create=True)
     new_id = store.submit(rec)
     if state.json:
         render.out_json(render.job_json(store.load(new_id), state.now()))

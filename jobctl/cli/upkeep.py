@@ -1,4 +1,4 @@
-"""Keeping a store healthy: ``sweep``, and ``paths`` (alias ``doctor``)."""
+"""Keeping a store healthy: ``init``, ``sweep``, and ``paths`` (alias ``doctor``)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,40 @@ from typing import Any
 import click
 
 from .. import discovery
+from ..errors import NoStore
 from . import render
 from .main import EXIT_FAILURE, TEXT, JobCommand, State, common, complete_ids, pass_state
 
-__all__ = ["sweep", "paths", "doctor", "check_lock", "check_rename"]
+__all__ = ["init", "sweep", "paths", "doctor", "check_lock", "check_rename"]
+
+
+@click.command(cls=JobCommand, short_help="Create a store (jobs/ and work/) at DIR or the configured root.")
+@click.argument("directory", metavar="[DIR]", required=False, type=TEXT)
+@common
+@pass_state
+def init(state: State, directory: str | None) -> None:
+    """Create a store at DIR (default: the root jobctl would use); print its root.
+
+    Besides `submit`, this is the only command that creates a store: every
+    other one given a root with no store exits 14 (no_store) naming the root
+    and where it came from, so a mistyped --store or JOB_STORE is seen at
+    once instead of hiding every job behind an empty store. An existing
+    store is left as it is.
+
+    \b
+    Examples:
+      jobctl init /srv/jobs
+      JOB_STORE=/srv/jobs jobctl init
+    """
+    if directory is not None:
+        root, rung = directory, "the DIR argument"
+    else:
+        root, rung = discovery.resolve(state.store_flag, state.env, warn=lambda line: click.echo(line, err=True))
+    store = discovery.open_store(root, rung, create=True)
+    if state.json:
+        render.out_json({"root": store.root, "jobs": store.jobs_dir, "work": store.work_dir})
+    else:
+        render.out(store.root)
 
 
 @click.command(cls=JobCommand, short_help="Remove temporaries left by writers that were killed mid-write.")
@@ -108,6 +138,9 @@ def _facts(state: State) -> tuple[list[tuple[str, str]], bool]:
     except discovery.Unavailable as exc:
         facts.append(("check_open", "FAILED: " + exc.lines[0].removeprefix("jobctl: ")))
         return facts, False
+    except NoStore as exc:  # a missing store is a failed check, not ok (jobctl init creates one)
+        facts.append(("check_open", f"FAILED: {exc.message}; jobctl init creates it"))
+        return facts, False
     facts += [("jobs", store.jobs_dir), ("work", store.work_dir), ("check_open", "ok")]
     for name, check in (("check_lock", check_lock), ("check_rename", check_rename)):
         verdict = check(store.jobs_dir)
@@ -145,10 +178,11 @@ _PATHS_HELP = """Print where the store is and why, and check that it works.
 
 The root, the rung that chose it (--store, JOB_STORE, ABSTRACTION_STORE,
 the config file, or the default), the per-user config file and what it
-says, then three checks in the store's jobs/ directory: it opens, flock
-excludes a second holder, and a write by rename lands. Exit 1 when a check
-fails. Last, the worker's settings (jobctl worker, jobctl run): each value
-and where it came from -- environment, config file or default.
+says, then three checks in the store's jobs/ directory: it opens (a root
+with no store fails this check; `jobctl init` creates one), flock excludes
+a second holder, and a write by rename lands. Exit 1 when a check fails.
+Last, the worker's settings (jobctl worker, jobctl run): each value and
+where it came from -- environment, config file or default.
 
 \b
 Example:

@@ -15,6 +15,7 @@ derived afresh. ``load`` and ``list`` never lock.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -23,7 +24,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from .. import ids, lock
-from ..errors import Invalid, JobError, LeaseExpired, LeaseHeld, NotFound, Refused, StaleEpoch, Terminal
+from ..errors import Invalid, JobError, LeaseExpired, LeaseHeld, NoStore, NotFound, Refused, StaleEpoch, Terminal
 from ..record import (
     STATES,
     WANTS,
@@ -70,15 +71,36 @@ _TEMP: re.Pattern[str] = lazy_pattern(globals(), "_TEMP", r"(.+\.json)\.[A-Za-z0
 
 
 class FileStore:
-    """A store rooted at a directory; opening it creates ``jobs/`` and ``work/``."""
+    """A store rooted at a directory; opening it creates ``jobs/`` and ``work/``.
 
-    def __init__(self, root: str | os.PathLike[str], clock: Clock | None = None) -> None:
+    ``create=False`` opens only a store that is already there: a root that
+    does not exist, is not a directory or has no ``jobs/`` directory raises
+    :class:`~jobctl.errors.NoStore` and nothing is created, so a mistyped
+    path is reported rather than becoming an empty store that hides every job.
+    """
+
+    def __init__(self, root: str | os.PathLike[str], clock: Clock | None = None, *, create: bool = True) -> None:
         self.root = os.fspath(root)
         self.jobs_dir = os.path.join(self.root, "jobs")
         self.work_dir = os.path.join(self.root, "work")
-        os.makedirs(self.jobs_dir, mode=0o755, exist_ok=True)
-        os.makedirs(self.work_dir, mode=0o755, exist_ok=True)
+        if create:
+            os.makedirs(self.jobs_dir, mode=0o755, exist_ok=True)
+            os.makedirs(self.work_dir, mode=0o755, exist_ok=True)
+        else:
+            self._check_exists()
         self._clock: Clock = clock or _system_clock
+
+    def _check_exists(self) -> None:
+        if not os.path.exists(self.root):
+            raise NoStore(f"{self.root} does not exist")
+        if not os.path.isdir(self.root):
+            raise NoStore(f"{self.root} is not a directory")
+        if not os.path.isdir(self.jobs_dir):
+            raise NoStore(f"{self.root} has no jobs/ directory, so it is not a store")
+        # work/ belongs to an existing store [JOB-W3]; a read-only one may lack it
+        # and still be read, so failing to make it here is not a refusal.
+        with contextlib.suppress(OSError):
+            os.makedirs(self.work_dir, mode=0o755, exist_ok=True)
 
     def __repr__(self) -> str:
         return f"FileStore({self.root!r})"
