@@ -215,8 +215,10 @@ def scheduling(rec: Record, states: Mapping[str, str] | None, now: datetime) -> 
 
     info: dict[str, Any] = {"attempt": 1, "not_before": None, "after": [], "pipeline": None, "stage": None}
     try:
-        info["attempt"] = schedule.attempt(rec)
-        info["not_before"] = _when(schedule.not_before(rec))
+        info["attempt"] = schedule.shown_attempt(rec)
+        # An ended job starts no further attempt: a not-before time left over
+        # from its last retry would read as a promise of another.
+        info["not_before"] = None if rec.terminal else _when(schedule.not_before(rec))
         info["after"] = schedule.after_of(rec)
         pipeline = schedule.pipeline_of(rec)
         if pipeline is not None:
@@ -245,7 +247,7 @@ def job_json(rec: Record, now: datetime, states: Mapping[str, str] | None = None
         "owner": lease.owner,
         "epoch": lease.epoch,
         "expires_at": _when(lease.expires_at),
-        "held": held(lease, now),
+        "held": live_lease(rec, now),
         "orphan": is_orphan(rec, now),
         "intent": rec.want,
         "recall": None
@@ -310,9 +312,18 @@ def _bar(rec: Record) -> RenderableType:
     return grid
 
 
+def live_lease(rec: Record, now: datetime) -> bool:
+    """Whether anybody holds ``rec`` for a reader: never a terminal job [JOB-T1].
+
+    The final write leaves the holder's lease in the record (the bytes are as
+    the contract writes them), but nothing can be done under it any more.
+    """
+    return not rec.terminal and held(rec.lease, now)
+
+
 def _lease(rec: Record, now: datetime) -> str:
     lease = rec.lease
-    if not lease.owner:
+    if not lease.owner or rec.terminal:
         return "-"
     if held(lease, now):
         return relative(lease.expires_at, now).replace("in ", "") + " left"
@@ -397,7 +408,9 @@ def print_job(screen: Screen, rec: Record, now: datetime, states: Mapping[str, s
     grid.add_row("state", _state(rec))
     grid.add_row("progress", _bar(rec))
     lease = rec.lease
-    if lease.owner:
+    if lease.owner and rec.terminal:
+        grid.add_row("owner", f"{lease.owner} (epoch {lease.epoch}, ended)")
+    elif lease.owner:
         grid.add_row("owner", f"{lease.owner} (epoch {lease.epoch}, {_lease(rec, now)})")
     else:
         grid.add_row("owner", f"nobody (epoch {lease.epoch})")
