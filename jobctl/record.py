@@ -528,12 +528,24 @@ def decode(data: bytes | str, job_id: str = "") -> Record:
         raise
 
 
+def _not_an_object(text: str, start: int) -> str:
+    """What a record that does not open with ``{`` is: damaged JSON (where), or JSON of another shape."""
+    at = len(text[:start].encode("utf-8", "surrogateescape"))
+    if start >= len(text):
+        return f"record is not valid JSON at byte {at} (the file {'is empty' if not text else 'holds only blanks'})"
+    try:
+        wire.scan_value(text, start)
+    except Invalid:
+        return f"record is not valid JSON at byte {at}"
+    return "record is valid JSON but not a JSON object"
+
+
 def _decode(data: bytes | str) -> Record:
     text = wire.utf8_text(data, "record") if isinstance(data, bytes) else data
     wire.check_text(text)
     start = wire._WS.match(text).end()  # type: ignore[union-attr]
     if start >= len(text) or text[start] != "{":
-        raise Invalid("record is not a JSON object")
+        raise Invalid(_not_an_object(text, start))
     top, end = wire.scan_value(text, start)  # duplicate names refused at every depth [JOB-E9]
     if wire._WS.match(text, end).end() != len(text):  # type: ignore[union-attr]
         raise Invalid("extra data after the record")

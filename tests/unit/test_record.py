@@ -1046,3 +1046,18 @@ def test_ranges_model_carried_until_withdrawn() -> None:
 def test_ranges_key_spelled_with_an_escape() -> None:
     """Names compare after decoding escapes (§3.4), so this checkpoint holds `verified` (§3.11). Failed on 140c712."""
     assert record.canonical_ranges('{"verifie\\u0064":[[4,8],[0,4]]}') is not None
+
+
+@pytest.mark.parametrize(
+    ("data", "said"),
+    [
+        (b"garbage", "record is not valid JSON at byte 0"),
+        (b"\n  \xc3\xa9t\xc3\xa9", "record is not valid JSON at byte 3"),
+        (b"", "record is not valid JSON at byte 0 (the file is empty)"),
+        (b"[1, 2]", "record is valid JSON but not a JSON object"),
+    ],
+)
+def test_a_damaged_record_is_described_as_what_it_is(data: bytes, said: str) -> None:
+    with pytest.raises(Invalid) as caught:
+        record.decode(data, "1787202430967-a752f9a9c2c77b123ffd")
+    assert caught.value.message == said
