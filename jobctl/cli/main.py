@@ -63,6 +63,7 @@ __all__ = [
     "EXIT_CANCELLED",
     "EXIT_ENDED_OTHERWISE",
     "EXIT_TIMEOUT",
+    "EXIT_DRAIN_INCOMPLETE",
     "EXIT_INTERRUPTED",
     "EXIT_BROKEN_PIPE",
     "HINTS",
@@ -78,6 +79,8 @@ EXIT_FAILED = 11
 EXIT_CANCELLED = 12
 #: ``wait --state S``: a job ended ``complete`` without being seen in state S.
 EXIT_ENDED_OTHERWISE = 13
+#: ``worker --drain``: a job it ran ended otherwise than ``complete``.
+EXIT_DRAIN_INCOMPLETE = 15
 #: ``wait --timeout`` ran out first (as coreutils ``timeout``).
 EXIT_TIMEOUT = 124
 #: Interrupted (Ctrl-C): 128 + SIGINT, as a shell reports it.
