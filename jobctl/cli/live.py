@@ -13,6 +13,7 @@ import time
 import click
 
 from ..record import Record
+from ..store.file import FileStore
 from ..watch import POLL_SECONDS, Watch
 from . import render
 from .main import (
@@ -58,6 +59,8 @@ def watch(state: State, ids: tuple[str, ...], kind: str | None, quiet_after: flo
     one line a job for the present, then one line for every visible change:
     `<id> kind=K state=S done=N total=T owner=O [error=E]`, or `<id> gone`.
     A renewal is not a visible change. With --json, one event a line.
+    A record that cannot be read is named once on stderr (id, path, why),
+    and so is each job that waits for one (blocked).
 
     \b
     Examples:
@@ -71,6 +74,7 @@ def watch(state: State, ids: tuple[str, ...], kind: str | None, quiet_after: flo
     wanted = set(ids)
     subscription = Watch(store, kind)
     seen: dict[str, str] = {}
+    said: set[str] = set()
     shown: list[Record] = []
     mark = time.monotonic()
     first = True
@@ -86,6 +90,7 @@ def watch(state: State, ids: tuple[str, ...], kind: str | None, quiet_after: flo
                 changed = False
                 if notice is not None and notice.what == "changed":
                     shown = [rec for rec in notice.records if not wanted or rec.id in wanted]
+                    _say_unreadable(store, subscription, notice.records, said)
                     changed = _report(state, screen.terminal, shown, seen, first)
                     if changed or first:
                         mark = time.monotonic()
@@ -114,6 +119,30 @@ class _Nothing:
 
     def show(self, renderable: object) -> None:
         return None
+
+
+def _say_unreadable(store: FileStore, subscription: Watch, records: list[Record], said: set[str]) -> None:
+    """One stderr line per record that cannot be read, and per job that waits for one; each once."""
+    from .. import schedule
+    from ..errors import JobError
+
+    broken = {job_id: exc for job_id, exc in subscription.unreadable}
+    for job_id, exc in broken.items():
+        if job_id not in said:
+            said.add(job_id)
+            click.echo(f"jobctl: unreadable: {job_id} {store.path(job_id)}: {exc.message}", err=True)
+    for rec in records:
+        if rec.id in said or rec.terminal:
+            continue
+        try:
+            deps = schedule.after_of(rec)
+        except JobError:
+            continue
+        for dep in deps:
+            if dep in broken:
+                said.add(rec.id)
+                click.echo(f"jobctl: blocked: {rec.id} waits for {dep}, which cannot be read", err=True)
+                break
 
 
 def _report(state: State, terminal: bool, records: list[Record], seen: dict[str, str], first: bool) -> bool:

@@ -269,3 +269,17 @@ def test_a_damaged_record_is_named_with_where_the_json_breaks(jobctl: Jobctl) ->
         "jobctl: invalid: 1-bad: expected a JSON value at line 1 column 11; "
         "the record file jobs/1-bad.json is damaged: look at it, restore or remove it"
     )
+
+
+def test_watch_names_an_unreadable_record_once_and_its_dependent_as_blocked(jobctl: Jobctl) -> None:
+    broken = "1787202430967-a752f9a9c2c77b123ffd"
+    path = jobctl.root / "jobs" / f"{broken}.json"
+    path.write_bytes(b"garbage")
+    waiting = jobctl.submit("--after", broken)
+    ran = jobctl("watch", "--quiet-after", "0.2", "--exit-on-quiet")
+    assert ran.code == 0
+    assert ran.err.splitlines() == [
+        f"jobctl: unreadable: {broken} {path}: record is not valid JSON at byte 0",
+        f"jobctl: blocked: {waiting} waits for {broken}, which cannot be read",
+    ]
+    assert ran.lines[0].startswith(f"{waiting} kind=test state=pending")
