@@ -212,9 +212,9 @@ _CHILD_VARS = ("JOB_STORE", "JOB_ID", "JOB_EPOCH", "JOB_KIND", "JOB_WORK", "JOB_
 def child_env(store: RunStore, rec: Record, base: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment a job's command starts with: ``base`` plus the ``JOB_*`` variables.
 
-    ``JOB_CHECKPOINT`` is the predecessor's checkpoint as compact JSON, unset
-    when there is none, so ``jobctl checkpoint`` and a resuming command need
-    no flags.
+    ``JOB_CHECKPOINT`` is the predecessor's checkpoint as compact JSON, and
+    ``null`` when there is none (as ``claim --format env`` prints it): always
+    JSON, so a command can parse it without a special case.
     """
     env = dict(os.environ if base is None else base)
     for name in _CHILD_VARS:
@@ -225,10 +225,14 @@ def child_env(store: RunStore, rec: Record, base: Mapping[str, str] | None = Non
     env["JOB_KIND"] = rec.kind
     env["JOB_WORK"] = os.path.abspath(store.work_path(rec.id))
     env["JOB_ATTEMPT"] = str(attempt_of(rec))
-    checkpoint = rec.checkpoint_text()
-    if checkpoint is not None and checkpoint != "null":
-        env["JOB_CHECKPOINT"] = checkpoint
+    env["JOB_CHECKPOINT"] = checkpoint_env(rec)
     return env
+
+
+def checkpoint_env(rec: Record) -> str:
+    """``JOB_CHECKPOINT``'s value: the checkpoint as compact JSON, or ``null`` when there is none."""
+    text = rec.checkpoint_text()
+    return "null" if text is None else text
 
 
 # -- starting the child ---------------------------------------------------------

@@ -135,7 +135,9 @@ def env_line(rec: Record) -> str:
     """``claim --format env``: assignments for ``eval``, each value quoted for sh."""
     import shlex
 
-    checkpoint = rec.checkpoint_text() or ""
+    # The same value `jobctl run` gives its command (JSON; `null` when there is none).
+    text = rec.checkpoint_text()
+    checkpoint = "null" if text is None else text
     return (
         f"JOB_ID={shlex.quote(rec.id)} JOB_EPOCH={rec.lease.epoch} "
         f"JOB_KIND={shlex.quote(rec.kind)} JOB_CHECKPOINT={shlex.quote(checkpoint)}"

@@ -101,7 +101,7 @@ def test_run_gives_back_a_job_it_has_no_command_for(store: FileStore, root: Path
 
 def test_a_child_checkpoints_through_jobctl_with_no_flags(store: FileStore, root: Path) -> None:
     job = submit(store, ["true"])
-    script = f'{JOBCTL} checkpoint \'{{"page": 7}}\' --done 7 >/dev/null && test -z "$JOB_CHECKPOINT"'
+    script = f'{JOBCTL} checkpoint \'{{"page": 7}}\' --done 7 >/dev/null && test "$JOB_CHECKPOINT" = null'
     proc = subprocess.run([JOBCTL, "run", job, "--", "sh", "-c", script], env=process_env(root), timeout=30)
     assert proc.returncode == 0
     rec = store.load(job)
@@ -329,3 +329,12 @@ def test_an_unreadable_record_is_named_once_and_its_dependents_are_blocked(store
         f"jobctl worker: unreadable {broken} {path}: record is not valid JSON at byte 0",
         f"jobctl worker: blocked {waiting} kind=shell waits for {broken}, which cannot be read",
     ]
+
+
+def test_claim_env_and_run_agree_on_job_checkpoint_when_there_is_none(store: FileStore, root: Path) -> None:
+    claimed = submit(store, ["true"])
+    line = invoke(root, "claim", claimed, "--owner", "a", "--format", "env").stdout
+    ran = submit(store, ["true"])
+    seen = invoke(root, "run", ran, "--", "sh", "-c", 'printf %s "${JOB_CHECKPOINT-unset}"').stdout
+    assert line.rstrip("\n").endswith(" JOB_CHECKPOINT=null")
+    assert seen == "null"  # the same JSON null, which `jq -r '.offset // 0'` reads as 0
