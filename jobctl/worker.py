@@ -315,6 +315,7 @@ class Worker:
                         if board.watching or scanned_at == finished:
                             due = self._retries_due(board)
                             if due is None:
+                                self._settle_ran(board)
                                 self._say_left(board)
                                 return
                             wake = due if wake is None else min(wake, due)
@@ -496,6 +497,13 @@ class Worker:
                 self._emit(Event("waiting", job_id, rec.kind, f"attempt {number} not before {format_time(when)}"))
             due = when if due is None else min(due, when)
         return due
+
+    def _settle_ran(self, board: Board) -> None:
+        """How the jobs it ran ended, as the store says now: a retry another worker finished counts."""
+        for job_id in self.summary.ran:
+            state = board.states.get(job_id)
+            if state in TERMINAL:
+                self.summary.ran[job_id] = state
 
     def _say_unreadable(self, board: Board) -> None:
         """One line per record that cannot be read, and per job that waits for one (each said once)."""
