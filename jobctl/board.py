@@ -156,6 +156,8 @@ class Board:
         self.kinds = None if kinds is None else frozenset(kinds)
         self.states: dict[str, str] = {}
         self.open: dict[str, Record] = {}
+        #: Records that cannot be read now, and why (their state is ``unreadable``).
+        self.unreadable: dict[str, JobError] = {}
         # (created_at, id) of the open records: oldest first, to the microsecond
         # (ids minted in one millisecond sort by their random part). created_at never moves [JOB-M1].
         self._order: list[tuple[datetime, str]] = []
@@ -232,12 +234,14 @@ class Board:
         except NotFound:
             self._forget(job_id)
             return
-        except JobError:
+        except JobError as exc:
             # Broken, or written for a newer reader [JOB-D7]: never offered,
             # and a job waiting for it waits rather than being cancelled.
             self._close(job_id)
             self.states[job_id] = UNREADABLE
+            self.unreadable[job_id] = exc
             return
+        self.unreadable.pop(job_id, None)
         self.note(rec)
 
     def settle(self, job_id: str, state: str) -> None:
@@ -267,6 +271,7 @@ class Board:
     def _forget(self, job_id: str) -> None:
         self._close(job_id)
         self.states.pop(job_id, None)
+        self.unreadable.pop(job_id, None)
 
     # -- choosing ----------------------------------------------------------------
 

@@ -31,7 +31,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from .errors import JobError
+from .errors import JobError, NoStore
 from .store.file import FileStore
 from .store.location import is_database_url
 
@@ -149,9 +149,12 @@ def resolve(
     return os.path.join(home, ".abstraction"), DEFAULT
 
 
-def open_store(root: str, rung: str) -> FileStore | PostgresStore:
-    """Open (and if need be create) the store at ``root``; refuse naming the rung that chose it.
+def open_store(root: str, rung: str, create: bool = False) -> FileStore | PostgresStore:
+    """Open the store at ``root`` (creating it only when ``create``); refuse naming the rung that chose it.
 
+    Only a command that adds a job, and ``jobctl init``, create a store: any
+    other given a root with no store raises :class:`NoStore` naming the root
+    and the rung, so a typo in ``--store`` or ``JOB_STORE`` is seen at once.
     A ``postgresql://`` or ``postgres://`` root opens the database store,
     which must exist (``jobctl db init``); its password is never printed.
     """
@@ -165,7 +168,9 @@ def open_store(root: str, rung: str) -> FileStore | PostgresStore:
             hint = f"; {exc.hint}" if exc.hint else ""
             raise Unavailable([f"jobctl: {exc.message}{hint} (the store came from {rung})"]) from exc
     try:
-        return FileStore(root)
+        return FileStore(root, create=create)
+    except NoStore as exc:
+        raise NoStore(f"{exc.message} (the root came from {rung})") from None
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename and exc.filename != root else ""
         raise Unavailable(

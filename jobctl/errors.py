@@ -22,6 +22,7 @@ __all__ = [
     "Refused",
     "Untrusted",
     "WriteFailed",
+    "NoStore",
     "VERDICTS",
     "verdict_class",
     "EXIT_FAILURE",
@@ -157,6 +158,20 @@ class WriteFailed(Refused):
 
     exit_code = EXIT_WRITE_FAILED
     hint = "free space on the store's file system (or raise the quota) and run it again"
+
+
+class NoStore(JobError):
+    """The root names no store: it does not exist, is not a directory, or has no ``jobs/``.
+
+    Not a verdict of the contract (no record was asked about, so it is not in
+    :data:`VERDICTS`): raised when a store is opened without creating it, so
+    that a mistyped root is reported instead of quietly becoming an empty store.
+    """
+
+    verdict = "no_store"
+    legacy = "no-store"
+    exit_code = 16
+    hint = "check the path (jobctl paths says where jobctl looks); jobctl init DIR creates a store"
 
 
 VERDICTS: dict[str, type[JobError]] = {}

@@ -311,8 +311,8 @@ def child_env(
     Only the names ``environment`` lets through reach the job (the default
     list of :mod:`jobctl.jobenv`, plus ``pass_env``): the worker's secrets
     stay the worker's. ``JOB_CHECKPOINT`` is the predecessor's checkpoint as
-    compact JSON, unset when there is none, so ``jobctl checkpoint`` and a
-    resuming command need no flags.
+    compact JSON, and ``null`` when there is none (as ``claim --format env``
+    prints it): always JSON, so a command can parse it without a special case.
     """
     env = (environment or JobEnvironment()).base(os.environ if base is None else base)
     for name in _CHILD_VARS:
@@ -323,10 +323,14 @@ def child_env(
     env["JOB_KIND"] = rec.kind
     env["JOB_WORK"] = os.path.abspath(store.work_path(rec.id))
     env["JOB_ATTEMPT"] = str(attempt_of(rec))
-    checkpoint = rec.checkpoint_text()
-    if checkpoint is not None and checkpoint != "null":
-        env["JOB_CHECKPOINT"] = checkpoint
+    env["JOB_CHECKPOINT"] = checkpoint_env(rec)
     return env
+
+
+def checkpoint_env(rec: Record) -> str:
+    """``JOB_CHECKPOINT``'s value: the checkpoint as compact JSON, or ``null`` when there is none."""
+    text = rec.checkpoint_text()
+    return "null" if text is None else text
 
 
 # -- starting the child ---------------------------------------------------------

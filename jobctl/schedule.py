@@ -52,6 +52,7 @@ __all__ = [
     "blocked_by",
     "runnable",
     "attempt",
+    "shown_attempt",
     "parse_intervals",
     "Stage",
     "pipeline_stages",
@@ -246,6 +247,22 @@ def attempt(rec: Record) -> int:
     """The number of the attempt that starts now (1 for the first)."""
     retry = retry_of(rec)
     return (retry.failures if retry is not None else 0) + 1
+
+
+def shown_attempt(rec: Record) -> int:
+    """The attempt a person is shown: the one that starts next, or the last one that ran.
+
+    :func:`attempt` counts the attempt about to start (``failures + 1``). A job
+    that ended ``failed`` under a retry policy starts no further attempt: its
+    failures are all the attempts that ran, and the last of them is the one its
+    error names (``attempt 2: exit status 4``).
+    """
+    retry = retry_of(rec)
+    if retry is None:
+        return 1
+    if rec.state == "failed" and retry.failures > 0:
+        return retry.failures
+    return retry.failures + 1
 
 
 def blocked_by(rec: Record, states: Mapping[str, str], now: datetime) -> tuple[str, str]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from .errors import JobError
 from .record import Record
 from .store.base import Store
 
@@ -59,6 +60,8 @@ class Watch:
         self._sleep = sleep
         self._seen: tuple[str, ...] | None = None
         self._records: list[Record] = []
+        #: The records the last poll could not read, with why: ``(id, error)``.
+        self.unreadable: list[tuple[str, JobError]] = []
         self._mark = 0.0
         self.closed = False
 
@@ -68,6 +71,11 @@ class Watch:
         except OSError:
             return  # a failed read keeps the last snapshot
         self._records = [r for r in listing if self.kind is None or r.kind == self.kind]
+        self.unreadable = list(listing.unreadable)
+
+    def _visible(self) -> tuple[str, ...]:
+        # A record becoming unreadable (or readable again) is news too: its kind is unknown.
+        return fingerprint(self._records) + tuple(f"{job_id}|unreadable" for job_id, _ in self.unreadable)
 
     def next(self, timeout: float | None = None) -> Notice | None:
         """Wait for the next notice. With ``timeout``, None when it passes first."""
@@ -75,7 +83,7 @@ class Watch:
             return Notice("closed")
         self._poll()
         now = self._clock()
-        seen = fingerprint(self._records)
+        seen = self._visible()
         if self._seen is None or seen != self._seen:
             self._seen = seen
             self._mark = now
@@ -98,7 +106,7 @@ class Watch:
             if self.closed:
                 return Notice("closed")
             self._poll()
-            seen = fingerprint(self._records)
+            seen = self._visible()
             if seen != self._seen:
                 self._seen = seen
                 self._mark = self._clock()

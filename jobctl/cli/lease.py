@@ -263,6 +263,14 @@ def release(state: State, job_id: str, epoch: int) -> None:
     _emit(state, rec, render.state_line(rec))
 
 
+def _need_state(ctx: click.Context, _param: click.Parameter, value: str | None) -> str:
+    # Upstream's jobctl defaults to transferred: a job nobody then runs or
+    # finishes, which nobody who types `finish` means. So there is no default.
+    if value is None and not ctx.resilient_parsing:
+        raise click.UsageError(f"finish needs --state: one of {STATES_HELP}", ctx=ctx)
+    return value or ""
+
+
 @click.command(cls=JobCommand, short_help="Set the job's state as its holder (complete, failed, …).")
 @job_id_argument
 @epoch_option
@@ -271,9 +279,8 @@ def release(state: State, job_id: str, epoch: int) -> None:
     "new_state",
     type=STATE_CHOICE,
     metavar="STATE",
-    default="transferred",
-    show_default=True,
-    help=f"The state to set: {STATES_HELP}.",
+    callback=_need_state,
+    help=f"The state to set: {STATES_HELP}. Required (upstream's jobctl defaults to transferred).",
 )
 @click.option("--error", type=TEXT, help="Why it failed, in the same write.")
 @click.option("--checkpoint", type=JSON_TEXT, help="The last checkpoint, in the same write: JSON, @FILE or -.")
@@ -293,6 +300,11 @@ def finish(
 
     Once complete, failed or cancelled, a job refuses every later write, so
     whatever must be recorded goes in this one [JOB-T4].
+
+    --state is required. This differs from upstream's jobctl, where `finish`
+    without --state sets transferred (handed to an external system): such a
+    job is neither runnable nor finished, `claim --next` passes it over and
+    `wait` waits for it until its timeout. Say --state transferred to mean it.
 
     \b
     Examples:

@@ -15,6 +15,8 @@ import click
 
 from .. import limits
 from ..record import Record
+from ..store.base import Store
+from ..store.file import FileStore
 from ..watch import POLL_SECONDS, Watch
 from . import render
 from .main import (
@@ -84,7 +86,9 @@ def watch(
     `<id> kind=K state=S done=N total=T owner=O [error=E]`, or `<id> gone`
     when its record is removed. A job that a filter (--state, --active)
     stops choosing gets the line of that change, then no more. A renewal is
-    not a visible change. With --json, one event a line.
+    not a visible change. With --json, one event a line. A record that
+    cannot be read is named once on stderr (id, path, why), and so is each
+    job that waits for one (blocked).
 
     \b
     Examples:
@@ -112,6 +116,7 @@ def watch(
 
     subscription = Watch(store, kinds[0] if len(kinds) == 1 else None)
     seen: dict[str, str] = {}
+    said: set[str] = set()
     shown: list[Record] = []
     mark = time.monotonic()
     first = True
@@ -139,6 +144,7 @@ def watch(
                 if notice is not None and notice.what == "changed":
                     present = [rec for rec in notice.records if not wanted or rec.id in wanted]
                     shown = [rec for rec in present if chosen(rec)]
+                    _say_unreadable(store, subscription, notice.records, said)
                     changed = _report(state, screen.terminal, present, shown, seen, first)
                     if changed or first:
                         mark = time.monotonic()
@@ -169,6 +175,31 @@ class _Nothing:
 
     def show(self, renderable: object) -> None:
         return None
+
+
+def _say_unreadable(store: Store, subscription: Watch, records: list[Record], said: set[str]) -> None:
+    """One stderr line per record that cannot be read, and per job that waits for one; each once."""
+    from .. import schedule
+    from ..errors import JobError
+
+    broken = {job_id: exc for job_id, exc in subscription.unreadable}
+    for job_id, exc in broken.items():
+        if job_id not in said:
+            said.add(job_id)
+            where = f" {store.path(job_id)}" if isinstance(store, FileStore) else ""
+            click.echo(f"jobctl: unreadable: {job_id}{where}: {exc.message}", err=True)
+    for rec in records:
+        if rec.id in said or rec.terminal:
+            continue
+        try:
+            deps = schedule.after_of(rec)
+        except JobError:
+            continue
+        for dep in deps:
+            if dep in broken:
+                said.add(rec.id)
+                click.echo(f"jobctl: blocked: {rec.id} waits for {dep}, which cannot be read", err=True)
+                break
 
 
 def _report(

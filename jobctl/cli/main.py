@@ -48,6 +48,7 @@ __all__ = [
     "job_id_argument",
     "complete_ids",
     "epoch_option",
+    "NO_EPOCH",
     "ttl_option",
     "run_ttl_option",
     "by_option",
@@ -70,6 +71,7 @@ __all__ = [
     "EXIT_CANCELLED",
     "EXIT_ENDED_OTHERWISE",
     "EXIT_TIMEOUT",
+    "EXIT_DRAIN_INCOMPLETE",
     "EXIT_INTERRUPTED",
     "EXIT_BROKEN_PIPE",
     "HINTS",
@@ -85,6 +87,8 @@ EXIT_FAILED = 11
 EXIT_CANCELLED = 12
 #: ``wait --state S``: a job ended ``complete`` without being seen in state S.
 EXIT_ENDED_OTHERWISE = 13
+#: ``worker --drain``: a job it ran ended otherwise than ``complete``.
+EXIT_DRAIN_INCOMPLETE = 17
 #: ``wait --timeout`` ran out first (as coreutils ``timeout``).
 EXIT_TIMEOUT = 124
 #: Interrupted (Ctrl-C): 128 + SIGINT, as a shell reports it.
@@ -145,13 +149,17 @@ class State:
             return self._store.now()
         return datetime.now(timezone.utc)
 
-    def store(self) -> FileStore | PostgresStore:
-        """The store this run talks to, discovered on first use (DIGEST §7)."""
+    def store(self, create: bool = False) -> FileStore | PostgresStore:
+        """The store this run talks to, discovered on first use (DIGEST §7).
+
+        Only ``create`` (``submit``, ``init``) makes a store where there is
+        none; every other command refuses a root with no store (``no_store``).
+        """
         if self._store is None:
             from .. import discovery
 
             root, rung = discovery.resolve(self.store_flag, self.env, warn=lambda line: click.echo(line, err=True))
-            self._store = discovery.open_store(root, rung)
+            self._store = discovery.open_store(root, rung, create=create)
         return self._store
 
     def max_ttl(self) -> float:
@@ -419,9 +427,40 @@ def complete_ids(ctx: click.Context, _param: click.Parameter, incomplete: str) -
     return [CompletionItem(name) for name in names if name.startswith(incomplete)]
 
 
+def _need_id(ctx: click.Context, _param: click.Parameter, value: str | None) -> str:
+    if value is None and not ctx.resilient_parsing:
+        raise click.UsageError(f"{ctx.info_name} needs a job id: name it, or set JOB_ID", ctx=ctx)
+    return value or ""
+
+
 def job_id_argument(fn: F) -> F:
-    """``ID``, defaulting to ``$JOB_ID`` so a command run under a lease needs no arguments."""
-    return click.argument("job_id", metavar="ID", envvar="JOB_ID", type=TEXT, shell_complete=complete_ids)(fn)
+    """``[ID]``, defaulting to ``$JOB_ID`` so a command run under a lease needs no arguments.
+
+    Missing from both, it is a usage error that says so in those words (not
+    click's ``Missing argument``), and the usage line shows it as optional.
+    """
+    return click.argument(
+        "job_id",
+        metavar="[ID]",
+        envvar="JOB_ID",
+        type=TEXT,
+        required=False,
+        callback=_need_id,
+        shell_complete=complete_ids,
+    )(fn)
+
+
+#: The one line a holder command prints when it has no epoch to present.
+NO_EPOCH = "no epoch: pass --epoch N or export JOB_EPOCH"
+
+
+def _need_epoch(ctx: click.Context, _param: click.Parameter, value: int | None) -> int:
+    # Epoch 0 is never a default: a script that forgot its epoch would be told
+    # stale_epoch ("somebody claimed it since"), which scripts read as "not ours
+    # any more, walk away", and the job would be abandoned for a typo [JOB-L1].
+    if value is None and not ctx.resilient_parsing:
+        raise click.UsageError(NO_EPOCH, ctx=ctx)
+    return value or 0
 
 
 def epoch_option(fn: F) -> F:
@@ -430,10 +469,9 @@ def epoch_option(fn: F) -> F:
         type=COUNT,
         metavar="N",
         envvar="JOB_EPOCH",
-        default=0,
-        show_default=True,
         show_envvar=True,
-        help=f"The epoch this holder's claim returned ({limits.EPOCH.text()}).",
+        callback=_need_epoch,
+        help=f"The epoch this holder's claim returned ({limits.EPOCH.text()}). Required: there is no default.",
     )(fn)
 
 
@@ -550,6 +588,7 @@ LAZY: dict[str, tuple[str, str]] = {
     "sweep": ("upkeep", "sweep"),
     "paths": ("upkeep", "paths"),
     "doctor": ("upkeep", "doctor"),
+    "init": ("upkeep", "init"),
     "run": ("work", "run"),
     "worker": ("work", "worker"),
     "logs": ("work", "logs"),
@@ -567,7 +606,7 @@ SECTIONS: list[tuple[str, tuple[str, ...]]] = [
     ("Hold a lease", ("claim", "progress", "checkpoint", "renew", "release", "finish")),
     ("Ask a holder", ("intent", "approve", "recall", "cancel")),
     ("Do the work", ("run", "worker", "pipeline", "logs", "retry")),
-    ("Upkeep", ("gc", "sweep", "paths", "doctor", "help")),
+    ("Upkeep", ("init", "gc", "sweep", "paths", "doctor", "help")),
     ("Move and set up", ("export", "import", "db")),
 ]
 

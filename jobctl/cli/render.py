@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import click
 
 from ..errors import JobError
-from ..record import ZERO_TIME, Record, format_time, held
+from ..record import ZERO_TIME, Record, format_time, held, is_zero
 from ..store.file import is_orphan
 from ..wire import Raw, dumps_compact
 
@@ -135,7 +135,9 @@ def env_line(rec: Record) -> str:
     """``claim --format env``: assignments for ``eval``, each value quoted for sh."""
     import shlex
 
-    checkpoint = rec.checkpoint_text() or ""
+    # The same value `jobctl run` gives its command (JSON; `null` when there is none).
+    text = rec.checkpoint_text()
+    checkpoint = "null" if text is None else text
     return (
         f"JOB_ID={shlex.quote(rec.id)} JOB_EPOCH={rec.lease.epoch} "
         f"JOB_KIND={shlex.quote(rec.kind)} JOB_CHECKPOINT={shlex.quote(checkpoint)}"
@@ -196,7 +198,7 @@ def unreadable_line(unreadable: list[tuple[str, JobError]]) -> str:
 
 
 def _when(value: datetime | None) -> str | None:
-    if value is None or value == ZERO_TIME:
+    if is_zero(value):
         return None
     return format_time(value)
 
@@ -215,8 +217,10 @@ def scheduling(rec: Record, states: Mapping[str, str] | None, now: datetime) -> 
 
     info: dict[str, Any] = {"attempt": 1, "not_before": None, "after": [], "pipeline": None, "stage": None}
     try:
-        info["attempt"] = schedule.attempt(rec)
-        info["not_before"] = _when(schedule.not_before(rec))
+        info["attempt"] = schedule.shown_attempt(rec)
+        # An ended job starts no further attempt: a not-before time left over
+        # from its last retry would read as a promise of another.
+        info["not_before"] = None if rec.terminal else _when(schedule.not_before(rec))
         info["after"] = schedule.after_of(rec)
         pipeline = schedule.pipeline_of(rec)
         if pipeline is not None:
@@ -255,7 +259,7 @@ def job_json(
         "owner": lease.owner,
         "epoch": lease.epoch,
         "expires_at": _when(lease.expires_at),
-        "held": held(lease, now),
+        "held": live_lease(rec, now),
         "lease_too_long": long_lease,
         "orphan": is_orphan(rec, now),
         "intent": rec.want,
@@ -285,7 +289,7 @@ _STATE_STYLE = {
 
 def relative(when: datetime | None, now: datetime) -> str:
     """``in 42s``, ``3m ago``, ``2h ago``: what a person reads faster than a timestamp."""
-    if when is None or when == ZERO_TIME:
+    if when is None or is_zero(when):
         return "-"
     seconds = int((when - now).total_seconds())
     span = abs(seconds)
@@ -321,9 +325,18 @@ def _bar(rec: Record) -> RenderableType:
     return grid
 
 
+def live_lease(rec: Record, now: datetime) -> bool:
+    """Whether anybody holds ``rec`` for a reader: never a terminal job [JOB-T1].
+
+    The final write leaves the holder's lease in the record (the bytes are as
+    the contract writes them), but nothing can be done under it any more.
+    """
+    return not rec.terminal and held(rec.lease, now)
+
+
 def _lease(rec: Record, now: datetime, too_long: bool = False) -> str:
     lease = rec.lease
-    if not lease.owner:
+    if not lease.owner or rec.terminal:
         return "-"
     if held(lease, now):
         left = relative(lease.expires_at, now).replace("in ", "") + " left"
@@ -580,7 +593,9 @@ def print_job(
     grid.add_row("state", _state(rec))
     grid.add_row("progress", _bar(rec))
     lease = rec.lease
-    if lease.owner:
+    if lease.owner and rec.terminal:
+        grid.add_row("owner", f"{lease.owner} (epoch {lease.epoch}, ended)")
+    elif lease.owner:
         grid.add_row("owner", f"{lease.owner} (epoch {lease.epoch}, {_lease(rec, now, long_lease)})")
     else:
         grid.add_row("owner", f"nobody (epoch {lease.epoch})")

@@ -225,7 +225,7 @@ def submit(
             hold=hold,
             by=by or default_by(),
         )
-    store = state.store()
+    store = state.store(create=True)
     try:
         new_id = store.submit(rec)
     except Exists:

@@ -1,4 +1,4 @@
-"""Keeping a store healthy: ``sweep``, and ``paths`` (alias ``doctor``)."""
+"""Keeping a store healthy: ``init``, ``sweep``, and ``paths`` (alias ``doctor``)."""
 
 from __future__ import annotations
 
@@ -9,15 +9,50 @@ from typing import Any
 import click
 
 from .. import discovery
+from ..errors import NoStore
 from ..store.file import FileStore
 from ..store.location import masked
 from . import render
 from .main import EXIT_FAILURE, TEXT, JobCommand, State, common, complete_ids, pass_state
 
-__all__ = ["sweep", "paths", "doctor", "check_lock", "check_rename", "check_access", "check_owner"]
+__all__ = ["init", "sweep", "paths", "doctor", "check_lock", "check_rename", "check_access", "check_owner"]
 
 #: What every failed ownership check ends with: the model, and where to go instead.
 ONE_USER = "a file store belongs to one user (docs/security.md); for several users, use the PostgreSQL store"
+
+
+@click.command(cls=JobCommand, short_help="Create a store (jobs/ and work/) at DIR or the configured root.")
+@click.argument("directory", metavar="[DIR]", required=False, type=TEXT)
+@common
+@pass_state
+def init(state: State, directory: str | None) -> None:
+    """Create a store at DIR (default: the root jobctl would use); print its root.
+
+    Besides `submit`, this is the only command that creates a store: every
+    other one given a root with no store exits 16 (no_store) naming the root
+    and where it came from, so a mistyped --store or JOB_STORE is seen at
+    once instead of hiding every job behind an empty store. An existing
+    store is left as it is.
+
+    \b
+    Examples:
+      jobctl init /srv/jobs
+      JOB_STORE=/srv/jobs jobctl init
+    """
+    if directory is not None:
+        root, rung = directory, "the DIR argument"
+    else:
+        root, rung = discovery.resolve(state.store_flag, state.env, warn=lambda line: click.echo(line, err=True))
+    from ..store.location import is_database_url
+
+    if is_database_url(root):
+        raise click.UsageError("a database store is made with `jobctl db init`, not `jobctl init`")
+    store = discovery.open_store(root, rung, create=True)
+    assert isinstance(store, FileStore)  # a path, not a URL (above)
+    if state.json:
+        render.out_json({"root": store.root, "jobs": store.jobs_dir, "work": store.work_dir})
+    else:
+        render.out(store.root)
 
 
 @click.command(cls=JobCommand, short_help="Remove temporaries left by writers that were killed mid-write.")
@@ -213,6 +248,9 @@ def _facts(state: State) -> tuple[list[tuple[str, str]], bool]:
     except discovery.Unavailable as exc:
         facts.append(("check_open", "FAILED: " + exc.lines[0].removeprefix("jobctl: ")))
         return facts, False
+    except NoStore as exc:  # a missing store is a failed check, not ok (jobctl init creates one)
+        facts.append(("check_open", f"FAILED: {exc.message}; jobctl init creates it"))
+        return facts, False
     if not isinstance(store, FileStore):  # a database: the connection and schema were checked on opening
         from datetime import datetime, timezone
 
@@ -272,8 +310,9 @@ _PATHS_HELP = """Print where the store is and why, and check that it works.
 
 The root, the rung that chose it (--store, JOB_STORE, ABSTRACTION_STORE,
 the config file, or the default), the per-user config file and what it
-says, then the checks: the store opens; jobs/ and work/ are writable by
-the current user; every record and lock is the current user's to read and
+says, then the checks: the store opens (a root with no store fails this
+check; `jobctl init` creates one); jobs/ and work/ are writable by the
+current user; every record and lock is the current user's to read and
 write (a file store belongs to one user; several users want the
 PostgreSQL store); flock excludes a second holder; a write by rename
 lands; no lease runs more than max_ttl ahead (jobctl recall ends one).

@@ -186,7 +186,7 @@ _RUN_HELP = """Run a command under a job's lease, which jobctl keeps alive.
 
 Claims job ID (or, with --next, the oldest runnable job) and runs CMD with
 JOB_STORE, JOB_ID, JOB_EPOCH, JOB_KIND, JOB_WORK, JOB_CHECKPOINT (the
-predecessor's checkpoint; unset when none) and JOB_ATTEMPT in its
+predecessor's checkpoint as JSON; null when none) and JOB_ATTEMPT in its
 environment, so it can call `jobctl checkpoint` with no flags and resume.
 Without CMD the job's kind decides: a `shell` job runs its spec's argv;
 another kind runs its handler (--handler KIND=CMD, or the config file).
@@ -293,7 +293,7 @@ def run(
         if quiet:
             raise click.UsageError("-q/--quiet goes with --next")
         if not args:
-            raise click.UsageError("give a job ID, or --next")
+            raise click.UsageError("run needs a job id: name it, or pass --next")
         if kinds:
             raise click.UsageError("--kind goes with --next")
         job_id, command = args[0], list(args[1:])
@@ -340,9 +340,18 @@ JOB_ATTEMPT in its environment. Any number of workers may share a store:
 the lease's epoch makes sure no job runs twice at once.
 
 --once: one pass over what is runnable now, then exit. --drain: go on while
-anything is runnable or running, then exit (the cron form). SIGTERM: claim
-nothing more, let running jobs finish within --shutdown-grace, stop and
-release the rest; a second SIGTERM stops them at once.
+anything is runnable or running, and wait for the retries of the jobs it
+ran (one line per wait), then exit (the cron form); it does not wait for
+jobs held, paused, leased by somebody else, or not-before times of their
+own. --drain exits 0 when every job it ran ended complete, and 17 when one
+did not. Without either, run until stopped. SIGTERM: claim nothing more,
+let running jobs finish within --shutdown-grace, stop and release the
+rest; a second SIGTERM stops them at once.
+
+Each record that cannot be read is named once on stderr (id, path, why),
+and so is each job that waits for one. --drain and --once name, one line
+per kind, the pending jobs left because nothing here runs their kind;
+--kind K with no handler for K is a usage error.
 
 A job's command gets only PATH, HOME, LANG, LC_*, TZ, TMPDIR, USER,
 LOGNAME, SHELL, TERM, the JOB_* variables and the names given with
@@ -370,7 +379,9 @@ Examples:
   jobctl worker --on-failure 'curl -fsS -d "text=$JOB_ID failed: $JOB_ERROR" "$HOOK"'
 """
 
-_QUIET_SHOWS = frozenset(("failed", "refused", "fenced", "alert-failed", "untrusted"))
+_QUIET_SHOWS = frozenset(
+    ("failed", "refused", "fenced", "alert-failed", "untrusted", "unreadable", "blocked", "unhandled")
+)
 
 
 @click.command(cls=JobCommand, help=_WORKER_HELP, short_help="Run runnable jobs until stopped.")
@@ -411,7 +422,9 @@ _QUIET_SHOWS = frozenset(("failed", "refused", "fenced", "alert-failed", "untrus
 )
 @click.option("--on-failure", type=TEXT, metavar="CMD", help="Shell command run when a job finally fails.")
 @click.option("--once", "mode", flag_value="once", help="One pass over what is runnable now, then exit.")
-@click.option("--drain", "mode", flag_value="drain", help="Exit once nothing is runnable or running.")
+@click.option(
+    "--drain", "mode", flag_value="drain", help="Exit once nothing it ran can still run; exit 17 unless all complete."
+)
 @click.option("--quiet", "-q", is_flag=True, help="Print only failures, not every start and end.")
 @_trust_options
 @common
@@ -481,6 +494,13 @@ def worker(
         env=state.env,
         environment=JobEnvironment(resolved.pass_env, resolved.allow_loader_env),
     )
+    unhandled = [kind for kind in resolved.kinds if kind not in loop.handled]
+    if unhandled:
+        kind = unhandled[0]
+        raise click.UsageError(
+            f"no handler for kind {kind}: give one with --handler {kind}=CMD or in the config file "
+            f"(this worker runs: {', '.join(sorted(loop.handled)) or 'nothing'})"
+        )
     if not quiet and not state.json:
         _say(
             f"jobctl worker: {loop.owner} on {store.root}: kinds {', '.join(sorted(loop.processors)) or 'none'}, "
@@ -491,6 +511,12 @@ def worker(
     if not quiet and not state.json:
         counts = ", ".join(f"{n} {what}" for what, n in sorted(summary.counts.items()) if what != "finished")
         _say(f"jobctl worker: done ({counts or 'nothing to do'})")
+    if mode == "drain" and not summary.all_complete:
+        from .main import EXIT_DRAIN_INCOMPLETE
+
+        ended = [f"{job_id} {job_state}" for job_id, job_state in summary.ran.items() if job_state != "complete"]
+        _say(f"jobctl worker: {len(ended)} job(s) it ran did not end complete: {', '.join(ended)}")
+        click.get_current_context().exit(EXIT_DRAIN_INCOMPLETE)
 
 
 # -- logs ------------------------------------------------------------------------------------

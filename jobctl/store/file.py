@@ -20,13 +20,14 @@ of the store or a hung reader.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 
 from .. import fsio, ids, limits, lock
-from ..errors import Exists, JobError, NotFound, Untrusted
+from ..errors import Exists, JobError, NoStore, NotFound, Untrusted
 from ..record import (
     Record,
     decode,
@@ -59,6 +60,11 @@ _TEMP: re.Pattern[str] = lazy_pattern(globals(), "_TEMP", r"(.+\.json)\.[A-Za-z0
 class FileStore(ContractStore):
     """A store rooted at a directory; opening it creates ``jobs/`` and ``work/``.
 
+    ``create=False`` opens only a store that is already there: a root that
+    does not exist, is not a directory or has no ``jobs/`` directory raises
+    :class:`~jobctl.errors.NoStore` and nothing is created, so a mistyped
+    path is reported rather than becoming an empty store that hides every job.
+
     ``max_ttl`` is the longest lease ``claim`` and ``renew`` grant (seconds;
     the ``max_ttl`` setting, default one day): a longer TTL is refused
     ``Invalid``, so that no lease jobctl writes can keep a job ``running`` for
@@ -66,7 +72,12 @@ class FileStore(ContractStore):
     """
 
     def __init__(
-        self, root: str | os.PathLike[str], clock: Clock | None = None, max_ttl: float = limits.DEFAULT_MAX_TTL
+        self,
+        root: str | os.PathLike[str],
+        clock: Clock | None = None,
+        max_ttl: float = limits.DEFAULT_MAX_TTL,
+        *,
+        create: bool = True,
     ) -> None:
         self.root = os.fspath(root)
         self.max_ttl = float(max_ttl)
@@ -75,14 +86,34 @@ class FileStore(ContractStore):
         self.owned_by: int | None = None
         self.jobs_dir = os.path.join(self.root, "jobs")
         self.work_dir = os.path.join(self.root, "work")
-        os.makedirs(self.root, mode=0o755, exist_ok=True)
+        if create:
+            os.makedirs(self.root, mode=0o755, exist_ok=True)
+        else:
+            self._check_exists()
         # jobs/ stays open for the store's life: every name in it resolves
         # against this one directory, opened without following a link, and
         # a write costs no path walk. (A jobs/ swapped for a link later is
         # not followed either: this descriptor is still the real directory.)
-        self._jobs_dir = fsio.open_dir(self.root, "jobs", create=True, kept=True)
-        fsio.open_dir(self.root, "work", create=True).close()
+        try:
+            self._jobs_dir = fsio.open_dir(self.root, "jobs", create=create, kept=True)
+        except FileNotFoundError:  # removed between the check and the open
+            raise NoStore(f"{self.root} has no jobs/ directory, so it is not a store") from None
+        if create:
+            fsio.open_dir(self.root, "work", create=True).close()
+        else:
+            # work/ belongs to an existing store [JOB-W3]; a read-only one may
+            # lack it and still be read, so failing to make it is not a refusal.
+            with contextlib.suppress(OSError):
+                fsio.open_dir(self.root, "work", create=True).close()
         self._clock: Clock = clock or _system_clock
+
+    def _check_exists(self) -> None:
+        if not os.path.exists(self.root):
+            raise NoStore(f"{self.root} does not exist")
+        if not os.path.isdir(self.root):
+            raise NoStore(f"{self.root} is not a directory")
+        if not os.path.lexists(self.jobs_dir):
+            raise NoStore(f"{self.root} has no jobs/ directory, so it is not a store")
 
     def __repr__(self) -> str:
         return f"FileStore({self.root!r})"

@@ -221,11 +221,12 @@ def test_usage_errors_exit_2_and_touch_nothing(jobctl: Jobctl, args: tuple[str, 
 def test_a_store_that_cannot_be_opened_exits_1_naming_root_and_rung(jobctl: Jobctl) -> None:
     blocker = jobctl.home / "not-a-dir"
     blocker.write_text("a file where the store should be")
-    ran = jobctl("list", env={"JOB_STORE": None, "ABSTRACTION_STORE": str(blocker)})
+    # submit creates the store, and creating it under a file fails (a reader says no_store instead).
+    ran = jobctl("submit", "--kind", "k", env={"JOB_STORE": None, "ABSTRACTION_STORE": str(blocker / "sub")})
     assert ran.code == errors.EXIT_FAILURE
     assert ran.out == b""
     lines = ran.err.splitlines()
-    assert lines[0].startswith(f"jobctl: {blocker}: ")
+    assert lines[0].startswith(f"jobctl: {blocker / 'sub'}: ")
     assert lines[1] == "  that root came from ABSTRACTION_STORE"
     assert any("ABSTRACTION_STORE=" in line for line in lines[2:])
 

@@ -112,10 +112,20 @@ def test_finish_carries_error_checkpoint_and_done_in_the_final_write(jobctl: Job
     )
 
 
-def test_finish_defaults_to_transferred_as_upstream(jobctl: Jobctl) -> None:
+def test_finish_needs_a_state_unlike_upstream(jobctl: Jobctl) -> None:
+    # Upstream's jobctl defaults to transferred: a job then neither runnable nor
+    # finished. jobctl has no default; the usage error names the choices.
     job = jobctl.submit()
     jobctl("claim", job, "--owner", "a")
-    assert jobctl("finish", job, "--epoch", "1").out == b"state=transferred\n"
+    before = jobctl.record(job)
+    ran = jobctl("finish", job, "--epoch", "1")
+    assert ran.code == 2 and ran.out == b""
+    assert ran.err.splitlines()[-1] == (
+        "Error: finish needs --state: one of pending, running, transferred, complete, failed or cancelled"
+    )
+    assert jobctl.record(job) == before
+    assert jobctl("finish", job, "--epoch", "1", "--state", "transferred").out == b"state=transferred\n"
+    assert "upstream" in jobctl("finish", "--help").text
 
 
 def test_show_prints_the_canonical_record_bytes(jobctl: Jobctl) -> None:
@@ -273,3 +283,17 @@ def test_a_damaged_record_is_named_with_where_the_json_breaks(jobctl: Jobctl) ->
         "jobctl: invalid: 1-bad: expected a JSON value at line 1 column 11; "
         "the record file jobs/1-bad.json is damaged: look at it, restore or remove it"
     )
+
+
+def test_watch_names_an_unreadable_record_once_and_its_dependent_as_blocked(jobctl: Jobctl) -> None:
+    broken = "1787202430967-a752f9a9c2c77b123ffd"
+    path = jobctl.root / "jobs" / f"{broken}.json"
+    path.write_bytes(b"garbage")
+    waiting = jobctl.submit("--after", broken)
+    ran = jobctl("watch", "--quiet-after", "0.2", "--exit-on-quiet")
+    assert ran.code == 0
+    assert ran.err.splitlines() == [
+        f"jobctl: unreadable: {broken} {path}: record is not valid JSON at byte 0",
+        f"jobctl: blocked: {waiting} waits for {broken}, which cannot be read",
+    ]
+    assert ran.lines[0].startswith(f"{waiting} kind=test state=pending")

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from clitools import Jobctl
 
+from jobctl import FileStore
+
 DUMP = """
 import atexit, json, sys
 out = sys.argv[1]
@@ -92,6 +94,7 @@ def test_submit_imports_only_its_own_command_module(jobctl: Jobctl, tmp_path: Pa
 
 
 def test_platformdirs_only_when_the_ladder_reaches_the_config_file(jobctl: Jobctl, tmp_path: Path) -> None:
+    FileStore(jobctl.home / ".abstraction")  # the default rung's store: list refuses a missing one
     modules = loaded(jobctl, tmp_path, "list", JOB_STORE="", ABSTRACTION_STORE="")
     assert "platformdirs" in modules
     assert absent(modules, *NEVER) == []

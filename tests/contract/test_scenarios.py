@@ -205,7 +205,7 @@ def check_expectations(name: str, exps: list[Expectation], answers: dict[int, st
 
 
 def test_scenario(contract_dir: Path, scenario_name: str, tmp_path: Path) -> None:
-    replay_and_check(contract_dir, scenario_name, tmp_path)
+    run_scenario(contract_dir / scenario_name, scenario_name, tmp_path)
 
 
 def test_scenario_on_postgres(contract_dir: Path, scenario_name: str, tmp_path: Path, pg_url: str) -> None:
@@ -213,11 +213,19 @@ def test_scenario_on_postgres(contract_dir: Path, scenario_name: str, tmp_path: 
     from jobctl.store import postgres
 
     postgres.init(pg_url)
-    replay_and_check(contract_dir, scenario_name, tmp_path, "--store", pg_url)
+    run_scenario(contract_dir / scenario_name, scenario_name, tmp_path, "--store", pg_url)
 
 
-def replay_and_check(contract_dir: Path, scenario_name: str, tmp_path: Path, *store: str) -> None:
-    scenario = contract_dir / scenario_name
+OWN_SCENARIOS = sorted((REPO_ROOT / "tests" / "data" / "scenarios").glob("*.txt"))
+
+
+@pytest.mark.parametrize("scenario", OWN_SCENARIOS, ids=[p.name for p in OWN_SCENARIOS])
+def test_own_scenario(scenario: Path, tmp_path: Path) -> None:
+    """The project's own scenarios: the driver runs with nothing outside the repository."""
+    run_scenario(scenario, scenario.name, tmp_path)
+
+
+def run_scenario(scenario: Path, scenario_name: str, tmp_path: Path, *store: str) -> None:
     text = scenario.read_text(encoding="utf-8")
     ops = operations(text)
     exps = expectations(text)

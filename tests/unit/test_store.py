@@ -335,8 +335,8 @@ def test_submit_effects(any_store: Store, clock: Any) -> None:
     assert got.state == "pending"
     assert got.created_at == got.updated_at == got.progress.updated_at == clock.now
     assert (got.lease.owner, got.lease.epoch) == ("", 0)
-    assert record.format_time(got.lease.expires_at) == "0001-01-01T00:00:00.000000Z"
-    assert b'"expires_at": "0001-01-01T00:00:00.000000Z"' in data_of(any_store, job_id)  # type: ignore[operator]
+    assert record.format_time(got.lease.expires_at) == "1970-01-01T00:00:00.000000Z"
+    assert b'"expires_at": "1970-01-01T00:00:00.000000Z"' in data_of(any_store, job_id)  # type: ignore[operator]
     assert got.progress.done == 3 and got.checkpoint == {"c": 1} and got.requires == ["gpu"]
     assert got.content == [BASE, "x.t/e@1"] and got.critical == [BASE]
 

@@ -55,7 +55,8 @@ def test_the_child_gets_its_environment(store: FileStore, tmp_path: Path) -> Non
         "JOB_KIND": "shell",
         "JOB_WORK": os.path.abspath(store.work_path(job_id)),
         "JOB_ATTEMPT": "1",
-    }  # no JOB_CHECKPOINT: there is none yet
+        "JOB_CHECKPOINT": "null",  # none yet: JSON null, as claim --format env prints it
+    }
 
 
 def test_the_checkpoint_reaches_the_successor_with_its_spelling(store: FileStore, tmp_path: Path) -> None:
