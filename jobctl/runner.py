@@ -185,23 +185,27 @@ def log_path(store: RunStore, job_id: str, attempt: int) -> str:
 
 
 def _log_dir_parts(store: RunStore, job_id: str) -> tuple[str, tuple[str, ...]]:
-    """``(base, parts)``: the log directory as names below a directory the user named.
+    """``(base, parts)``: the log directory as names below the directory that holds ``work/``.
 
-    Every part (``work``, ``.jobctl``, ``logs``, ``<id>``) is opened without
-    following a link (:mod:`jobctl.fsio`): a link planted at any of them must
-    not send a root worker's output, or ``jobctl logs``' reads, out of the store.
+    ``base`` is a file store's root (or, for a database store, the directory
+    of this host's work directory); every part below it (``work``,
+    ``.jobctl``, ``logs``, ``<id>``) is opened without following a link
+    (:mod:`jobctl.fsio`): a link planted at any of them must not send a root
+    worker's output, or ``jobctl logs``' reads, out of the store.
     """
-    directory = log_dir(store, job_id)
-    parts = tuple(os.path.relpath(directory, store.root).split(os.sep))
-    if ".." in parts:  # work names that live outside the root: only jobctl's own part is checked
-        return os.path.dirname(os.path.dirname(os.path.dirname(directory))), parts[-3:]
-    return store.root, parts
+    work = os.path.dirname(store.work_path(job_id))
+    return os.path.dirname(work), (os.path.basename(work), ".jobctl", "logs", os.path.basename(log_dir(store, job_id)))
 
 
 def _log_dir_open(store: RunStore, job_id: str, create: bool = False) -> fsio.Dir | None:
     """The job's log directory, opened without following links; None when it does not exist."""
     base, parts = _log_dir_parts(store, job_id)
     try:
+        if create:
+            # The root of the walk is a directory the user named (a file store's
+            # root) or this host's work directory of a database store, which may
+            # not exist yet; below it nothing is followed.
+            os.makedirs(base, mode=0o755, exist_ok=True)
         return fsio.open_dir(base, *parts, create=create)
     except FileNotFoundError:
         return None

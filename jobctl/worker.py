@@ -451,10 +451,14 @@ class Worker:
         if report.skip:
             self._skip[job_id] = math.inf if report.forever else time.monotonic() + max(self.poll_interval, 1.0)
         out = report.outcome
-        if out is not None and out.reason == "recall" and out.verdict is None:
+        if out is not None and out.state not in TERMINAL:
             # A recall asks for the lease back [JOB-I9]: the giver leaves the job
-            # alone for the recall's grace, so another worker can take it.
-            self._skip[job_id] = time.monotonic() + max(self._recall_grace(job_id), self.poll_interval, 1.0)
+            # alone for the recall's grace, so another worker can take it. That
+            # holds however the run ended -- released, or its child killed by
+            # the guardian at the recall's end with nothing written.
+            grace = self._recall_grace(job_id)
+            if out.reason == "recall" or grace is not None:
+                self._skip[job_id] = time.monotonic() + max(grace or 0.0, self.poll_interval, 1.0)
         if report.record is not None:
             board.note(report.record)
         elif out is not None and out.state in TERMINAL and out.verdict is None:
@@ -469,14 +473,14 @@ class Worker:
             self.summary.ran[job_id] = out.state or "refused"
             self._report(out)
 
-    def _recall_grace(self, job_id: str) -> float:
-        """The grace the recall of ``job_id`` gave (``until - at``); 0 when it cannot be read."""
+    def _recall_grace(self, job_id: str) -> float | None:
+        """The grace the recall on ``job_id``'s record gave (``until - at``); None when it has none (or is unread)."""
         try:
             recall = self.store.load(job_id).lease.recall
         except (JobError, OSError):
-            return 0.0
+            return None
         if recall is None or recall.at is None or recall.until is None:
-            return 0.0
+            return None
         return max(0.0, (recall.until - recall.at).total_seconds())
 
     def _report(self, out: Outcome) -> None:

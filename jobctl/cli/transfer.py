@@ -65,7 +65,7 @@ def import_(state: State, source: IO[str]) -> None:
     Example:
       jobctl --store ~/.abstraction export | jobctl --store postgresql:///jobs import
     """
-    store = state.store()
+    store = state.store(create=True)  # it adds jobs, as submit does: a new directory becomes a store
     imported = 0
     refusals: list[JobError] = []
     for number, line in enumerate(source, start=1):

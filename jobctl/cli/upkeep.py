@@ -28,7 +28,7 @@ ONE_USER = "a file store belongs to one user (docs/security.md); for several use
 def init(state: State, directory: str | None) -> None:
     """Create a store at DIR (default: the root jobctl would use); print its root.
 
-    Besides `submit`, this is the only command that creates a store: every
+    Besides `submit` and `import`, this is the only command that creates a store: every
     other one given a root with no store exits 16 (no_store) naming the root
     and where it came from, so a mistyped --store or JOB_STORE is seen at
     once instead of hiding every job behind an empty store. An existing

@@ -103,7 +103,7 @@ def test_the_command_line_uses_the_config_file_and_warns_on_a_broken_one(jobctl:
     assert ran.err.startswith(f"jobctl: {config} is not JSON")
     # It fell through to the default, where there is no store: said so, and nothing created.
     default = jobctl.home / ".abstraction"
-    assert ran.code == 14 and len(ran.err.splitlines()) == 2, ran.err
+    assert ran.code == 16 and len(ran.err.splitlines()) == 2, ran.err
     assert ran.err.splitlines()[1].startswith(
         f"jobctl: no_store: {default} does not exist (the root came from the default"
     )
@@ -139,7 +139,7 @@ READERS = [
 def test_a_mistyped_store_flag_is_reported_and_nothing_is_created(jobctl: Jobctl, args: tuple[str, ...]) -> None:
     typo = jobctl.home / "srv" / "jbos"
     ran = jobctl("--store", str(typo), *args)
-    assert ran.code == 14, ran.err
+    assert ran.code == 16, ran.err
     assert ran.out == b""
     assert ran.err.splitlines() == [
         f"jobctl: no_store: {typo} does not exist (the root came from the --store flag); "
@@ -162,7 +162,7 @@ def test_each_rung_is_named_and_each_kind_of_missing_store(jobctl: Jobctl) -> No
     ]
     for env, said in cases:
         ran = jobctl("list", env=env)
-        assert ran.code == 14 and f"jobctl: no_store: {said}; " in ran.err, ran.err
+        assert ran.code == 16 and f"jobctl: no_store: {said}; " in ran.err, ran.err
     assert list(no_jobs.iterdir()) == []
 
 

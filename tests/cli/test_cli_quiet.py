@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from clitools import JOBCTL, Jobctl
 
+from jobctl.errors import NoStore
+
 pytestmark = pytest.mark.timeout(60)
 
 
@@ -24,7 +26,7 @@ def test_quiet_still_prints_real_errors(jobctl: Jobctl, command: str, tmp_path: 
     afile = tmp_path / "a-file"
     afile.write_text("")
     ran = jobctl(command, "--next", "-q", "--kind", "backup", env={"JOB_STORE": str(afile / "store")})
-    assert ran.code == 1 and ran.err.startswith("jobctl: "), (ran.code, ran.err)
+    assert ran.code == NoStore.exit_code and ran.err.startswith("jobctl: no_store: "), (ran.code, ran.err)
 
 
 def test_quiet_without_next_is_a_usage_error(jobctl: Jobctl) -> None:

@@ -145,7 +145,7 @@ def test_worker_drain_runs_everything_and_reports(store: FileStore, root: Path, 
         timeout=60,
     )
     # A job it ran failed: the documented exit code, and the last line names it.
-    assert proc.returncode == 15, proc.stderr
+    assert proc.returncode == 17, proc.stderr
     assert proc.stderr.splitlines()[-1] == f"jobctl worker: 1 job(s) it ran did not end complete: {bad} failed"
     assert [store.load(j).state for j in (ok, bad, fetch)] == ["complete", "failed", "complete"]
     assert alerts.read_text() == f"{bad} 1\n"

@@ -13,7 +13,7 @@ from click.testing import CliRunner, Result
 from workertools import submit
 
 from jobctl import FileStore, Invalid, Record, schedule
-from jobctl.cli.main import State, cli
+from jobctl.cli.main import EXIT_DRAIN_INCOMPLETE, State, cli
 from jobctl.jobenv import DEFAULT_PASS, JobEnvironment
 
 pytestmark = pytest.mark.timeout(60)
@@ -79,7 +79,7 @@ def test_the_alert_keeps_the_whole_environment(store: FileStore, root: Path, tmp
     out = tmp_path / "alert"
     job = submit(store, ["sh", "-c", 'echo "hook=${SLACK_WEBHOOK:-unset}"; exit 3'])
     result = invoke(root, "worker", "--drain", "--on-failure", f'echo "$JOB_ID $SLACK_WEBHOOK" > {out}')
-    assert result.exit_code == 0, result.stderr
+    assert result.exit_code == EXIT_DRAIN_INCOMPLETE, result.stderr  # the job failed
     assert out.read_text() == f"{job} {SECRET}\n"
     assert "hook=unset" in log_of(root, job)
 
@@ -90,7 +90,7 @@ def test_a_spec_may_not_set_job_variables(store: FileStore, root: Path, name: st
     schedule.plan(rec, retries=3, intervals=[0])
     job = store.submit(rec)
     result = invoke(root, "worker", "--drain", "--allow-loader-env")
-    assert result.exit_code == 0, result.stderr
+    assert result.exit_code == EXIT_DRAIN_INCOMPLETE, result.stderr  # the job failed
     final = store.load(job)
     assert final.state == "failed"  # at once: the same spec would be refused again
     assert schedule.attempt(final) == 1
@@ -108,7 +108,7 @@ def test_loader_variables_need_the_workers_consent(store: FileStore, root: Path,
     value = "/nonexistent" if name == "LD_LIBRARY_PATH" else "/nonexistent/x.so"
     argv = ["sh", "-c", f'echo "{name}=${{{name}}}"']
     job = with_env(store, argv, {name: value})
-    assert invoke(root, "worker", "--drain").exit_code == 0
+    assert invoke(root, "worker", "--drain").exit_code == EXIT_DRAIN_INCOMPLETE  # the job failed
     refused = store.load(job)
     assert refused.state == "failed" and name in refused.error and "--allow-loader-env" in refused.error
     assert job in refused.error
