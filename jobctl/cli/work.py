@@ -62,6 +62,18 @@ def _check_handlers(_ctx: click.Context, param: click.Parameter, values: tuple[s
     return values
 
 
+#: ``--handler KIND=CMD`` (repeatable), the same on ``run`` and ``worker``.
+_handler_option = click.option(
+    "--handler",
+    "handlers",
+    multiple=True,
+    type=TEXT,
+    metavar="KIND=CMD",
+    callback=_check_handlers,
+    help="Command for a kind.",
+)
+
+
 # -- run -------------------------------------------------------------------------------
 
 
@@ -236,15 +248,7 @@ Examples:
     show_default=True,
     help=f"Seconds from SIGTERM to SIGKILL ({limits.GRACE.text()}).",
 )
-@click.option(
-    "--handler",
-    "handlers",
-    multiple=True,
-    type=TEXT,
-    metavar="KIND=CMD",
-    callback=_check_handlers,
-    help="Command for a kind.",
-)
+@_handler_option
 @click.option(
     "--quiet", "-q", is_flag=True, help="With --next: nothing runnable exits 3 and prints nothing (errors still print)."
 )
@@ -411,15 +415,7 @@ _QUIET_SHOWS = frozenset(
 )
 @click.option("--name", type=TEXT, help="Lease owner prefix: NAME@HOST:PID. [default: worker]")
 @click.option("--kind", "kinds", multiple=True, type=TEXT, metavar="K", help="Only kind K (repeatable).")
-@click.option(
-    "--handler",
-    "handlers",
-    multiple=True,
-    type=TEXT,
-    metavar="KIND=CMD",
-    callback=_check_handlers,
-    help="Command for a kind.",
-)
+@_handler_option
 @click.option("--on-failure", type=TEXT, metavar="CMD", help="Shell command run when a job finally fails.")
 @click.option("--once", "mode", flag_value="once", help="One pass over what is runnable now, then exit.")
 @click.option(
