@@ -95,7 +95,9 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> Dist:
     wheels, sdists = sorted(out.glob("*.whl")), sorted(out.glob("*.tar.gz"))
     assert len(wheels) == 1 and len(sdists) == 1, sorted(out.iterdir())
     wheelhouse = top / "wheelhouse"
-    pins = [f"{name}=={metadata.version(name)}" for name in ("click", "rich", "platformdirs")]
+    # The runtime dependencies and the postgres extra's, at the versions this environment runs.
+    runtime = ("click", "rich", "platformdirs", "psycopg", "psycopg-binary", "typing-extensions")
+    pins = [f"{name}=={metadata.version(name)}" for name in runtime]
     pins.append("pip")  # pipx refreshes the pip of its shared environment, from the same place
     _run([sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:", "--dest", wheelhouse, *pins])
     return Dist(wheels[0], sdists[0], wheelhouse)
@@ -122,7 +124,7 @@ def installs(dist: Dist, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
             "install",
             "--quiet",
             *offline,
-            dist.wheel,
+            f"jobctl[postgres] @ {dist.wheel.as_uri()}",  # the venv gets the optional extra too
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -266,3 +268,23 @@ def test_a_job_survives_its_holder_with_the_installed_command(installed: Install
     record = store / "jobs" / f"{job}.json"
     assert '"chunk": 1.50' in record.read_text()  # the spec kept token for token
     assert stat.S_IMODE(record.stat().st_mode) == 0o600
+
+
+def test_the_postgres_extra_installs_and_serves_a_database_store(installs: dict[str, Installed], pg_url: str) -> None:
+    """``jobctl[postgres]`` from the wheel: the driver imports, and the installed command runs a job on a server."""
+    venv = installs["venv"]
+    env = {"JOB_STORE": pg_url}
+
+    def ok(*args: str) -> str:
+        ran = venv(*args, **env)
+        assert (ran.returncode, ran.stderr) == (0, ""), (args, ran.stderr)
+        return ran.stdout
+
+    ok("db", "init")
+    job = ok("submit", "--kind", "fetch", "--spec", '{"n": 1}').strip()
+    claimed = json.loads(ok("claim", "--next", "--owner", "host-a", "--ttl", "60", "--format", "json"))
+    assert (claimed["id"], claimed["epoch"]) == (job, 1)
+    ok("finish", job, "--epoch", "1", "--state", "complete")
+    assert json.loads(ok("show", job, "--json"))["state"] == "complete"
+    plain = installs["pipx"]("--store", pg_url, "list")  # installed without the extra: one line saying what to install
+    assert plain.returncode != 0 and "postgres" in plain.stderr and "Traceback" not in plain.stderr, plain.stderr
