@@ -42,6 +42,7 @@ from typing import Protocol
 from .errors import JobError, NotFound
 from .record import TERMINAL, ZERO_TIME, Record, held
 from .schedule import blocked_by, not_before
+from .store.base import OpenListing
 
 __all__ = ["Board", "BoardStore", "Pick"]
 
@@ -51,6 +52,7 @@ RESCAN_EVERY = 60.0
 
 class BoardStore(Protocol):
     def ids(self) -> list[str]: ...
+    def list_open(self) -> OpenListing: ...
     def load(self, job_id: str) -> Record: ...
     def now(self) -> datetime: ...
 
@@ -164,7 +166,7 @@ class Board:
         self._scanned = 0.0
         self.rescans = 0
         self.reads = 0
-        self.rescan()
+        self._start()
 
     @property
     def watching(self) -> bool:
@@ -210,6 +212,24 @@ class Board:
             if job_id in skip or self.states.get(job_id) in TERMINAL:
                 continue  # ours (its run reports the end), or final: nothing to learn [JOB-T1]
             self.reload(job_id)
+
+    def _start(self) -> None:
+        """The first scan: the open records, and the states of the finished ones without reading them.
+
+        ``list_open`` is the store's own way to that answer (the file store's
+        summary cache stats a finished record instead of decoding it) [JOB-T1].
+        """
+        self._scanned = time.monotonic()
+        self.rescans += 1
+        listing = self.store.list_open()
+        self.reads += len(listing) + len(listing.unreadable)
+        for job_id, state in listing.states.items():
+            if state in TERMINAL:
+                self.states[job_id] = state
+        for job_id, _ in listing.unreadable:
+            self.states[job_id] = UNREADABLE
+        for rec in listing:
+            self.note(rec)
 
     def rescan(self) -> None:
         """List the ids; read every one not known terminal; forget the ones that are gone."""

@@ -67,7 +67,7 @@ from .record import Record, format_time
 from .schedule import attempt as attempt_of
 from .schedule import claim_next as schedule_claim_next
 from .schedule import not_before, record_failure
-from .store.base import Listing
+from .store.base import OpenListing
 
 __all__ = [
     "Command",
@@ -914,7 +914,7 @@ def _io(exc: OSError, job_id: str) -> JobError:
 class ClaimStore(RunStore, Protocol):
     """A store a run can also claim from and list."""
 
-    def list(self) -> Listing: ...
+    def list_open(self) -> OpenListing: ...
     def claim(self, job_id: str, owner: str, ttl_seconds: float) -> Record: ...
 
 

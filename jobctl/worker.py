@@ -55,6 +55,7 @@ from .errors import JobError, LeaseHeld, NotFound, Terminal
 from .record import TERMINAL, Record, format_time
 from .runner import Guardian, Outcome, Processor, Run, RunStore, processors
 from .schedule import blocked_by
+from .store.base import OpenListing
 
 __all__ = ["Worker", "WorkerStore", "Event", "Summary", "MODES", "default_owner"]
 
@@ -65,6 +66,7 @@ class WorkerStore(RunStore, Protocol):
     """What the loop needs of a store beyond a run's needs."""
 
     def ids(self) -> list[str]: ...
+    def list_open(self) -> OpenListing: ...
     def claim(self, job_id: str, owner: str, ttl_seconds: float) -> Record: ...
     def set_intent(self, job_id: str, want: str, by: str = "") -> Record: ...
 

@@ -132,3 +132,9 @@ def store(store_root: Path) -> jobctl.FileStore:
 def clocked_store(store_root: Path, clock: FakeClock) -> jobctl.FileStore:
     """A file store whose ``now`` is ``clock``."""
     return jobctl.FileStore(store_root, clock=clock)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_summary_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The summary cache (jobctl.summary) of the tests' stores lives with them, not in the user's home."""
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("cache"))

@@ -54,7 +54,7 @@ def _emit(state: State, rec: Record, line: str) -> None:
 def _claim_next(state: State, owner: str, ttl: float, kinds: tuple[str, ...]) -> Record:
     """Claim the oldest runnable orphan (of those kinds): the cron consumer's one step."""
     store = state.store()
-    listing = store.list()
+    listing = store.list_open()  # finished records by their states only [JOB-T1]
     if listing.unreadable:
         click.echo(render.unreadable_line(listing.unreadable), err=True)
     # A record with malformed scheduling data is left out (and named) so that

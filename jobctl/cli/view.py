@@ -138,8 +138,9 @@ def orphans(state: State, kind: tuple[str, ...]) -> None:
       jobctl orphans --kind backup | while read -r id rest; do echo "stranded: $id"; done
     """
     store = state.store()
-    listing = store.list()  # the whole store: the states of what orphans wait for are shown too
+    # The open records, and every record's state: the states of what orphans
+    # wait for are shown too, without decoding the finished records [JOB-T1].
+    listing = store.list_open()
     now = store.now()
-    every = {rec.id: rec.state for rec in listing}
     chosen = [rec for rec in listing if is_orphan(rec, now) and (not kind or rec.kind in kind)]
-    _print_records(state, chosen, render.orphan_line, every, listing)
+    _print_records(state, chosen, render.orphan_line, listing.states, listing)

@@ -2,10 +2,10 @@
 
 from typing import TYPE_CHECKING
 
-from .base import UNSET, Listing, Store
+from .base import UNSET, Listing, OpenListing, Store
 from .file import FileStore, is_orphan
 
-__all__ = ["Store", "Listing", "FileStore", "UNSET", "is_orphan"]
+__all__ = ["Store", "Listing", "OpenListing", "FileStore", "UNSET", "is_orphan"]
 
 if TYPE_CHECKING:  # mypy proves the file store keeps the whole protocol
     _file_store_is_a_store: Store = FileStore(".")

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from ..errors import JobError
 from ..record import Record
 
-__all__ = ["Store", "Listing", "UNSET"]
+__all__ = ["Store", "Listing", "OpenListing", "UNSET"]
 
 
 class _Unset:
@@ -38,6 +38,24 @@ class Listing(list[Record]):
     ) -> None:
         super().__init__(records or [])
         self.unreadable: list[tuple[str, JobError]] = unreadable or []
+
+
+class OpenListing(Listing):
+    """The open (not terminal) records, sorted by id, and the state of every record.
+
+    ``states`` maps the id of every readable record -- open or finished -- to
+    its state, so that dependencies can be judged without the finished
+    records themselves. ``unreadable`` is as for :class:`Listing`.
+    """
+
+    def __init__(
+        self,
+        records: list[Record] | None = None,
+        unreadable: list[tuple[str, JobError]] | None = None,
+        states: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(records, unreadable)
+        self.states: dict[str, str] = states or {}
 
 
 class Store(Protocol):
@@ -76,6 +94,15 @@ class Store(Protocol):
 
     def list(self) -> Listing:
         """Every record, sorted by id, with the unreadable ones named."""
+        ...
+
+    def list_open(self) -> OpenListing:
+        """The records not yet ended, sorted by id, with every record's state and the unreadable named.
+
+        What picking and ``orphans`` need: a finished record never changes
+        state again [JOB-T1], so a store may answer this without decoding
+        them (the file store keeps a per-user cache of their summaries).
+        """
         ...
 
     def claim(self, job_id: str, owner: str, ttl_seconds: float) -> Record:

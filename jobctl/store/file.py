@@ -15,14 +15,16 @@ derived afresh. ``load`` and ``list`` never lock.
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import re
+import stat
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from .. import ids, lock
+from .. import ids, lock, summary
 from ..errors import Invalid, JobError, LeaseExpired, LeaseHeld, NotFound, Refused, StaleEpoch, Terminal
 from ..record import (
     STATES,
@@ -36,7 +38,7 @@ from ..record import (
     held,
 )
 from ..wire import Raw, lazy_pattern
-from .base import UNSET, Listing
+from .base import UNSET, Listing, OpenListing
 
 __all__ = ["FileStore", "Clock"]
 
@@ -67,13 +69,46 @@ _EPOCH: re.Pattern[bytes] = lazy_pattern(
     rb'\n  "lease": \{\n    "owner": "[^"\\\n]*(?:\\.[^"\\\n]*)*",\n    "epoch": (\d+),\n',
 )
 _TEMP: re.Pattern[str] = lazy_pattern(globals(), "_TEMP", r"(.+\.json)\.[A-Za-z0-9_]+\.tmp\Z")
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_S_IFMT = 0o170000
+_S_IFREG = stat.S_IFREG
+
+
+def _read_stat(path: str) -> tuple[bytes, os.stat_result] | None:
+    """The bytes of a regular file and the identity of the very inode they came from; None when missing.
+
+    ``fstat`` on the descriptor read, not a ``stat`` of the name: a
+    replacement between the two would pair new bytes with an old identity.
+    A link is refused (``ELOOP``), never followed.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | _O_CLOEXEC | _O_NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    try:
+        st = os.fstat(fd)
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+        return b"".join(chunks), st
+    finally:
+        os.close(fd)
 
 
 class FileStore:
-    """A store rooted at a directory; opening it creates ``jobs/`` and ``work/``."""
+    """A store rooted at a directory; opening it creates ``jobs/`` and ``work/``.
 
-    def __init__(self, root: str | os.PathLike[str], clock: Clock | None = None) -> None:
+    ``summaries`` is where the per-user cache of finished records' summaries
+    lives (:mod:`jobctl.summary`): True for the user's cache directory, a
+    path for another one, False for none (every scan then decodes every record).
+    """
+
+    def __init__(
+        self, root: str | os.PathLike[str], clock: Clock | None = None, *, summaries: bool | str = True
+    ) -> None:
         self.root = os.fspath(root)
+        self.summaries = summaries
         self.jobs_dir = os.path.join(self.root, "jobs")
         self.work_dir = os.path.join(self.root, "work")
         os.makedirs(self.jobs_dir, mode=0o755, exist_ok=True)
@@ -142,6 +177,101 @@ class FileStore:
                 listing.unreadable.append((job_id, exc))
         return listing
 
+    def _summaries_dir(self) -> str | None:
+        if self.summaries is False:
+            return None
+        if self.summaries is True:
+            return summary.default_dir()
+        return os.fspath(self.summaries)
+
+    def list_open(self) -> OpenListing:
+        """The open records and every record's state, decoding only what the cache cannot vouch for.
+
+        A record file whose identity matches its cached summary is taken as
+        summarised (finished records only); every other one is read and
+        decoded. When ``jobs/`` itself is unchanged since the cache was
+        written, the finished records are not even statted: a conforming
+        writer replaces a record by rename, which changes the directory
+        [JOB-W3]. A record edited in place by hand is noticed only once the
+        directory changes; open records are read on every call regardless.
+        """
+        jobs = self.jobs_dir
+        try:
+            jobs_stat = os.stat(jobs)
+        except OSError:
+            jobs_stat = None
+        cache = summary.Summaries.load(self._summaries_dir(), jobs, jobs_stat)
+        out = OpenListing()
+        states = out.states
+        if jobs_stat is not None and cache.fresh(jobs_stat):
+            states.update(cache.states())
+            for job_id in cache.others:
+                self._take_open(job_id, out, None)
+            out.sort(key=_by_id)
+            return out
+        cache.begin()
+        # The loop every record file passes through: one lstat, one lookup.
+        known = cache.table.get
+        seen = cache.seen.append
+        with os.scandir(jobs) as entries:
+            for entry in entries:
+                name = entry.name
+                if name[-5:] != ".json" or name[0] == ".":
+                    continue
+                job_id = name[:-5]
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                if st.st_mode & _S_IFMT != _S_IFREG:
+                    if entry.is_file():  # a link to a record: read as list() does, never cached
+                        cache.other(job_id)
+                        self._take_open(job_id, out, None)
+                    continue
+                key = f"{job_id} {st.st_ino} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns}"  # summary.key
+                state = known(key)
+                if state is not None:
+                    states[job_id] = state
+                    seen((key, state))
+                    continue
+                self._take_open(job_id, out, cache)
+        if jobs_stat is not None:
+            cache.finish(jobs_stat)
+            cache.save()
+        out.sort(key=_by_id)
+        out.unreadable.sort(key=lambda pair: pair[0])
+        return out
+
+    def _take_open(self, job_id: str, out: OpenListing, cache: summary.Summaries | None) -> None:
+        """Read and decode one record into ``out``; tell ``cache`` what it was."""
+        path = os.path.join(self.jobs_dir, job_id + ".json")
+        got: tuple[bytes, os.stat_result | None] | None
+        try:
+            got = _read_stat(path)
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise
+            raw = lock.read(path)  # a link after all: read as list() reads it, never cached
+            got = None if raw is None else (raw, None)
+        if got is None:
+            return  # removed since the directory was read
+        data, st = got
+        try:
+            rec = decode(data, job_id)
+        except JobError as exc:
+            out.unreadable.append((job_id, exc))
+            if cache is not None:
+                cache.other(job_id)
+            return
+        out.states[job_id] = rec.state
+        if not rec.terminal:
+            out.append(rec)
+        if cache is not None:
+            if st is None:
+                cache.other(job_id)
+            else:
+                cache.remember(job_id, st, rec.state if rec.terminal else None)
+
     def orphans(self) -> Listing:
         """Records a sweep may adopt: not terminal, not held, and stranded.
 
@@ -151,7 +281,7 @@ class FileStore:
         records are orphans. Records this reader cannot read are reported in
         ``unreadable``, never offered.
         """
-        listing = self.list()
+        listing = self.list_open()
         now = self.now()
         out = Listing(unreadable=listing.unreadable)
         for rec in listing:
@@ -426,6 +556,10 @@ class FileStore:
                 if m:
                     bases.add(m.group(1))
         return sum(lock.sweep(os.path.join(self.jobs_dir, base)) for base in sorted(bases))
+
+
+def _by_id(rec: Record) -> str:
+    return rec.id
 
 
 def is_orphan(rec: Record, now: datetime) -> bool:
