@@ -31,7 +31,6 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from .errors import Invalid, JobError, LeaseHeld, NotFound, Terminal
-
 from .record import AFTER, PIPELINE, RETRY, ZERO_TIME, Intent, Record, format_time, parse_time
 from .store.base import Listing, OpenListing
 

@@ -6,8 +6,12 @@ record of the kind, ``id|state|done/total|owner|error`` -- so a renewal, which
 moves nothing but ``expires_at``, is not a change. Changes between two calls
 to :meth:`Watch.next` coalesce into one notice carrying the latest records.
 With a budget, ``quiet`` is reported once nothing visible changed for that
-long, again every budget while silent. The file binding polls: on entry to
-``next`` and then every 0.75 s (or every budget, when shorter).
+long, again every budget while silent. The file binding reads the store on
+entry to ``next`` and then whenever a record file changes: on Linux it learns
+that from inotify (:mod:`jobctl.notices`, as the worker does) and reads again
+at once, and at least every minute as insurance; elsewhere, and when the
+caller drives time with its own ``sleep``, it polls every 0.75 s (or every
+budget, when shorter).
 """
 
 from __future__ import annotations
@@ -15,12 +19,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from .notices import Changes
 from .record import Record
 from .store.base import Store
 
 __all__ = ["Notice", "Watch", "watch", "fingerprint", "POLL_SECONDS"]
 
 POLL_SECONDS = 0.75
+#: With notices, the longest wait without reading the store: insurance against a dropped notice.
+INSURANCE_SECONDS = 60.0
 
 
 def fingerprint(records: list[Record]) -> tuple[str, ...]:
@@ -50,13 +57,16 @@ class Watch:
         kind: str | None,
         budget: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] | None = None,
     ) -> None:
         self.store = store
         self.kind = kind
         self.budget = max(0.0, float(budget))
         self._clock = clock
-        self._sleep = sleep
+        self._sleep = time.sleep if sleep is None else sleep
+        # Notices first, then the first read: a write between the two is seen twice, never missed.
+        # A caller that brings its own sleep drives time itself, and is polled.
+        self._changes = Changes(store) if sleep is None else None
         self._seen: tuple[str, ...] | None = None
         self._records: list[Record] = []
         self._mark = 0.0
@@ -72,15 +82,21 @@ class Watch:
     def next(self, timeout: float | None = None) -> Notice | None:
         """Wait for the next notice. With ``timeout``, None when it passes first."""
         if self.closed:
-            return Notice("closed")
-        self._poll()
+            return self._closed()
+        changes = self._changes
+        watching = changes is not None and changes.watching
+        # With notices, an unchanged store need not be read again (a large one costs seconds).
+        if self._seen is None or changes is None or not watching or changes.wait(0):
+            self._poll()
         now = self._clock()
         seen = fingerprint(self._records)
         if self._seen is None or seen != self._seen:
             self._seen = seen
             self._mark = now
             return Notice("changed", list(self._records))
-        interval = min(POLL_SECONDS, self.budget) if self.budget else POLL_SECONDS
+        interval = INSURANCE_SECONDS if watching else POLL_SECONDS
+        if self.budget:
+            interval = min(interval, self.budget)
         give_up = None if timeout is None else now + timeout
         while True:
             now = self._clock()
@@ -94,15 +110,30 @@ class Watch:
                 if now >= give_up:
                     return None
                 wait = min(wait, give_up - now)
-            self._sleep(max(wait, 0.0))
+            if watching:
+                assert self._changes is not None
+                moved = self._changes.wait(max(wait, 0.0))
+                if self.closed:
+                    return self._closed()
+                if not moved and wait < interval:
+                    continue  # the timeout or the budget came first: nothing to read
+                # a change, or the insurance read after a whole interval of silence
+            else:
+                self._sleep(max(wait, 0.0))
             if self.closed:
-                return Notice("closed")
+                return self._closed()
             self._poll()
             seen = fingerprint(self._records)
             if seen != self._seen:
                 self._seen = seen
                 self._mark = self._clock()
                 return Notice("changed", list(self._records))
+
+    def _closed(self) -> Notice:
+        if self._changes is not None:
+            self._changes.close()  # here, not in close(): another thread may be waiting on it
+            self._changes = None
+        return Notice("closed")
 
     def close(self) -> None:
         self.closed = True
