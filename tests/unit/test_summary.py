@@ -187,9 +187,7 @@ def test_the_default_directory_is_the_user_cache_directory(monkeypatch: pytest.M
     import platformdirs
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert summary.default_dir() == os.path.join(
-        platformdirs.user_cache_dir("jobctl", appauthor=False), "summaries"
-    )
+    assert summary.default_dir() == os.path.join(platformdirs.user_cache_dir("jobctl", appauthor=False), "summaries")
 
 
 # -- the randomized comparison -------------------------------------------------------------------
