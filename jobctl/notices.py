@@ -13,8 +13,6 @@ a record file changed or a timeout passed.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import os
 import select
 import struct
@@ -39,6 +37,9 @@ class Notices:
     """inotify on one directory: the names of record files replaced, written or removed since the last read."""
 
     def __init__(self, directory: str) -> None:
+        import ctypes  # deferred: ctypes.util imports subprocess, which a submit must not pay for
+        import ctypes.util
+
         libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
         init = libc.inotify_init1
         init.argtypes = [ctypes.c_int]

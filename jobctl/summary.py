@@ -38,9 +38,9 @@ import os
 import stat
 import sys
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
-__all__ = ["Summaries", "Identity", "RACY_NS", "default_dir", "identity"]
+__all__ = ["Summary", "Summaries", "Listed", "Identity", "RACY_NS", "default_dir", "identity", "key"]
 
 #: A change this close to the start of a scan may share a timestamp tick with a
 #: later one; such a file is read every time until it is older. Two seconds
@@ -52,6 +52,20 @@ _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 #: ``(st_ino, st_size, st_mtime_ns, st_ctime_ns)`` of a record file.
 Identity = tuple[int, int, int, int]
+
+
+class Summary(NamedTuple):
+    """What ``jobctl list`` shows of a finished record, without its spec or scheduling data."""
+
+    id: str
+    kind: str
+    state: str
+    done: int
+    total: int
+    owner: str
+    epoch: int
+    error: str
+    checkpoint: str | None  # the compact text as read; None when absent
 
 
 def identity(st: os.stat_result) -> Identity:
@@ -276,3 +290,59 @@ class Summaries:
         if _save_file(self.base + ".stat", (_VERSION, self.real, token, lines)):
             _save_file(self.base + ".open", (_VERSION, self.real, token, self.dir_id, by_state, self.others))
             self.dirty = False
+
+
+class Listed:
+    """The ``<key>.list`` part: a :class:`Summary` of each finished record, by :func:`key`, for a whole listing.
+
+    Kept apart from the ``.open``/``.stat`` parts (which picking reads on
+    every call) because it is larger. Self-contained: each entry is vouched
+    for by the identity in its key alone.
+    """
+
+    def __init__(self, base: str, directory: str | None, real: str) -> None:
+        self.base, self.directory, self.real = base, directory, real
+        self.table: dict[str, tuple[Any, ...]] = {}
+        self.seen: dict[str, tuple[Any, ...]] = {}
+        self.dirty = False
+        self._started = time.time_ns()
+        if directory is None or not base or not _private_dir(directory, create=False):
+            self.directory = None if directory is None or not base else directory
+            return
+        data = _load_file(base + ".list")
+        try:
+            version, real_path, table = data
+            if version == _VERSION and real_path == real and type(table) is dict:
+                self.table = table
+        except (TypeError, ValueError):
+            pass
+
+    @classmethod
+    def of(cls, summaries: Summaries) -> Listed:
+        return cls(summaries.base, summaries.directory, summaries.real)
+
+    def lookup(self, job_id: str, st: os.stat_result) -> Summary | None:
+        """The summary of ``job_id`` when its file (``lstat``) is still the one summarised."""
+        k = key(job_id, st)
+        got = self.table.get(k)
+        if got is None or type(got) is not tuple or len(got) != 8:
+            return None
+        self.seen[k] = got
+        try:
+            return Summary(job_id, *got)
+        except TypeError:
+            return None
+
+    def remember(self, summary: Summary, st: os.stat_result) -> None:
+        """A finished record just read (``st`` from the open file); racy ones are not kept."""
+        if max(st.st_mtime_ns, st.st_ctime_ns) >= self._started - RACY_NS:
+            return
+        self.seen[key(summary.id, st)] = tuple(summary[1:])
+        self.dirty = True
+
+    def save(self) -> None:
+        """Write what this listing saw, when it differs from what was loaded."""
+        if self.directory is None or not (self.dirty or len(self.seen) != len(self.table)):
+            return
+        if _private_dir(self.directory, create=True):
+            _save_file(self.base + ".list", (_VERSION, self.real, self.seen))

@@ -24,6 +24,7 @@ import click
 from ..errors import JobError
 from ..record import ZERO_TIME, Record, format_time, held
 from ..store.file import is_orphan
+from ..summary import Summary
 from ..wire import Raw, dumps_compact
 
 if TYPE_CHECKING:  # pragma: no cover - typing only; rich is imported where it draws
@@ -156,6 +157,12 @@ def renew_line(rec: Record) -> str:
 
 def list_line(rec: Record) -> str:
     return f"{rec.id} kind={rec.kind} state={rec.state} done={rec.progress.done} checkpoint={checkpoint_word(rec)}"
+
+
+def summary_line(summary: Summary) -> str:
+    """:func:`list_line` of a finished record known by its summary (jobctl.summary)."""
+    checkpoint = "none" if summary.checkpoint is None else summary.checkpoint
+    return f"{summary.id} kind={summary.kind} state={summary.state} done={summary.done} checkpoint={checkpoint}"
 
 
 def orphan_line(rec: Record) -> str:

@@ -10,6 +10,7 @@ from ..errors import JobError
 from ..record import Record, encode
 from ..store.base import Listing
 from ..store.file import is_orphan
+from ..summary import Summary
 from . import render
 from .main import EXIT_FAILURE, STATE_CHOICE, STATES_HELP, TEXT, JobCommand, State, common, job_id_argument, pass_state
 
@@ -107,18 +108,45 @@ def list_jobs(
       jobctl list --json | jq -r 'select(.orphan) | .id'
     """
     store = state.store()
-    listing = store.list()
+    if state.screen().terminal:  # a table is drawn whole: read everything first
+        listing = store.list()
+        now = store.now()
+        every = {rec.id: rec.state for rec in listing}
+        chosen = [
+            rec
+            for rec in listing
+            if (not kind or rec.kind in kind)
+            and (not states or rec.state in states)
+            and (owner is None or rec.lease.owner == owner)
+            and (not only_orphans or is_orphan(rec, now))
+        ]
+        _print_records(state, chosen, render.list_line, every, listing)
+        return
+    # Piped: a line as each record is read, so the first comes before the scan
+    # ends; finished records from the summary cache when it vouches for them.
     now = store.now()
-    every = {rec.id: rec.state for rec in listing}
-    chosen = [
-        rec
-        for rec in listing
-        if (not kind or rec.kind in kind)
-        and (not states or rec.state in states)
-        and (owner is None or rec.lease.owner == owner)
-        and (not only_orphans or is_orphan(rec, now))
-    ]
-    _print_records(state, chosen, render.list_line, every, listing)
+    every = store.list_open().states if state.json else {}  # what dependencies are in, for the JSON
+    unreadable: list[tuple[str, JobError]] = []
+    for item in store.scan(unreadable, summaries=not state.json):
+        if isinstance(item, Summary):
+            if (kind and item.kind not in kind) or (states and item.state not in states) or only_orphans:
+                continue  # a summary is of a finished record: never an orphan
+            if owner is None or item.owner == owner:
+                render.out(render.summary_line(item))
+            continue
+        if (
+            (not kind or item.kind in kind)
+            and (not states or item.state in states)
+            and (owner is None or item.lease.owner == owner)
+            and (not only_orphans or is_orphan(item, now))
+        ):
+            if state.json:
+                render.out_json(render.job_json(item, now, every))
+            else:
+                render.out(render.list_line(item))
+    if unreadable:
+        click.echo(render.unreadable_line(unreadable), err=True)
+        click.get_current_context().exit(EXIT_FAILURE)
 
 
 @click.command(cls=JobCommand, short_help="List jobs nobody holds that a worker may adopt.")

@@ -6,14 +6,15 @@ returned is the caller's own copy [JOB-M2]. ``now`` is the store's own clock.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any, Protocol
 
 from ..errors import JobError
 from ..record import Record
+from ..summary import Summary
 
-__all__ = ["Store", "Listing", "OpenListing", "UNSET"]
+__all__ = ["Store", "Listing", "OpenListing", "Unreadable", "UNSET"]
 
 
 class _Unset:
@@ -23,6 +24,10 @@ class _Unset:
 
 #: "Leave this field as it is" for optional arguments where None is a value.
 UNSET: Any = _Unset()
+
+
+#: Where a scan names the records it could not read: ``(id, verdict)`` pairs.
+Unreadable = list[tuple[str, JobError]]
 
 
 class Listing(list[Record]):
@@ -102,6 +107,16 @@ class Store(Protocol):
         What picking and ``orphans`` need: a finished record never changes
         state again [JOB-T1], so a store may answer this without decoding
         them (the file store keeps a per-user cache of their summaries).
+        """
+        ...
+
+    def scan(self, unreadable: Unreadable, *, summaries: bool = True) -> Iterator[Record | Summary]:
+        """Every record sorted by id, one at a time, for output that starts before the end.
+
+        With ``summaries``, a store may give a finished record as its
+        :class:`jobctl.summary.Summary` (what a listing line shows) instead of
+        decoding it; without, every record comes whole. The unreadable ones
+        are appended to ``unreadable`` as they are met.
         """
         ...
 

@@ -20,7 +20,7 @@ import math
 import os
 import re
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -38,7 +38,7 @@ from ..record import (
     held,
 )
 from ..wire import Raw, lazy_pattern
-from .base import UNSET, Listing, OpenListing
+from .base import UNSET, Listing, OpenListing, Unreadable
 
 __all__ = ["FileStore", "Clock"]
 
@@ -241,6 +241,56 @@ class FileStore:
         out.sort(key=_by_id)
         out.unreadable.sort(key=lambda pair: pair[0])
         return out
+
+    def scan(self, unreadable: Unreadable, *, summaries: bool = True) -> Iterator[Record | summary.Summary]:
+        """Every record in id order, one at a time, for a listing that prints as it reads.
+
+        A finished record the summary cache vouches for (same file identity)
+        comes as its :class:`jobctl.summary.Summary` (unless ``summaries`` is
+        False); every other one is read and decoded. The unreadable ones are appended to ``unreadable`` as
+        they are met. Memory holds the ids and the summaries, never the records.
+        """
+        jobs = self.jobs_dir
+        try:
+            jobs_stat = os.stat(jobs)
+        except OSError:
+            jobs_stat = None
+        cache = summary.Summaries.load(self._summaries_dir(), jobs, jobs_stat)
+        listed = summary.Listed.of(cache)
+        if not summaries:
+            listed.directory = None  # neither believed nor written
+            listed.table = {}
+        for job_id in self.ids():
+            path = os.path.join(jobs, job_id + ".json")
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            if st.st_mode & _S_IFMT == _S_IFREG:
+                known = listed.lookup(job_id, st)
+                if known is not None:
+                    yield known
+                    continue
+            got: tuple[bytes, os.stat_result | None] | None
+            try:
+                got = _read_stat(path)
+            except OSError as exc:
+                if exc.errno != errno.ELOOP:
+                    raise
+                raw = lock.read(path)  # a link: read as list() reads it, never cached
+                got = None if raw is None else (raw, None)
+            if got is None:
+                continue
+            data, fst = got
+            try:
+                rec = decode(data, job_id)
+            except JobError as exc:
+                unreadable.append((job_id, exc))
+                continue
+            if rec.terminal and fst is not None:
+                listed.remember(_summary_of(rec), fst)
+            yield rec
+        listed.save()
 
     def _take_open(self, job_id: str, out: OpenListing, cache: summary.Summaries | None) -> None:
         """Read and decode one record into ``out``; tell ``cache`` what it was."""
@@ -556,6 +606,20 @@ class FileStore:
                 if m:
                     bases.add(m.group(1))
         return sum(lock.sweep(os.path.join(self.jobs_dir, base)) for base in sorted(bases))
+
+
+def _summary_of(rec: Record) -> summary.Summary:
+    return summary.Summary(
+        rec.id,
+        rec.kind,
+        rec.state,
+        rec.progress.done,
+        rec.progress.total,
+        rec.lease.owner,
+        rec.lease.epoch,
+        rec.error,
+        rec.checkpoint_text(),
+    )
 
 
 def _by_id(rec: Record) -> str:

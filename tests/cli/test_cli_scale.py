@@ -1,0 +1,99 @@
+"""Commands over a whole store with the summary cache warm: the same output, fewer records decoded."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from jobctl import Record, summary
+from jobctl.store import file as file_store
+
+from .support.clitools import Jobctl
+
+
+@pytest.fixture
+def later(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Scans believe they start 10 s from now: nothing written by the test looks racy."""
+    real = time.time_ns
+    monkeypatch.setattr(summary.time, "time_ns", lambda: real() + 10 * 10**9)
+
+
+@pytest.fixture
+def decoded(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    seen: list[str] = []
+    real = file_store.decode
+
+    def counting(data: bytes, job_id: str = "") -> Record:
+        seen.append(job_id)
+        return real(data, job_id)
+
+    monkeypatch.setattr(file_store, "decode", counting)
+    return seen
+
+
+def populate(jobctl: Jobctl) -> tuple[list[str], str]:
+    store = jobctl.store()
+    finished = []
+    for n, state in enumerate(["complete", "failed", "cancelled", "complete"]):
+        job_id = jobctl.submit("--kind", "backup" if n % 2 else "test")
+        rec = store.claim(job_id, f"w{n}", 30)
+        store.progress(job_id, rec.lease.epoch, n, checkpoint={"at": n})
+        store.finish(job_id, rec.lease.epoch, state, error="boom" if state == "failed" else None)
+        finished.append(job_id)
+    waiting = jobctl.submit("--after", finished[0])
+    jobctl.submit("--kind", "backup")
+    return finished, waiting
+
+
+COMMANDS = [
+    ("list",),
+    ("list", "--state", "complete"),
+    ("list", "--kind", "backup"),
+    ("list", "--owner", "w1"),
+    ("list", "--orphans"),
+    ("list", "--json"),
+    ("orphans",),
+    ("orphans", "--json"),
+]
+
+
+@pytest.mark.parametrize("args", COMMANDS, ids=" ".join)
+def test_warm_output_is_the_cold_output(jobctl: Jobctl, later: None, decoded: list[str], args: tuple[str, ...]) -> None:
+    finished, _ = populate(jobctl)
+    cold = jobctl(*args)
+    decoded.clear()
+    warm = jobctl(*args)
+    assert (warm.code, warm.out, warm.err) == (cold.code, cold.out, cold.err)
+    assert cold.out  # every command here has something to say
+    if "--json" not in args or args[0] == "orphans":
+        assert not set(decoded) & set(finished), "a finished record was decoded again"
+
+
+def test_list_json_carries_dependency_states_from_the_cache(jobctl: Jobctl, later: None) -> None:
+    finished, waiting = populate(jobctl)
+    jobctl("list")
+    jobs = {obj["id"]: obj for obj in map(json.loads, jobctl("list", "--json").lines)}
+    assert set(finished) <= set(jobs)
+    assert jobs[waiting]["after"] == [finished[0]] and jobs[waiting]["blocked"] is None  # not "doomed"
+
+
+def test_claim_next_with_a_warm_cache_takes_the_oldest_runnable(
+    jobctl: Jobctl, later: None, decoded: list[str]
+) -> None:
+    finished, waiting = populate(jobctl)
+    jobctl("orphans")
+    decoded.clear()
+    ran = jobctl("claim", "--next", "--owner", "me", "--format", "env")
+    assert ran.code == 0, ran.err
+    assert f"JOB_ID={waiting}" in ran.text  # its dependency is complete: known from the cache alone
+    assert not set(decoded) & set(finished)
+
+
+def test_list_prints_unreadable_records_last_and_exits_1(jobctl: Jobctl, later: None) -> None:
+    populate(jobctl)
+    (jobctl.root / "jobs" / "1-broken.json").write_bytes(b"{")
+    jobctl("list")
+    ran = jobctl("list")
+    assert ran.code == 1 and "1-broken" in ran.err and "1-broken" not in ran.text
