@@ -292,6 +292,9 @@ class Summaries:
             self.dirty = False
 
 
+_make = Summary._make
+
+
 class Listed:
     """The ``<key>.list`` part: a :class:`Summary` of each finished record, by :func:`key`, for a whole listing.
 
@@ -323,15 +326,12 @@ class Listed:
 
     def lookup(self, job_id: str, st: os.stat_result) -> Summary | None:
         """The summary of ``job_id`` when its file (``lstat``) is still the one summarised."""
-        k = key(job_id, st)
+        k = f"{job_id} {st.st_ino} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns}"  # key(job_id, st)
         got = self.table.get(k)
         if got is None or type(got) is not tuple or len(got) != 8:
             return None
         self.seen[k] = got
-        try:
-            return Summary(job_id, *got)
-        except TypeError:
-            return None
+        return _make((job_id, *got))
 
     def remember(self, summary: Summary, st: os.stat_result) -> None:
         """A finished record just read (``st`` from the open file); racy ones are not kept."""

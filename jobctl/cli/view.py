@@ -127,23 +127,27 @@ def list_jobs(
     now = store.now()
     every = store.list_open().states if state.json else {}  # what dependencies are in, for the JSON
     unreadable: list[tuple[str, JobError]] = []
-    for item in store.scan(unreadable, summaries=not state.json):
-        if isinstance(item, Summary):
-            if (kind and item.kind not in kind) or (states and item.state not in states) or only_orphans:
-                continue  # a summary is of a finished record: never an orphan
-            if owner is None or item.owner == owner:
-                render.out(render.summary_line(item))
-            continue
-        if (
-            (not kind or item.kind in kind)
-            and (not states or item.state in states)
-            and (owner is None or item.lease.owner == owner)
-            and (not only_orphans or is_orphan(item, now))
-        ):
-            if state.json:
-                render.out_json(render.job_json(item, now, every))
-            else:
-                render.out(render.list_line(item))
+    lines = render.Lines()
+    try:
+        for item in store.scan(unreadable, summaries=not state.json):
+            if isinstance(item, Summary):
+                if (kind and item.kind not in kind) or (states and item.state not in states) or only_orphans:
+                    continue  # a summary is of a finished record: never an orphan
+                if owner is None or item.owner == owner:
+                    lines.out(render.summary_line(item))
+                continue
+            if (
+                (not kind or item.kind in kind)
+                and (not states or item.state in states)
+                and (owner is None or item.lease.owner == owner)
+                and (not only_orphans or is_orphan(item, now))
+            ):
+                if state.json:
+                    lines.out_json(render.job_json(item, now, every))
+                else:
+                    lines.out(render.list_line(item))
+    finally:
+        lines.flush()
     if unreadable:
         click.echo(render.unreadable_line(unreadable), err=True)
         click.get_current_context().exit(EXIT_FAILURE)

@@ -260,14 +260,15 @@ class FileStore:
         if not summaries:
             listed.directory = None  # neither believed nor written
             listed.table = {}
+        lookup = listed.lookup
         for job_id in self.ids():
-            path = os.path.join(jobs, job_id + ".json")
+            path = f"{jobs}/{job_id}.json"  # ids() are names found in jobs/: no join needed
             try:
                 st = os.lstat(path)
             except FileNotFoundError:
                 continue
             if st.st_mode & _S_IFMT == _S_IFREG:
-                known = listed.lookup(job_id, st)
+                known = lookup(job_id, st)
                 if known is not None:
                     yield known
                     continue

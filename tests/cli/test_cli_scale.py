@@ -97,3 +97,27 @@ def test_list_prints_unreadable_records_last_and_exits_1(jobctl: Jobctl, later: 
     jobctl("list")
     ran = jobctl("list")
     assert ran.code == 1 and "1-broken" in ran.err and "1-broken" not in ran.text
+
+
+def test_a_scan_hands_out_each_record_as_it_reads_it(jobctl: Jobctl, decoded: list[str]) -> None:
+    ids = [jobctl.submit() for _ in range(5)]
+    decoded.clear()
+    scan = jobctl.store().scan([])
+    first = next(scan)
+    assert first.id == ids[0] and decoded == [ids[0]]  # the others not read yet
+    assert [item.id for item in scan] == ids[1:]
+
+
+def test_streamed_lines_show_the_first_at_once_and_the_rest_in_blocks(
+    capsysbinary: pytest.CaptureFixture[bytes],
+) -> None:
+    from jobctl.cli import render
+
+    lines = render.Lines()
+    lines.out("first")
+    assert capsysbinary.readouterr().out == b"first\n"
+    lines.out("second")
+    lines.out_json({"id": "x"})
+    assert capsysbinary.readouterr().out == b""
+    lines.flush()
+    assert capsysbinary.readouterr().out == b'second\n{"v":1,"id":"x"}\n'
