@@ -293,3 +293,28 @@ def test_cached_answers_equal_uncached_ones_under_interleaved_writers(
     assert compared == 160
     assert fresh_hits > 0, "the directory fast path was never taken"
     assert decoded_total < scanned_files / 2, "the cache hardly ever answered"
+
+
+def test_a_worker_board_starts_from_the_cache(tmp_path: Path, later: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    from jobctl import schedule
+    from jobctl.board import Board
+
+    store = FileStore(tmp_path / "root", summaries=str(tmp_path / "cache"))
+    done = [store.submit(Record(kind="k", spec={})) for _ in range(5)]
+    for job_id in done:
+        finish(store, job_id)
+    waiting = store.submit(schedule.plan(Record(kind="k", spec={}), after=[done[0]]))
+    store.list_open()  # an earlier command wrote the cache
+    decoded: list[str] = []
+
+    def counting(data: bytes, job_id: str = "") -> Record:
+        decoded.append(job_id)
+        return decode(data, job_id)
+
+    monkeypatch.setattr(file_store, "decode", counting)
+    board = Board(store, None, notices=False)
+    assert decoded == [waiting]
+    assert all(board.states[job_id] == "complete" for job_id in done)
+    picked = board.pick(store.now()).record
+    assert picked is not None and picked.id == waiting  # its dependency is complete, by the cache's word
+    board.close()
