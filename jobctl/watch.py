@@ -9,7 +9,7 @@ With a budget, ``quiet`` is reported once nothing visible changed for that
 long, again every budget while silent. The file binding reads the store on
 entry to ``next`` and then whenever a record file changes: on Linux it learns
 that from inotify (:mod:`jobctl.notices`, as the worker does) and reads again
-at once, and at least every minute as insurance; elsewhere, and when the
+at once, and at least every 5 s as insurance; elsewhere, and when the
 caller drives time with its own ``sleep``, it polls every 0.75 s (or every
 budget, when shorter).
 """
@@ -26,8 +26,8 @@ from .store.base import Store
 __all__ = ["Notice", "Watch", "watch", "fingerprint", "POLL_SECONDS"]
 
 POLL_SECONDS = 0.75
-#: With notices, the longest wait without reading the store: insurance against a dropped notice.
-INSURANCE_SECONDS = 60.0
+#: With notices, the longest time without reading the store: insurance against a notice that never came.
+INSURANCE_SECONDS = 5.0
 
 
 def fingerprint(records: list[Record]) -> tuple[str, ...]:
@@ -70,9 +70,11 @@ class Watch:
         self._seen: tuple[str, ...] | None = None
         self._records: list[Record] = []
         self._mark = 0.0
+        self._polled = 0.0
         self.closed = False
 
     def _poll(self) -> None:
+        self._polled = self._clock()
         try:
             listing = self.store.list()
         except OSError:
@@ -86,7 +88,13 @@ class Watch:
         changes = self._changes
         watching = changes is not None and changes.watching
         # With notices, an unchanged store need not be read again (a large one costs seconds).
-        if self._seen is None or changes is None or not watching or changes.wait(0):
+        if (
+            self._seen is None
+            or changes is None
+            or not watching
+            or changes.wait(0)
+            or self._clock() - self._polled >= INSURANCE_SECONDS
+        ):
             self._poll()
         now = self._clock()
         seen = fingerprint(self._records)
@@ -112,12 +120,13 @@ class Watch:
                 wait = min(wait, give_up - now)
             if watching:
                 assert self._changes is not None
-                moved = self._changes.wait(max(wait, 0.0))
+                insurance = self._polled + INSURANCE_SECONDS - now
+                moved = self._changes.wait(max(min(wait, insurance), 0.0))
                 if self.closed:
                     return self._closed()
-                if not moved and wait < interval:
+                if not moved and insurance > wait:
                     continue  # the timeout or the budget came first: nothing to read
-                # a change, or the insurance read after a whole interval of silence
+                # a change, or the insurance read after INSURANCE_SECONDS without one
             else:
                 self._sleep(max(wait, 0.0))
             if self.closed:
