@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test lint type bench check demo docs clean
+.PHONY: install test lint type bench check demo docs dist matrix clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/store_bench.py
 	$(BIN)/python bench/startup_bench.py
 	$(BIN)/python bench/worker_bench.py
+	$(BIN)/python bench/pg_bench.py
 	$(BIN)/python bench/scale_bench.py
 
 docs: $(STAMP)
@@ -38,5 +39,15 @@ demo: $(STAMP)
 
 check: lint type test
 
+# sdist and wheel in dist/, built as pip and pipx build them (PEP 517, isolated).
+dist: $(STAMP)
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+
+# make check on 3.11, and on 3.10, 3.12 and 3.13 the typed library and the
+# unit, contract, CLI and worker tests, each in its .venv-X.Y (see .ci/matrix).
+matrix:
+	bash .ci/matrix
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-3.* build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -11,7 +11,12 @@ set -eu
 store=${DEMO_STORE:-./demo-store}
 rm -rf "$store"
 export JOB_STORE="$store"
-say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+# Bold headings on a terminal only: never escape codes into a pipe, a file or under NO_COLOR.
+if [ -t 1 ] && [ -z "${NO_COLOR:-}" ] && [ "${TERM:-dumb}" != dumb ]; then
+    say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+else
+    say() { printf '\n== %s\n' "$*"; }
+fi
 
 say "submit a job (the spec is kept byte for byte: 1.50 stays 1.50)"
 id=$(jobctl submit --kind download --total 4096 \

@@ -1,7 +1,8 @@
 """jobctl: durable jobs in a shared directory, leased, fenced and resumable.
 
-The public API is the abstraction-job one: ``FileStore(root)`` and its
-operations, the :class:`Record` model, :func:`watch`, and one exception class
+The public API is the abstraction-job one: ``open_store(path or URL)`` (a
+``FileStore`` for a directory, the PostgreSQL store for a
+``postgresql://`` URL) and its operations, the :class:`Record` model, :func:`watch`, and one exception class
 per verdict. Nothing here imports click or rich.
 """
 
@@ -17,13 +18,14 @@ from .errors import (
     UnknownSchema,
 )
 from .record import Delegation, Envelope, Intent, Lease, Progress, Recall, Record, Step
-from .store import UNSET, FileStore, Listing, Store
+from .store import UNSET, FileStore, Listing, Store, open_store
 from .watch import Notice, Watch, watch
 from .wire import Raw
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "open_store",
     "FileStore",
     "Store",
     "Listing",

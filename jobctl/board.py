@@ -76,6 +76,8 @@ class Board:
         self.kinds = None if kinds is None else frozenset(kinds)
         self.states: dict[str, str] = {}
         self.open: dict[str, Record] = {}
+        #: Records that cannot be read now, and why (their state is ``unreadable``).
+        self.unreadable: dict[str, JobError] = {}
         # (created_at, id) of the open records: oldest first, to the microsecond
         # (ids minted in one millisecond sort by their random part). created_at never moves [JOB-M1].
         self._order: list[tuple[datetime, str]] = []
@@ -144,8 +146,9 @@ class Board:
         for job_id, state in listing.states.items():
             if state in TERMINAL:
                 self.states[job_id] = state
-        for job_id, _ in listing.unreadable:
+        for job_id, exc in listing.unreadable:
             self.states[job_id] = UNREADABLE
+            self.unreadable[job_id] = exc
         for rec in listing:
             self.note(rec)
 
@@ -170,12 +173,14 @@ class Board:
         except NotFound:
             self._forget(job_id)
             return
-        except JobError:
+        except JobError as exc:
             # Broken, or written for a newer reader [JOB-D7]: never offered,
             # and a job waiting for it waits rather than being cancelled.
             self._close(job_id)
             self.states[job_id] = UNREADABLE
+            self.unreadable[job_id] = exc
             return
+        self.unreadable.pop(job_id, None)
         self.note(rec)
 
     def settle(self, job_id: str, state: str) -> None:
@@ -205,6 +210,7 @@ class Board:
     def _forget(self, job_id: str) -> None:
         self._close(job_id)
         self.states.pop(job_id, None)
+        self.unreadable.pop(job_id, None)
 
     # -- choosing ----------------------------------------------------------------
 

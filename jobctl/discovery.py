@@ -3,6 +3,9 @@
 A tool given no root resolves one and never refuses for lack of
 configuration. The rungs, nearest first:
 
+Each rung may name a directory or a PostgreSQL URL (``postgresql://`` or
+``postgres://``); a URL's password is masked wherever it is printed.
+
 1. the ``--store`` flag of this one command;
 2. ``JOB_STORE`` (jobctl's own override, used by harnesses and containers);
 3. ``ABSTRACTION_STORE``;
@@ -26,8 +29,14 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
+from .errors import JobError, NoStore
 from .store.file import FileStore
+from .store.location import is_database_url
+
+if TYPE_CHECKING:
+    from .store.postgres import PostgresStore
 
 __all__ = [
     "FLAG",
@@ -140,10 +149,28 @@ def resolve(
     return os.path.join(home, ".abstraction"), DEFAULT
 
 
-def open_store(root: str, rung: str) -> FileStore:
-    """Open (and if need be create) the store at ``root``; refuse naming the rung that chose it."""
+def open_store(root: str, rung: str, create: bool = False) -> FileStore | PostgresStore:
+    """Open the store at ``root`` (creating it only when ``create``); refuse naming the rung that chose it.
+
+    Only a command that adds a job, and ``jobctl init``, create a store: any
+    other given a root with no store raises :class:`NoStore` naming the root
+    and the rung, so a typo in ``--store`` or ``JOB_STORE`` is seen at once.
+    A ``postgresql://`` or ``postgres://`` root opens the database store,
+    which must exist (``jobctl db init``); its password is never printed.
+    """
+    if is_database_url(root):
+        from .store.postgres import PostgresStore
+
+        try:
+            return PostgresStore(root)
+        except JobError as exc:
+            # One line: what is wrong, what to do, and which rung named the store.
+            hint = f"; {exc.hint}" if exc.hint else ""
+            raise Unavailable([f"jobctl: {exc.message}{hint} (the store came from {rung})"]) from exc
     try:
-        return FileStore(root)
+        return FileStore(root, create=create)
+    except NoStore as exc:
+        raise NoStore(f"{exc.message} (the root came from {rung})") from None
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename and exc.filename != root else ""
         raise Unavailable(

@@ -3,7 +3,7 @@
 The class is the contract; the message is not. Each class carries the verdict
 word that transcripts and the command line print (the newest upstream spelling,
 with underscores) and the process exit code the command line maps it to. Codes
-are distinct per class and never 0, 1 or 2: 1 is "some other failure" (an
+are distinct per class and never 0, 1 or 2 (11 to 13 are ``wait``'s): 1 is "some other failure" (an
 unreadable store, a partial listing) and 2 is a usage error, as upstream.
 """
 
@@ -18,15 +18,22 @@ __all__ = [
     "Terminal",
     "UnknownSchema",
     "Invalid",
+    "Exists",
     "Refused",
+    "Untrusted",
+    "WriteFailed",
+    "NoStore",
     "VERDICTS",
     "verdict_class",
     "EXIT_FAILURE",
     "EXIT_USAGE",
+    "EXIT_WRITE_FAILED",
 ]
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+#: The disk refused a write (full, over quota, file too large, I/O error); nothing was changed.
+EXIT_WRITE_FAILED = 14
 
 
 class JobError(Exception):
@@ -110,6 +117,19 @@ class Invalid(JobError):
     exit_code = 9
 
 
+class Exists(Invalid):
+    """A job with the id asked for is already in the store (``submit --id``).
+
+    An ``Invalid`` to a caller that catches that (the contract's verdict for
+    a duplicate id), with a code of its own so a producer run twice can tell
+    "already submitted" from "malformed" without parsing stderr.
+    """
+
+    verdict = "exists"
+    legacy = "exists"
+    exit_code = 15
+
+
 class Refused(JobError):
     """Everything else the store turns down: a blank owner, a re-entrant lock, I/O."""
 
@@ -118,8 +138,44 @@ class Refused(JobError):
     exit_code = 10
 
 
+class Untrusted(Refused):
+    """A record this reader was told not to run: its file is not owned by the reader's own user.
+
+    The ``refused`` verdict (exit 10), its own class so that a worker can
+    leave such a record alone after naming it once (docs/security.md).
+    """
+
+    hint = "leave it alone, or run it with --any-owner if its owner is trusted"
+
+
+class WriteFailed(Refused):
+    """The disk refused a write (ENOSPC, EDQUOT, EFBIG, EIO): the record is as it was.
+
+    A ``refused`` verdict on the wire (it is not one of the contract's
+    verdicts), with an exit code of its own so a script can tell a full
+    disk from a refusal of the request.
+    """
+
+    exit_code = EXIT_WRITE_FAILED
+    hint = "free space on the store's file system (or raise the quota) and run it again"
+
+
+class NoStore(JobError):
+    """The root names no store: it does not exist, is not a directory, or has no ``jobs/``.
+
+    Not a verdict of the contract (no record was asked about, so it is not in
+    :data:`VERDICTS`): raised when a store is opened without creating it, so
+    that a mistyped root is reported instead of quietly becoming an empty store.
+    """
+
+    verdict = "no_store"
+    legacy = "no-store"
+    exit_code = 16
+    hint = "check the path (jobctl paths says where jobctl looks); jobctl init DIR creates a store"
+
+
 VERDICTS: dict[str, type[JobError]] = {}
-for _cls in (NotFound, LeaseHeld, StaleEpoch, LeaseExpired, Terminal, UnknownSchema, Invalid, Refused):
+for _cls in (NotFound, LeaseHeld, StaleEpoch, LeaseExpired, Terminal, UnknownSchema, Invalid, Exists, Refused):
     VERDICTS[_cls.verdict] = _cls
     VERDICTS[_cls.legacy] = _cls
 

@@ -11,150 +11,172 @@ split the lockers into two groups that each think they hold the lock.
 from __future__ import annotations
 
 import _thread
-import errno
 import fcntl
 import os
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from . import fsio
 from .errors import Refused
 
-__all__ = ["change", "read", "sweep"]
+__all__ = ["change", "read", "remove", "sweep"]
 
-_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
-_CHUNK = 1 << 16
 # Locks this process holds, by thread: taking one again inside its own edit
 # would deadlock on flock. (_thread, not threading: this is on every start-up.)
 _holding: dict[int, set[str]] = {}
 
 
-def read(path: str) -> bytes | None:
-    """The whole file, or None when it is missing. Empty is not missing."""
-    try:
-        fd = os.open(path, os.O_RDONLY | _O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    try:
-        data = os.read(fd, _CHUNK)
-        if len(data) < _CHUNK:
-            return data  # a regular file reads whole up to EOF: one call for a record
-        chunks = [data]
-        while True:
-            chunk = os.read(fd, _CHUNK)
-            if not chunk:
-                break
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
+def read(at: fsio.Dir, name: str, job_id: str = "") -> bytes | None:
+    """The whole record ``name`` in ``at``, or None when it is missing. Empty is not missing.
+
+    A link, FIFO, directory or oversized file at the name is refused
+    (:func:`jobctl.fsio.read_file`), never followed or waited on.
+    """
+    return fsio.read_file(at, name, job_id)
 
 
 def _held() -> set[str]:
     return _holding.setdefault(_thread.get_ident(), set())
 
 
-def _fsync_dir(directory: str) -> None:
-    # The rename is durable only once the directory entry is: flush the
-    # directory too. Some filesystems refuse fsync on a directory; that is
-    # their answer, not a failure of the write.
-    fd = os.open(directory, os.O_RDONLY | _O_CLOEXEC | _O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    except OSError as exc:
-        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
-            raise
-    finally:
-        os.close(fd)
-
-
-def _stage(path: str, data: bytes) -> str:
-    """Write ``data`` to a fresh ``<basename>.<unique>.tmp`` beside ``path``, fsynced."""
+def _stage(at: fsio.Dir, name: str, data: bytes, job_id: str) -> str:
+    """Write ``data`` to a fresh ``<name>.<unique>.tmp`` beside ``name``, fsynced; return its name."""
     while True:
-        tmp = f"{path}.{os.urandom(5).hex()}.tmp"
+        tmp = f"{name}.{os.urandom(5).hex()}.tmp"
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC, 0o600)
+            fd = fsio.create_file(at, tmp, job_id)
         except FileExistsError:
             continue
         break
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
+        fsio.write_all(fd, data, at.join(name), job_id)
+        try:
+            os.fsync(fd)
+        except OSError as exc:
+            raise fsio.refusal(at.join(name), exc, job_id, "write") from None
     except BaseException:
         os.close(fd)
-        _unlink_quietly(tmp)
+        fsio.unlink(at, tmp)
         raise
     os.close(fd)
     return tmp
 
 
-def _unlink_quietly(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
+class _Hold:
+    """The lock held for one edit; ``drop`` removes the lock file on the way out."""
+
+    __slots__ = ("fd", "drop")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.drop = False
 
 
 @contextmanager
-def _locked(path: str) -> Iterator[None]:
-    """Hold ``flock(LOCK_EX)`` on ``<path>.lock`` for the block; refuse re-entry."""
+def _locked(at: fsio.Dir, name: str, job_id: str = "") -> Iterator[_Hold]:
+    """Hold ``flock(LOCK_EX)`` on ``<name>.lock`` for the block; refuse re-entry.
+
+    The one lock file jobctl ever removes is that of a record that never came
+    to be (a failed submit, see :func:`change`); a locker that waited on it
+    finds it unlinked (``st_nlink`` 0) once it gets it, and locks the name's
+    new file instead, so two lockers never hold two different inodes.
+    """
     held = _held()
-    if path in held:
-        raise Refused(f"{path}: lock taken again inside its own edit")
-    fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT | _O_CLOEXEC, 0o600)
-    held.add(path)
+    key = at.join(name)
+    if key in held:
+        raise Refused(f"{key}: lock taken again inside its own edit", job_id)
+    lock_name = name + ".lock"
+    while True:
+        fd = fsio.open_lock(at, lock_name, job_id)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if os.fstat(fd).st_nlink:
+                break
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+    hold = _Hold(fd)
+    held.add(key)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
+        yield hold
     finally:
-        held.discard(path)
-        os.close(fd)  # releases the flock
+        held.discard(key)
+        try:
+            if hold.drop:
+                fsio.unlink(at, lock_name)  # still under the flock: nobody else holds it
+        finally:
+            os.close(fd)  # releases the flock
 
 
-def change(path: str, edit: Callable[[bytes | None], bytes]) -> bytes:
-    """Compare-and-set ``path``: lock, read, ``edit(current)``, replace atomically.
+def change(at: fsio.Dir, name: str, edit: Callable[[bytes | None], bytes], job_id: str = "") -> bytes:
+    """Compare-and-set record ``name`` in ``at``: lock, read, ``edit(current)``, replace atomically.
 
     ``edit`` gets the current bytes (None when missing) and returns the new
     bytes, or raises to abort with nothing written. Equal bytes write nothing.
     The replacement is staged in a unique temporary in the same directory,
     fsynced, renamed over the record, and the directory is fsynced. Taking the
     same record's lock again inside ``edit`` is refused (it would deadlock).
+    A disk that refuses the write raises :class:`jobctl.errors.WriteFailed`
+    with the record as it was and no temporary left; when there was no
+    record, the lock file made for it is removed as well.
     """
-    with _locked(path):
-        current = read(path)
-        new = edit(current)
-        if new == current:
-            return new
-        tmp = _stage(path, new)
+    with _locked(at, name, job_id) as hold:
+        current = read(at, name, job_id)
         try:
-            os.replace(tmp, path)
+            new = edit(current)
+            if new == current:
+                return new
+            tmp = _stage(at, name, new, job_id)
+            try:
+                fsio.replace(at, tmp, name)
+            except BaseException:
+                fsio.unlink(at, tmp)
+                raise
         except BaseException:
-            _unlink_quietly(tmp)
+            # No record was there and none was written: the lock guards
+            # nothing, so it goes too (a failed submit leaves no stray lock).
+            hold.drop = current is None
             raise
-        _fsync_dir(os.path.dirname(path) or ".")
+        fsio.fsync_dir(at)
         return new
 
 
-def sweep(path: str) -> int:
-    """Remove stale temporaries of ``path`` under its lock; return how many.
+def remove(at: fsio.Dir, name: str, check: Callable[[bytes], bool], job_id: str = "") -> bool:
+    """Delete record ``name`` in ``at`` under its lock if ``check(current bytes)`` agrees; True when removed.
 
-    A writer killed between staging and rename leaves ``<basename>.<u>.tmp``.
-    Live writers stage only while holding this lock, so under it every match
-    is stale. A name with a further dot in the unique part is not ours.
+    The check runs on the bytes read under the lock, so nothing written since
+    the caller last looked is removed unseen. The lock file stays [JOB-L3]:
+    an upstream writer waiting on it knows nothing of a new inode.
     """
-    directory, base = os.path.split(path)
-    directory = directory or "."
-    pattern = re.compile(re.escape(base) + r"\.[A-Za-z0-9_]+\.tmp\Z")
+    with _locked(at, name, job_id):
+        current = read(at, name, job_id)
+        if current is None or not check(current):
+            return False
+        fsio.unlink(at, name)
+        fsio.fsync_dir(at)
+        return True
+
+
+def sweep(at: fsio.Dir, name: str, job_id: str = "") -> int:
+    """Remove stale temporaries of record ``name`` in ``at`` under its lock; return how many.
+
+    A writer killed between staging and rename leaves ``<name>.<u>.tmp``.
+    Live writers stage only while holding this lock, so under it every match
+    is stale. A name with a further dot in the unique part is not ours, nor
+    is anything but a regular file. The names are unlinked relative to
+    ``at``, and the directory is fsynced after, so the removal is durable.
+    """
+    pattern = re.compile(re.escape(name) + r"\.[A-Za-z0-9_]+\.tmp\Z")
     removed = 0
-    with _locked(path), os.scandir(directory) as entries:
-        for entry in entries:
-            if pattern.match(entry.name) and entry.is_file(follow_symlinks=False):
-                try:
-                    os.unlink(entry.path)
-                    removed += 1
-                except FileNotFoundError:
-                    pass
+    with _locked(at, name, job_id):
+        stale = [
+            entry.name for entry in fsio.scan(at) if pattern.match(entry.name) and entry.is_file(follow_symlinks=False)
+        ]
+        for tmp in stale:
+            if fsio.unlink(at, tmp):
+                removed += 1
+        if removed:
+            fsio.fsync_dir(at)
     return removed

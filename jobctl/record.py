@@ -35,14 +35,21 @@ __all__ = [
     "format_time",
     "parse_time",
     "ZERO_TIME",
+    "GO_ZERO_TIME",
+    "is_zero",
     "known_models",
     "understand",
     "held",
 ]
 
 UTC = timezone.utc
-#: Go's spelling of an unset instant; what we write for a never-claimed lease.
-ZERO_TIME = datetime(1, 1, 1, tzinfo=UTC)
+#: The unset instant jobctl writes (a never-claimed lease's ``expires_at``): the
+#: Unix epoch, as upstream's Python and C++ writers spell it. Go writes year one
+#: instead, which the C++ reader refuses (DIGEST §10.4); a year-one value read
+#: from disk is kept as read, but jobctl never creates one.
+ZERO_TIME = datetime(1970, 1, 1, tzinfo=UTC)
+#: Go's spelling of the unset instant; read, never written by jobctl.
+GO_ZERO_TIME = datetime(1, 1, 1, tzinfo=UTC)
 
 STATES = ("pending", "running", "transferred", "complete", "failed", "cancelled")
 TERMINAL = frozenset(("complete", "failed", "cancelled"))
@@ -158,9 +165,14 @@ def parse_time(text: Any, what: str) -> datetime | None:
     return when
 
 
+def is_zero(when: datetime | None) -> bool:
+    """Whether ``when`` is an unset instant in any writer's spelling (absent, 1970 or year one)."""
+    return when is None or when in (ZERO_TIME, GO_ZERO_TIME)
+
+
 @lru_cache(maxsize=1024)
 def format_time(when: datetime | None) -> str:
-    """``YYYY-MM-DDTHH:MM:SS.ffffffZ`` in UTC, six digits always; None is Go's zero."""
+    """``YYYY-MM-DDTHH:MM:SS.ffffffZ`` in UTC, six digits always; None is :data:`ZERO_TIME` (1970)."""
     if when is None:
         when = ZERO_TIME
     if when.tzinfo is None:
@@ -516,12 +528,24 @@ def decode(data: bytes | str, job_id: str = "") -> Record:
         raise
 
 
+def _not_an_object(text: str, start: int) -> str:
+    """What a record that does not open with ``{`` is: damaged JSON (where), or JSON of another shape."""
+    at = len(text[:start].encode("utf-8", "surrogateescape"))
+    if start >= len(text):
+        return f"record is not valid JSON at byte {at} (the file {'is empty' if not text else 'holds only blanks'})"
+    try:
+        wire.scan_value(text, start)
+    except Invalid:
+        return f"record is not valid JSON at byte {at}"
+    return "record is valid JSON but not a JSON object"
+
+
 def _decode(data: bytes | str) -> Record:
     text = wire.utf8_text(data, "record") if isinstance(data, bytes) else data
     wire.check_text(text)
     start = wire._WS.match(text).end()  # type: ignore[union-attr]
     if start >= len(text) or text[start] != "{":
-        raise Invalid("record is not a JSON object")
+        raise Invalid(_not_an_object(text, start))
     top, end = wire.scan_value(text, start)  # duplicate names refused at every depth [JOB-E9]
     if wire._WS.match(text, end).end() != len(text):  # type: ignore[union-attr]
         raise Invalid("extra data after the record")

@@ -6,6 +6,9 @@ Obeys the upstream driver protocol (``abstractions/conformance/DRIVER.md``)::
     replay --models              one "<name> critical-ok|never-critical" a line, sorted
     replay --refusals            the refusal words, sorted
     replay <workdir> <scenario>  run the scenario against <workdir>/store
+    replay --store URL <workdir> <scenario>
+                                 run it against the (initialised, empty) store URL names,
+                                 a directory or a postgresql:// database
 
 Each operation prints ``NN <line> -> <answer>``. A record operation answers
 its verdict and then the record's eleven fields as loaded afterwards.
@@ -22,10 +25,11 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
-from . import ids
+from . import fsio, ids, lock
 from .errors import JobError, NotFound
 from .record import MODELS, Record, held
 from .store.file import FileStore
+from .store.location import open_store
 from .watch import Watch
 from .wire import Raw
 
@@ -48,11 +52,11 @@ def _artifact(size: int) -> bytes:
 
 
 class Driver:
-    """Runs scenario lines against a file store at ``<workdir>/store``."""
+    """Runs scenario lines against ``store`` (a path or URL), by default a file store at ``<workdir>/store``."""
 
-    def __init__(self, workdir: str, out: TextIO) -> None:
+    def __init__(self, workdir: str, out: TextIO, store: str | None = None) -> None:
         self.workdir = workdir
-        self.store = FileStore(os.path.join(workdir, "store"))
+        self.store = open_store(store) if store else FileStore(os.path.join(workdir, "store"))
         self.out = out
         self.aliases: dict[str, str] = {}
         self.epochs: dict[str, int] = {}
@@ -201,16 +205,25 @@ class Driver:
         job_id = self.aliases.get(alias)
         if job_id is None:
             return "not_found"
-        path = self.store.path(job_id)
-        with open(path, encoding="utf-8") as fh:
-            lines = fh.read().split("\n")
-        out = []
-        for line in lines:
-            out.append(line)
-            if line == '  "content": [' or (where == "critical" and line == '  "critical": ['):
-                out.append(f'    "{name}",')
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write("\n".join(out))
+
+        def forge(current: bytes) -> bytes:
+            out = []
+            for line in current.decode("utf-8").split("\n"):
+                out.append(line)
+                if line == '  "content": [' or (where == "critical" and line == '  "critical": ['):
+                    out.append(f'    "{name}",')
+            return "\n".join(out).encode("utf-8")
+
+        if isinstance(self.store, FileStore):
+
+            def edit(current: bytes | None) -> bytes:
+                return forge(current or b"")
+
+            with fsio.opened_dir(self.store.root, "jobs") as jobs:
+                lock.change(jobs, job_id + ".json", edit, job_id)
+        else:
+            # a newer writer's record, as another host would write it
+            self.store.replace_bytes(job_id, forge(self.store.load_bytes(job_id)))
         return self.answer(alias, "ok")
 
     def orphans(self) -> str:
@@ -321,15 +334,19 @@ def main(argv: list[str] | None = None) -> int:
         for word in REFUSALS:
             out.write(word + "\n")
         return 0
+    store = None
+    if len(args) == 4 and args[0] == "--store":
+        store, args = args[1], args[2:]
     if len(args) != 2:
         sys.stderr.write(
-            "usage: python -m jobctl.replay --capabilities | --models | --refusals | <workdir> <scenario>\n"
+            "usage: python -m jobctl.replay --capabilities | --models | --refusals"
+            " | [--store PATH-OR-URL] <workdir> <scenario>\n"
         )
         return 2
     workdir, scenario = args
     with open(scenario, encoding="utf-8") as fh:
         lines = fh.read().split("\n")
-    driver = Driver(workdir, out)
+    driver = Driver(workdir, out, store)
     try:
         driver.run(lines)
     finally:

@@ -27,10 +27,10 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Protocol
 
-from .errors import Invalid, JobError, LeaseHeld, NotFound, Terminal
+from .errors import Invalid, JobError, LeaseHeld, NotFound, Terminal, Untrusted
 from .record import AFTER, PIPELINE, RETRY, ZERO_TIME, Intent, Record, format_time, parse_time
 from .store.base import Listing, OpenListing
 
@@ -50,6 +50,7 @@ __all__ = [
     "blocked_by",
     "runnable",
     "attempt",
+    "shown_attempt",
     "parse_intervals",
     "Stage",
     "pipeline_stages",
@@ -59,9 +60,19 @@ DEFAULT_INTERVALS: tuple[float, ...] = (10, 30, 60, 120, 240, 240, 240, 240, 240
 
 
 def parse_intervals(text: str, what: str = "retry intervals") -> list[float]:
-    """``"10,30,60"`` -> ``[10, 30, 60]`` seconds; refuses anything else."""
+    """``"10,30,60"`` -> ``[10, 30, 60]`` seconds; refuses anything else.
+
+    At most :data:`jobctl.limits.RETRY_INTERVALS_MAX` intervals, each within
+    :data:`jobctl.limits.RETRY_INTERVAL` (a year): a not-before time must stay
+    a time a record can hold.
+    """
+    from . import limits
+
     out: list[float] = []
-    for part in text.split(","):
+    parts = text.split(",")
+    if len(parts) > limits.RETRY_INTERVALS_MAX:
+        raise Invalid(f"{what}: {len(parts)} intervals, more than {limits.RETRY_INTERVALS_MAX}")
+    for part in parts:
         part = part.strip()
         try:
             value = float(part)
@@ -69,6 +80,8 @@ def parse_intervals(text: str, what: str = "retry intervals") -> list[float]:
             raise Invalid(f"{what}: {part!r} is not a number of seconds") from None
         if not value >= 0 or value == float("inf"):
             raise Invalid(f"{what}: {part!r} is not a number of seconds")
+        if not limits.RETRY_INTERVAL.holds(value):
+            raise Invalid(f"{what}: {part!r} is out of range ({limits.RETRY_INTERVAL.text()})")
         out.append(int(value) if value.is_integer() else value)
     return out
 
@@ -181,8 +194,10 @@ def plan(
         if not chosen and retries:
             raise Invalid("an empty retry schedule cannot give retries")
     if retries is not None:
-        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-            raise Invalid(f"retries must be a non-negative integer, not {retries!r}")
+        from . import limits
+
+        if not isinstance(retries, int) or not limits.RETRIES.holds(retries):
+            raise Invalid(f"retries must be a whole number ({limits.RETRIES.text()}), not {retries!r}")
         base = chosen if chosen else default_intervals(env)
         chosen = [base[min(k, len(base) - 1)] for k in range(retries)] if base else []
     codes = list(no_retry_on)
@@ -218,7 +233,10 @@ def record_failure(rec: Record, exit_code: int | None, now: datetime) -> bool:
     retry.failures += 1
     again = retry.failures <= len(retry.intervals) and (exit_code is None or exit_code not in retry.no_retry_on)
     if again:
-        retry.not_before = now + timedelta(seconds=retry.intervals[retry.failures - 1])
+        from . import limits
+
+        # A planted interval past year 9999 is refused (Invalid), never an OverflowError.
+        retry.not_before = limits.later(now, retry.intervals[retry.failures - 1], "retry interval", rec.id)
     rec.extensions[RETRY] = retry.to_json()
     return again
 
@@ -227,6 +245,22 @@ def attempt(rec: Record) -> int:
     """The number of the attempt that starts now (1 for the first)."""
     retry = retry_of(rec)
     return (retry.failures if retry is not None else 0) + 1
+
+
+def shown_attempt(rec: Record) -> int:
+    """The attempt a person is shown: the one that starts next, or the last one that ran.
+
+    :func:`attempt` counts the attempt about to start (``failures + 1``). A job
+    that ended ``failed`` under a retry policy starts no further attempt: its
+    failures are all the attempts that ran, and the last of them is the one its
+    error names (``attempt 2: exit status 4``).
+    """
+    retry = retry_of(rec)
+    if retry is None:
+        return 1
+    if rec.state == "failed" and retry.failures > 0:
+        return retry.failures
+    return retry.failures + 1
 
 
 def blocked_by(rec: Record, states: Mapping[str, str], now: datetime) -> tuple[str, str]:
@@ -328,6 +362,10 @@ def claim_next(
             return store.claim(rec.id, owner, ttl)
         except (LeaseHeld, Terminal, NotFound):
             continue  # another consumer was quicker; try the next one
+        except Untrusted as exc:
+            if skipped is not None:
+                skipped.append((rec.id, exc))
+            continue  # not ours to run (docs/security.md); the next one may be
     return None
 
 

@@ -19,6 +19,9 @@ config directory (platformdirs: ``~/.config/jobctl`` on Linux)::
     shutdown_grace = 30
     name = batch
     kinds = shell, fetch
+    max_ttl = 86400
+    pass_env = AWS_PROFILE, HTTPS_PROXY
+    allow_loader_env = no
     on_failure = curl -fsS -d "text=job $JOB_ID ($JOB_KIND) failed: $JOB_ERROR" https://example.invalid/hook
 
     [handlers]
@@ -34,10 +37,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import limits
 from .errors import Invalid
+from .limits import Range
 from .schedule import DEFAULT_INTERVALS, parse_intervals
 
-__all__ = ["Setting", "Settings", "load", "describe", "config_path", "parse_handler", "SETTINGS"]
+__all__ = ["Setting", "Settings", "load", "one", "describe", "config_path", "parse_handler", "SETTINGS"]
 
 DEFAULT = "default"
 
@@ -54,30 +59,51 @@ class Setting:
         value = self.value
         if isinstance(value, (list, tuple)):
             return ",".join(str(v) for v in value) if value else "(all)" if self.name == "kinds" else ""
+        if isinstance(value, bool):
+            return "yes" if value else "no"
         if isinstance(value, float) and value.is_integer():
             return f"{value:g}"
         return str(value)
 
 
-def _count(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise ValueError
-    return value
+def _whole(bounds: Range) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = int(text)
+        if not bounds.holds(value):
+            raise ValueError
+        return value
+
+    parse.__doc__ = bounds.text()
+    return parse
 
 
-def _seconds(text: str) -> float:
-    value = float(text)
-    if not 0 <= value < math.inf:
-        raise ValueError
-    return value
+def _seconds(bounds: Range) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        value = float(text)
+        if not math.isfinite(value) or not bounds.holds(value):
+            raise ValueError
+        return value
+
+    parse.__doc__ = bounds.text()
+    return parse
 
 
-def _positive_seconds(text: str) -> float:
-    value = _seconds(text)
-    if value <= 0:
-        raise ValueError
-    return value
+def _switch(text: str) -> bool:
+    word = text.strip().lower()
+    if word in ("1", "yes", "true", "on"):
+        return True
+    if word in ("0", "no", "false", "off"):
+        return False
+    raise ValueError
+
+
+def _names(text: str) -> tuple[str, ...]:
+    """Environment variable names, comma-separated; each a shell name (``A-Z a-z 0-9 _``, no leading digit)."""
+    names = _words(text)
+    for name in names:
+        if not name.replace("_", "a").isalnum() or not name.isascii() or name[0].isdigit():
+            raise ValueError
+    return names
 
 
 def _words(text: str) -> tuple[str, ...]:
@@ -100,26 +126,70 @@ class _Spec:
 
 #: Every worker setting: name, flag, environment variable, parser, default, meaning.
 SETTINGS: tuple[_Spec, ...] = (
-    _Spec("concurrency", "--concurrency", "MAX_CONCURRENT_JOBS", _count, 1, "jobs run at once"),
+    _Spec(
+        "concurrency",
+        "--concurrency",
+        "MAX_CONCURRENT_JOBS",
+        _whole(limits.CONCURRENCY),
+        1,
+        f"jobs run at once, {limits.CONCURRENCY.text()}",
+    ),
     _Spec(
         "poll_interval",
         "--poll-interval",
         "JOB_PROCESSOR_POLL_INTERVAL",
-        _positive_seconds,
+        _seconds(limits.POLL_INTERVAL),
         1.0,
-        "seconds between looks at the store when idle (changes wake it sooner on Linux)",
+        "seconds between looks at the store when idle (changes wake it sooner on Linux), "
+        + limits.POLL_INTERVAL.text(),
     ),
-    _Spec("ttl", "--ttl", "JOBCTL_TTL", _positive_seconds, 30.0, "lease length in seconds; renewed every third"),
     _Spec(
-        "grace", "--grace", "JOBCTL_GRACE", _seconds, 10.0, "seconds between SIGTERM and SIGKILL when stopping a job"
+        "ttl",
+        "--ttl",
+        "JOBCTL_TTL",
+        _seconds(limits.RUN_TTL),
+        30.0,
+        f"lease length in seconds; renewed every third; {limits.RUN_TTL.text()} and at most max_ttl",
+    ),
+    _Spec(
+        "grace",
+        "--grace",
+        "JOBCTL_GRACE",
+        _seconds(limits.GRACE),
+        10.0,
+        f"seconds between SIGTERM and SIGKILL when stopping a job, {limits.GRACE.text()}",
     ),
     _Spec(
         "shutdown_grace",
         "--shutdown-grace",
         "JOBCTL_SHUTDOWN_GRACE",
-        _seconds,
+        _seconds(limits.SHUTDOWN_GRACE),
         30.0,
-        "seconds running jobs may go on after SIGTERM to the worker",
+        f"seconds running jobs may go on after SIGTERM to the worker, {limits.SHUTDOWN_GRACE.text()}",
+    ),
+    _Spec(
+        "max_ttl",
+        "",
+        "JOBCTL_MAX_TTL",
+        _seconds(limits.MAX_TTL),
+        limits.DEFAULT_MAX_TTL,
+        f"the longest lease claim and renew grant, and what list/show/doctor flag beyond; {limits.MAX_TTL.text()}",
+    ),
+    _Spec(
+        "pass_env",
+        "--pass-env",
+        "JOBCTL_PASS_ENV",
+        _names,
+        (),
+        "names of variables passed to jobs beyond the default list (docs/security.md)",
+    ),
+    _Spec(
+        "allow_loader_env",
+        "--allow-loader-env",
+        "JOBCTL_ALLOW_LOADER_ENV",
+        _switch,
+        False,
+        "whether a spec's env may set LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT (yes/no)",
     ),
     _Spec("name", "--name", "JOBCTL_WORKER_NAME", _text, "worker", "lease owner prefix: NAME@HOST:PID"),
     _Spec("kinds", "--kind", "JOBCTL_KINDS", _words, (), "only these kinds (default: every kind it can run)"),
@@ -196,12 +266,24 @@ class Settings:
     def on_failure(self) -> str:
         return str(self["on_failure"])
 
+    @property
+    def max_ttl(self) -> float:
+        return float(self["max_ttl"])
+
+    @property
+    def pass_env(self) -> tuple[str, ...]:
+        return tuple(self["pass_env"])
+
+    @property
+    def allow_loader_env(self) -> bool:
+        return bool(self["allow_loader_env"])
+
     def handler_commands(self) -> dict[str, str]:
         return {kind: str(s.value) for kind, s in self.handlers.items()}
 
     def describe(self) -> list[tuple[str, str, str]]:
         """``(name, value, source)`` rows for ``jobctl paths``: the config file first, then every setting."""
-        rows = [("config", self.config, f"{self.config_state} ({self.config_source})")]
+        rows = [("config", self.config, f"{self.config_state}, {self.config_source}")]  # one level of brackets
         for spec in SETTINGS:
             setting = self.values[spec.name]
             rows.append((spec.name, setting.text(), setting.source))
@@ -209,7 +291,7 @@ class Settings:
             setting = self.handlers[kind]
             rows.append((f"handler {kind}", str(setting.value), setting.source))
         rows.append(
-            ("retry_intervals", self.retry_intervals.text(), self.retry_intervals.source + " (submit's default)")
+            ("retry_intervals", self.retry_intervals.text(), self.retry_intervals.source + ", submit's default")
         )
         return rows
 
@@ -272,6 +354,8 @@ def load(
                 value = _parse(spec, flag, f"flag {spec.flag}")
             elif isinstance(flag, (list, tuple)):
                 value = tuple(flag)
+            if isinstance(value, tuple) and spec.parse is _names:
+                value = _parse(spec, ",".join(value), f"flag {spec.flag}")
             out.values[spec.name] = Setting(spec.name, value, f"flag {spec.flag}")
             continue
         text = env.get(spec.env, "")
@@ -283,6 +367,11 @@ def load(
             out.values[spec.name] = Setting(spec.name, _parse(spec, section[spec.name], source), source)
             continue
         out.values[spec.name] = Setting(spec.name, spec.default, DEFAULT)
+    if out.ttl > out.max_ttl:
+        raise Invalid(
+            f"ttl from {out.values['ttl'].source}: {out.ttl:g} is more than max_ttl "
+            f"({out.max_ttl:g}, {out.values['max_ttl'].source}), the longest lease jobctl grants"
+        )
     if parser is not None and parser.has_section("handlers"):
         for kind, command in parser["handlers"].items():
             if command.strip():
@@ -296,6 +385,29 @@ def load(
             "retry_intervals", parse_intervals(intervals, "JOB_RETRY_INTERVALS"), "env JOB_RETRY_INTERVALS"
         )
     return out
+
+
+def one(name: str, env: Mapping[str, str] | None = None) -> Setting:
+    """One setting from the environment, else the config file, else its default (no flags).
+
+    For the commands that need a single value (``max_ttl`` for ``claim``,
+    ``renew``, ``list``, ``show``) without judging every other setting: a
+    bad value elsewhere in the config is not theirs to refuse.
+    """
+    spec = _BY_NAME[name]
+    env = os.environ if env is None else env
+    text = env.get(spec.env, "")
+    if text.strip():
+        return Setting(name, _parse(spec, text, f"env {spec.env}"), f"env {spec.env}")
+    scratch = Settings()
+    scratch.config, scratch.config_source = config_path(env)
+    parser = _read_config(scratch.config, scratch)
+    if parser is not None and parser.has_section("worker"):
+        section = parser["worker"]
+        if name in section and section[name].strip():
+            source = f"config {scratch.config}"
+            return Setting(name, _parse(spec, section[name], source), source)
+    return Setting(name, spec.default, DEFAULT)
 
 
 def describe(env: Mapping[str, str] | None = None) -> list[tuple[str, str, str]]:

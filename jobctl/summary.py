@@ -38,15 +38,27 @@ import os
 import stat
 import sys
 import time
+from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple
 
-__all__ = ["Summary", "Summaries", "Listed", "Identity", "RACY_NS", "default_dir", "identity", "key"]
+__all__ = [
+    "Summary",
+    "Summaries",
+    "Listed",
+    "Identity",
+    "RACY_NS",
+    "default_dir",
+    "identity",
+    "key",
+    "micros",
+    "moment",
+]
 
 #: A change this close to the start of a scan may share a timestamp tick with a
 #: later one; such a file is read every time until it is older. Two seconds
 #: covers FAT's granularity and modest clock skew on a network filesystem.
 RACY_NS = 2_000_000_000
-_VERSION = 1
+_VERSION = 2
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
@@ -66,6 +78,22 @@ class Summary(NamedTuple):
     epoch: int
     error: str
     checkpoint: str | None  # the compact text as read; None when absent
+    created: int  # created_at in microseconds since 1970 (1970 itself when absent): list orders by it
+    expires: int  # lease.expires_at likewise (0 when unset): list names a lease run too far ahead
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def micros(when: datetime | None) -> int:
+    """``when`` in whole microseconds since 1970 UTC; 0 for None. Orders exactly as the datetimes do."""
+    return 0 if when is None else (when - _EPOCH) // _MICROSECOND
+
+
+def moment(us: int) -> datetime:
+    """The inverse of :func:`micros`."""
+    return _EPOCH + us * _MICROSECOND
 
 
 def identity(st: os.stat_result) -> Identity:
@@ -328,7 +356,7 @@ class Listed:
         """The summary of ``job_id`` when its file (``lstat``) is still the one summarised."""
         k = f"{job_id} {st.st_ino} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns}"  # key(job_id, st)
         got = self.table.get(k)
-        if got is None or type(got) is not tuple or len(got) != 8:
+        if got is None or type(got) is not tuple or len(got) != len(Summary._fields) - 1:
             return None
         self.seen[k] = got
         return _make((job_id, *got))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from .errors import JobError
 from .notices import Changes
 from .record import Record
 from .store.base import Store
@@ -69,6 +70,8 @@ class Watch:
         self._changes = Changes(store) if sleep is None else None
         self._seen: tuple[str, ...] | None = None
         self._records: list[Record] = []
+        #: The records the last poll could not read, with why: ``(id, error)``.
+        self.unreadable: list[tuple[str, JobError]] = []
         self._mark = 0.0
         self._polled = 0.0
         self.closed = False
@@ -80,6 +83,11 @@ class Watch:
         except OSError:
             return  # a failed read keeps the last snapshot
         self._records = [r for r in listing if self.kind is None or r.kind == self.kind]
+        self.unreadable = list(listing.unreadable)
+
+    def _visible(self) -> tuple[str, ...]:
+        # A record becoming unreadable (or readable again) is news too: its kind is unknown.
+        return fingerprint(self._records) + tuple(f"{job_id}|unreadable" for job_id, _ in self.unreadable)
 
     def next(self, timeout: float | None = None) -> Notice | None:
         """Wait for the next notice. With ``timeout``, None when it passes first."""
@@ -97,7 +105,7 @@ class Watch:
         ):
             self._poll()
         now = self._clock()
-        seen = fingerprint(self._records)
+        seen = self._visible()
         if self._seen is None or seen != self._seen:
             self._seen = seen
             self._mark = now
@@ -132,7 +140,7 @@ class Watch:
             if self.closed:
                 return self._closed()
             self._poll()
-            seen = fingerprint(self._records)
+            seen = self._visible()
             if seen != self._seen:
                 self._seen = seen
                 self._mark = self._clock()

@@ -6,7 +6,9 @@ hands the oldest runnable job to one of ``concurrency`` slot threads, which
 claims it and runs it under its lease (:class:`jobctl.runner.Run`). The
 command runs as a child of the worker process, directly: no ``jobctl run``
 process per job. A small guardian process (:class:`jobctl.runner.Guardian`)
-kills the children's process groups if the worker dies.
+kills the children's process groups if the worker dies, and each one just
+before its lease runs out if the worker is stopped (SIGSTOP, Ctrl-Z) and
+renews nothing; a child runs no code of its job until the guardian has it.
 
 Nothing here coordinates workers with each other. Two workers, or twenty, on
 one store never run a job twice at the same time because of the lease: a
@@ -50,12 +52,14 @@ from datetime import datetime
 from types import FrameType
 from typing import Protocol
 
-from .board import Board
-from .errors import JobError, LeaseHeld, NotFound, Terminal
-from .record import TERMINAL, Record, format_time
+from .board import UNREADABLE, Board
+from .errors import JobError, LeaseHeld, NotFound, Terminal, Untrusted
+from .jobenv import JobEnvironment
+from .record import TERMINAL, Record, format_time, held
 from .runner import Guardian, Outcome, Processor, Run, RunStore, processors
-from .schedule import blocked_by
+from .schedule import after_of, attempt, blocked_by, not_before
 from .store.base import OpenListing
+from .store.location import address
 
 __all__ = ["Worker", "WorkerStore", "Event", "Summary", "MODES", "default_owner"]
 
@@ -78,8 +82,13 @@ class Event:
     ``what``: ``started``, ``complete``, ``failed``, ``retry``, ``cancelled``
     (a run honoured a cancel, or a dependency failed), ``released`` (pause,
     recall, shutdown), ``fenced`` (the lease was lost), ``refused`` (a write
-    or claim refused for another reason), ``alert`` / ``alert-failed``,
-    ``stopping``.
+    or claim refused for another reason), ``untrusted`` (a record not owned by
+    the worker's user, with the store's ``owned_by`` set: said once, then left
+    alone), ``alert`` / ``alert-failed``, ``stopping``; ``waiting`` (``drain``
+    waits for a retry of a job it ran), ``unreadable`` (a record that cannot
+    be read, once per record), ``blocked`` (a job waits for an unreadable
+    record, once per job), ``unhandled`` (``drain``/``once`` leaves pending
+    jobs of a kind nothing here can run, once per kind).
     """
 
     what: str
@@ -89,6 +98,8 @@ class Event:
     outcome: Outcome | None = None
 
     def line(self) -> str:
+        if not self.job_id and not self.kind and self.detail:
+            return f"{self.what}: {self.detail}"  # about the worker, not a job: "stopping: claiming nothing more"
         parts = [self.what]
         if self.job_id:
             parts.append(self.job_id)
@@ -104,6 +115,13 @@ class Summary:
     """What one call to :meth:`Worker.run` did, counted by event."""
 
     counts: dict[str, int] = field(default_factory=dict)
+    #: Each job this worker ran, and the state its last attempt here left it in.
+    ran: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def all_complete(self) -> bool:
+        """Whether every job this worker ran ended ``complete`` (True when it ran none)."""
+        return all(state == "complete" for state in self.ran.values())
 
     def add(self, what: str) -> None:
         self.counts[what] = self.counts.get(what, 0) + 1
@@ -144,7 +162,7 @@ class Worker:
         on_event: Callable[[Event], None] | None = None,
         env: Mapping[str, str] | None = None,
         notices: bool = True,
-        guardian: bool = True,
+        environment: JobEnvironment | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -156,6 +174,8 @@ class Worker:
         self.grace = float(grace)
         self.shutdown_grace = float(shutdown_grace)
         table = dict(processors_) if processors_ is not None else processors(handlers)
+        #: Every kind something here can run, before --kind narrows it.
+        self.handled: frozenset[str] = frozenset(table)
         if kinds is not None:
             wanted = set(kinds)
             table = {k: v for k, v in table.items() if k in wanted}
@@ -163,8 +183,9 @@ class Worker:
         self.on_failure = on_failure
         self.on_event = on_event
         self.env = dict(os.environ if env is None else env)
+        # The jobs' environment is an allow-list of self.env; the alert keeps all of it.
+        self.environment = environment or JobEnvironment()
         self.notices = notices
-        self.guard = guardian
         self.summary = Summary()
         self._guardian: Guardian | None = None
         self._states: Mapping[str, str] = {}
@@ -172,6 +193,10 @@ class Worker:
         self._busy: dict[str, Record] = {}
         self._skip: dict[str, float] = {}
         self._alerts: list[tuple[subprocess.Popen[bytes], str]] = []
+        # Said once each: unreadable ids, jobs blocked by one, retry waits (id, attempt).
+        self._said_unreadable: set[str] = set()
+        self._said_blocked: set[str] = set()
+        self._said_waits: set[tuple[str, int]] = set()
         # Shared with the slots.
         self._lock = threading.Lock()
         self._runs: dict[str, Run] = {}
@@ -232,8 +257,7 @@ class Worker:
             raise ValueError(f"mode must be one of {', '.join(MODES)}")
         board = Board(self.store, self.processors, notices=self.notices)
         self._states = board.states
-        if self.guard:
-            self._guardian = Guardian()
+        self._guardian = Guardian()
         for n in range(self.concurrency):
             slot = threading.Thread(target=self._slot, name=f"jobctl slot {n + 1}", daemon=True)
             slot.start()
@@ -270,6 +294,7 @@ class Worker:
             wake: datetime | None = None
             if self._stop_level == 0:
                 board.refresh(max_age=self.poll_interval, skip=self._busy)
+                self._say_unreadable(board)
                 idle = False
                 while len(self._busy) < self.concurrency:
                     now = self.store.now()
@@ -290,16 +315,23 @@ class Worker:
                     self._work.put(got.record)
                 if not self._busy:
                     if mode == "once" and not only:
+                        self._say_left(board)
                         return
                     if mode == "drain" and idle:
                         # Leave only on a fresh view: what just finished may
                         # have unblocked something the view does not show yet.
                         finished = self.summary["finished"]
                         if board.watching or scanned_at == finished:
-                            return
-                        board.refresh(force=True)
-                        scanned_at = finished
-                        continue
+                            due = self._retries_due(board)
+                            if due is None:
+                                self._settle_ran(board)
+                                self._say_left(board)
+                                return
+                            wake = due if wake is None else min(wake, due)
+                        else:
+                            board.refresh(force=True)
+                            scanned_at = finished
+                            continue
             else:
                 if not self._announced:
                     self._announced = True
@@ -359,6 +391,11 @@ class Worker:
         except (LeaseHeld, Terminal, NotFound):
             self._post(_Report(rec.id))  # somebody was quicker; the view was stale
             return
+        except Untrusted as exc:
+            # Not this worker's to run: named once, then never picked again by this worker.
+            event = Event("untrusted", rec.id, rec.kind, exc.message)
+            self._post(_Report(rec.id, skip=True, forever=True, event=event))
+            return
         except (JobError, OSError) as exc:
             self._post(_Report(rec.id, skip=True, event=Event("refused", rec.id, rec.kind, f"claim: {exc}")))
             return
@@ -381,6 +418,7 @@ class Worker:
             grace=self.grace,
             env=self.env,
             guardian=self._guardian,
+            environment=self.environment,
         )
         with self._lock:
             self._runs[claimed.id] = run
@@ -413,8 +451,16 @@ class Worker:
         job_id = report.job_id
         self._busy.pop(job_id, None)
         if report.skip:
-            self._skip[job_id] = time.monotonic() + max(self.poll_interval, 1.0)
+            self._skip[job_id] = math.inf if report.forever else time.monotonic() + max(self.poll_interval, 1.0)
         out = report.outcome
+        if out is not None and out.state not in TERMINAL:
+            # A recall asks for the lease back [JOB-I9]: the giver leaves the job
+            # alone for the recall's grace, so another worker can take it. That
+            # holds however the run ended -- released, or its child killed by
+            # the guardian at the recall's end with nothing written.
+            grace = self._recall_grace(job_id)
+            if out.reason == "recall" or grace is not None:
+                self._skip[job_id] = time.monotonic() + max(grace or 0.0, self.poll_interval, 1.0)
         if report.record is not None:
             board.note(report.record)
         elif out is not None and out.state in TERMINAL and out.verdict is None:
@@ -426,7 +472,18 @@ class Worker:
             self._emit(report.event)
         if out is not None:
             self.summary.add("finished")
+            self.summary.ran[job_id] = out.state or "refused"
             self._report(out)
+
+    def _recall_grace(self, job_id: str) -> float | None:
+        """The grace the recall on ``job_id``'s record gave (``until - at``); None when it has none (or is unread)."""
+        try:
+            recall = self.store.load(job_id).lease.recall
+        except (JobError, OSError):
+            return None
+        if recall is None or recall.at is None or recall.until is None:
+            return None
+        return max(0.0, (recall.until - recall.at).total_seconds())
 
     def _report(self, out: Outcome) -> None:
         if out.fenced:
@@ -443,6 +500,75 @@ class Worker:
         self._emit(Event(what, out.job_id, out.kind, detail, out))
         if what == "failed":
             self._alert(out)
+
+    # -- what drain waits for, and what it leaves ---------------------------------------
+
+    def _retries_due(self, board: Board) -> datetime | None:
+        """The earliest not-before time of a retry of a job this worker ran; None when none is due.
+
+        Only the retries of jobs it attempted are waited for: a job that is
+        held by somebody else, paused, or was scheduled with a not-before
+        time of its own is not this drain's business. A job that becomes
+        runnable because one it ran completed needs no wait: the board offers
+        it at once.
+        """
+        now = self.store.now()
+        due: datetime | None = None
+        for job_id in self.summary.ran:
+            rec = board.open.get(job_id)
+            if rec is None or rec.state != "pending" or held(rec.lease, now) or rec.want == "pause":
+                continue
+            try:
+                when = not_before(rec)
+            except JobError:
+                continue  # malformed scheduling data: the board reports it as doomed
+            if when is None or when <= now:
+                continue
+            number = attempt(rec)
+            if (job_id, number) not in self._said_waits:
+                self._said_waits.add((job_id, number))
+                self._emit(Event("waiting", job_id, rec.kind, f"attempt {number} not before {format_time(when)}"))
+            due = when if due is None else min(due, when)
+        return due
+
+    def _settle_ran(self, board: Board) -> None:
+        """How the jobs it ran ended, as the store says now: a retry another worker finished counts."""
+        for job_id in self.summary.ran:
+            state = board.states.get(job_id)
+            if state in TERMINAL:
+                self.summary.ran[job_id] = state
+
+    def _say_unreadable(self, board: Board) -> None:
+        """One line per record that cannot be read, and per job that waits for one (each said once)."""
+        fresh = [j for j in board.unreadable if j not in self._said_unreadable]
+        if not fresh:
+            return
+        for job_id in fresh:
+            self._said_unreadable.add(job_id)
+            path = getattr(self.store, "path", None)
+            where = f"{path(job_id)}: " if callable(path) else ""
+            self._emit(Event("unreadable", job_id, "", f"{where}{board.unreadable[job_id].message}"))
+        for job_id, rec in board.open.items():
+            if job_id in self._said_blocked:
+                continue
+            try:
+                deps = after_of(rec)
+            except JobError:
+                continue
+            for dep in deps:
+                if board.states.get(dep) == UNREADABLE:
+                    self._said_blocked.add(job_id)
+                    self._emit(Event("blocked", job_id, rec.kind, f"waits for {dep}, which cannot be read"))
+                    break
+
+    def _say_left(self, board: Board) -> None:
+        """On leaving (once, drain): one line per kind of pending job that nothing here can run."""
+        left: dict[str, int] = {}
+        for rec in board.open.values():
+            if rec.state == "pending" and rec.kind not in self.handled:
+                left[rec.kind] = left.get(rec.kind, 0) + 1
+        for kind, count in sorted(left.items()):
+            self._emit(Event("unhandled", "", kind, f"{count} pending job(s) left: no handler for kind {kind}"))
 
     # -- dependencies ---------------------------------------------------------------
 
@@ -492,7 +618,7 @@ class Worker:
                 "JOB_KIND": out.kind,
                 "JOB_ERROR": out.error,
                 "JOB_ATTEMPT": str(out.attempt),
-                "JOB_STORE": os.path.abspath(self.store.root),
+                "JOB_STORE": address(self.store),
             }
         )
         try:
@@ -564,3 +690,4 @@ class _Report:
     record: Record | None = None
     event: Event | None = None
     skip: bool = False
+    forever: bool = False

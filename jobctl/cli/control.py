@@ -6,11 +6,26 @@ stopped is not the process doing it [JOB-I3].
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
+from .. import limits
 from ..record import WANTS, Record
 from . import render
-from .main import COUNT, SECONDS, TEXT, JobCommand, State, by_option, common, default_by, job_id_argument, pass_state
+from .main import (
+    COUNT,
+    TEXT,
+    JobCommand,
+    State,
+    by_option,
+    common,
+    complete_ids,
+    default_by,
+    job_id_argument,
+    pass_state,
+    seconds,
+)
 
 __all__ = ["intent", "approve", "recall", "cancel"]
 
@@ -22,8 +37,19 @@ def _emit(state: State, rec: Record, line: str) -> None:
         render.out(line)
 
 
+def _complete_intent(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    """The first word is a job id (or, with $JOB_ID set, already the intent); after it, run, pause or cancel."""
+    from click.shell_completion import CompletionItem
+
+    given = ctx.params.get("args") or ()
+    wants = [CompletionItem(w) for w in WANTS if w.startswith(incomplete)]
+    if given:
+        return wants if len(given) == 1 else []
+    return complete_ids(ctx, param, incomplete) + wants
+
+
 @click.command(cls=JobCommand, short_help="Say what should happen to a job: run, pause or cancel.")
-@click.argument("args", nargs=-1, metavar="[ID] run|pause|cancel")
+@click.argument("args", nargs=-1, metavar="[ID] run|pause|cancel", shell_complete=_complete_intent)
 @by_option
 @common
 @pass_state
@@ -81,10 +107,19 @@ def approve(state: State, job_id: str, by: str | None) -> None:
     "--epoch",
     type=COUNT,
     metavar="N",
-    help="The epoch you saw; a recall decided against it never lands on a later holder. [default: the current one]",
+    help=(
+        f"The epoch you saw ({limits.EPOCH.text()}); a recall decided against it never lands on a later holder. "
+        "[default: the current one]"
+    ),
 )
 @click.option("--reason", type=TEXT, required=True, help="Why, in words the holder can act on.")
-@click.option("--grace", type=SECONDS, default=30.0, show_default=True, help="Seconds the holder has to give it back.")
+@click.option(
+    "--grace",
+    type=seconds(limits.RECALL_GRACE),
+    default=30.0,
+    show_default=True,
+    help=f"Seconds the holder has to give it back ({limits.RECALL_GRACE.text()}).",
+)
 @by_option
 @common
 @pass_state

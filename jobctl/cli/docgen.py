@@ -36,6 +36,8 @@ Positionals may sit anywhere among the flags. Exit codes:
 
 Shell completion comes from click. Enable it once per shell:
 
+<!-- not run: lines for a login shell's start-up file (bash, zsh, fish);
+     tests/cli/test_cli_completion.py checks the scripts they load -->
 ```sh
 # bash (~/.bashrc)
 eval "$(_JOBCTL_COMPLETE=bash_source jobctl)"

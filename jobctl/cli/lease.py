@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from .. import schedule
+from .. import limits
 from ..errors import JobError, NotFound
 from ..record import Record
 from ..store.base import UNSET
@@ -53,14 +53,14 @@ def _emit(state: State, rec: Record, line: str) -> None:
 
 def _claim_next(state: State, owner: str, ttl: float, kinds: tuple[str, ...]) -> Record:
     """Claim the oldest runnable orphan (of those kinds): the cron consumer's one step."""
-    store = state.store()
-    listing = store.list_open()  # finished records by their states only [JOB-T1]
-    if listing.unreadable:
-        click.echo(render.unreadable_line(listing.unreadable), err=True)
+    store = state.lease_store(ttl)
     # A record with malformed scheduling data is left out (and named) so that
     # it cannot stop every other job from being claimed. Its dependents wait.
     skipped: list[tuple[str, JobError]] = []
-    claimed = schedule.claim_next(store, owner, ttl, kinds or None, records=listing, skipped=skipped)
+    unreadable: list[tuple[str, JobError]] = []
+    claimed = store.claim_next(owner, ttl, kinds or None, skipped=skipped, unreadable=unreadable)
+    if unreadable:
+        click.echo(render.unreadable_line(unreadable), err=True)
     for job_id, exc in skipped:
         click.echo(f"jobctl: {job_id}: skipped: {exc.message}", err=True)
     if claimed is not None:
@@ -89,6 +89,9 @@ def _claim_next(state: State, owner: str, ttl: float, kinds: tuple[str, ...]) ->
     show_default=True,
     help="line: `epoch=N state=S checkpoint=C`; env: JOB_ID=… JOB_EPOCH=… for eval; json: as --json.",
 )
+@click.option(
+    "--quiet", "-q", is_flag=True, help="With --next: nothing runnable exits 3 and prints nothing (errors still print)."
+)
 @common
 @pass_state
 @click.pass_context
@@ -101,6 +104,7 @@ def claim(
     owner: str | None,
     ttl: float,
     fmt: str,
+    quiet: bool,
 ) -> None:
     """Take the lease of job ID (or, with --next, of the oldest runnable orphan).
 
@@ -110,12 +114,13 @@ def claim(
 
     With --next, the job is the oldest orphan whose dependencies are
     complete, whose not-before time has passed and that is not paused; the
-    line starts with its id. Nothing runnable exits 3 (not_found).
+    line starts with its id. Nothing runnable exits 3 (not_found); with -q
+    it says nothing, so cron mails only real errors.
 
     \b
     Examples:
       jobctl claim 1787202430967-a752f9a9c2c77b123ffd --owner "$HOSTNAME" --ttl 60
-      vars=$(jobctl claim --next --kind backup --format env) || exit 0
+      vars=$(jobctl claim --next -q --kind backup --format env) || exit 0
       eval "export $vars"
     """
     from_env = ctx.get_parameter_source("job_id") == click.core.ParameterSource.ENVIRONMENT
@@ -128,11 +133,18 @@ def claim(
         if kind:
             raise click.UsageError("--kind only narrows --next")
     who = owner or default_by()
+    if quiet and not take_next:
+        raise click.UsageError("-q/--quiet goes with --next")
     if take_next:
-        rec = _claim_next(state, who, ttl, kind)
+        try:
+            rec = _claim_next(state, who, ttl, kind)
+        except NothingToClaim:
+            if not quiet:
+                raise
+            ctx.exit(NothingToClaim.exit_code)
     else:
         assert job_id is not None
-        rec = state.store().claim(job_id, who, ttl)
+        rec = state.lease_store(ttl).claim(job_id, who, ttl)
     if fmt == "json" or state.json:
         render.out_json(render.job_json(rec, state.now()))
     elif fmt == "env":
@@ -145,7 +157,12 @@ def claim(
 @job_id_argument
 @epoch_option
 @click.option(
-    "--done", type=COUNT, metavar="N", default=0, show_default=True, help="Work done, in the kind's own units."
+    "--done",
+    type=COUNT,
+    metavar="N",
+    default=0,
+    show_default=True,
+    help=f"Work done, in the kind's own units ({limits.DONE.text()}).",
 )
 @click.option("--checkpoint", type=JSON_TEXT, help="What a successor needs to resume: JSON, @FILE or -.")
 @common
@@ -168,7 +185,9 @@ def progress(state: State, job_id: str, epoch: int, done: int, checkpoint: str |
 @click.command(cls=JobCommand, short_help="Record what a successor needs to resume.")
 @click.argument("args", nargs=-1, metavar="[ID] CHECKPOINT")
 @epoch_option
-@click.option("--done", type=COUNT, metavar="N", help="Also record the work done. [default: leave it]")
+@click.option(
+    "--done", type=COUNT, metavar="N", help=f"Also record the work done ({limits.DONE.text()}). [default: leave it]"
+)
 @common
 @pass_state
 def checkpoint(state: State, args: tuple[str, ...], epoch: int, done: int | None) -> None:
@@ -222,7 +241,7 @@ def renew(state: State, job_id: str, epoch: int, ttl: float) -> None:
     Example:
       while sleep 20; do jobctl renew --ttl 60 || break; done &
     """
-    rec = state.store().renew(job_id, epoch, ttl)
+    rec = state.lease_store(ttl).renew(job_id, epoch, ttl)
     _emit(state, rec, render.renew_line(rec))
 
 
@@ -244,6 +263,14 @@ def release(state: State, job_id: str, epoch: int) -> None:
     _emit(state, rec, render.state_line(rec))
 
 
+def _need_state(ctx: click.Context, _param: click.Parameter, value: str | None) -> str:
+    # Upstream's jobctl defaults to transferred: a job nobody then runs or
+    # finishes, which nobody who types `finish` means. So there is no default.
+    if value is None and not ctx.resilient_parsing:
+        raise click.UsageError(f"finish needs --state: one of {STATES_HELP}", ctx=ctx)
+    return value or ""
+
+
 @click.command(cls=JobCommand, short_help="Set the job's state as its holder (complete, failed, …).")
 @job_id_argument
 @epoch_option
@@ -252,13 +279,12 @@ def release(state: State, job_id: str, epoch: int) -> None:
     "new_state",
     type=STATE_CHOICE,
     metavar="STATE",
-    default="transferred",
-    show_default=True,
-    help=f"The state to set: {STATES_HELP}.",
+    callback=_need_state,
+    help=f"The state to set: {STATES_HELP}. Required (upstream's jobctl defaults to transferred).",
 )
 @click.option("--error", type=TEXT, help="Why it failed, in the same write.")
 @click.option("--checkpoint", type=JSON_TEXT, help="The last checkpoint, in the same write: JSON, @FILE or -.")
-@click.option("--done", type=COUNT, metavar="N", help="The final work done, in the same write.")
+@click.option("--done", type=COUNT, metavar="N", help=f"The final work done, in the same write ({limits.DONE.text()}).")
 @common
 @pass_state
 def finish(
@@ -274,6 +300,11 @@ def finish(
 
     Once complete, failed or cancelled, a job refuses every later write, so
     whatever must be recorded goes in this one [JOB-T4].
+
+    --state is required. This differs from upstream's jobctl, where `finish`
+    without --state sets transferred (handed to an external system): such a
+    job is neither runnable nor finished, `claim --next` passes it over and
+    `wait` waits for it until its timeout. Say --state transferred to mean it.
 
     \b
     Examples:

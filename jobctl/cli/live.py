@@ -10,11 +10,15 @@ again after each change, which is cheaper than listing a large store.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import click
 
+from .. import limits
 from ..notices import Changes
 from ..record import Record
+from ..store.base import Store
+from ..store.file import FileStore
 from ..watch import INSURANCE_SECONDS, POLL_SECONDS, Watch
 from . import render
 from .main import (
@@ -23,7 +27,6 @@ from .main import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_TIMEOUT,
-    SECONDS,
     STATE_CHOICE,
     STATES_HELP,
     TEXT,
@@ -32,6 +35,7 @@ from .main import (
     common,
     complete_ids,
     pass_state,
+    seconds,
 )
 
 __all__ = ["watch", "wait", "wait_code"]
@@ -42,40 +46,93 @@ REDRAW_SECONDS = 1.0
 
 @click.command(cls=JobCommand, short_help="Follow jobs as they change: a live table, or a line per change.")
 @click.argument("ids", nargs=-1, metavar="[ID]...", type=TEXT, shell_complete=complete_ids)
-@click.option("--kind", type=TEXT, metavar="K", help="Only jobs of kind K.")
+@click.option("--kind", "kinds", multiple=True, type=TEXT, metavar="K", help="Only jobs of kind K (repeatable).")
+@click.option(
+    "--state",
+    "states",
+    multiple=True,
+    type=STATE_CHOICE,
+    metavar="STATE",
+    help=f"Only jobs in STATE: {STATES_HELP} (repeatable).",
+)
+@click.option("--pipeline", type=TEXT, metavar="NAME", help="Only jobs of pipeline NAME.")
+@click.option("--active", is_flag=True, help="Only jobs that have not ended (running, pending, held).")
 @click.option(
     "--quiet-after",
-    type=SECONDS,
+    type=seconds(limits.QUIET_AFTER),
     metavar="SECONDS",
-    help="Report quiet once nothing visible has changed for this long (again each period).",
+    help=(
+        f"Report quiet once nothing visible has changed for this long, again each period ({limits.QUIET_AFTER.text()})."
+    ),
 )
 @click.option("--exit-on-quiet", is_flag=True, help="Exit 0 at the first quiet (needs --quiet-after).")
 @common
 @pass_state
-def watch(state: State, ids: tuple[str, ...], kind: str | None, quiet_after: float | None, exit_on_quiet: bool) -> None:
-    """Follow jobs (all, those of --kind, or the IDs given) until interrupted.
+def watch(
+    state: State,
+    ids: tuple[str, ...],
+    kinds: tuple[str, ...],
+    states: tuple[str, ...],
+    pipeline: str | None,
+    active: bool,
+    quiet_after: float | None,
+    exit_on_quiet: bool,
+) -> None:
+    """Follow jobs (all, those the filters choose, or the IDs given) until interrupted.
 
-    On a terminal: a live table (state, progress bar, owner, lease time
-    left, intent, recall) redrawn within a second of a change. Piped: first
+    On a terminal: a live table redrawn within a second of a change, fitted
+    to the screen: running jobs first, then pending and held ones (oldest
+    first), then ended ones (most recently ended first). When the jobs do not all fit, the
+    rows at the end are left out and the caption says how many. Piped: first
     one line a job for the present, then one line for every visible change:
-    `<id> kind=K state=S done=N total=T owner=O [error=E]`, or `<id> gone`.
-    A renewal is not a visible change. With --json, one event a line.
+    `<id> kind=K state=S done=N total=T owner=O [error=E]`, or `<id> gone`
+    when its record is removed. A job that a filter (--state, --active)
+    stops choosing gets the line of that change, then no more. A renewal is
+    not a visible change. With --json, one event a line. A record that
+    cannot be read is named once on stderr (id, path, why), and so is each
+    job that waits for one (blocked).
 
     \b
     Examples:
-      jobctl watch --kind download
+      jobctl watch --kind download --active
+      jobctl watch --pipeline nightly
       jobctl watch "$ID" --quiet-after 300 --exit-on-quiet && echo "stalled for 5 minutes"
     """
+    from .view import pipeline_filter
+
     if exit_on_quiet and quiet_after is None:
         raise click.UsageError("--exit-on-quiet needs --quiet-after")
     store = state.store()
     screen = state.screen()
     wanted = set(ids)
-    subscription = Watch(store, kind)
+    belongs = pipeline_filter(pipeline)
+
+    def chosen(rec: Record) -> bool:
+        return (
+            (not wanted or rec.id in wanted)
+            and (not kinds or rec.kind in kinds)
+            and (not states or rec.state in states)
+            and (not active or not rec.terminal)
+            and belongs(rec)
+        )
+
+    subscription = Watch(store, kinds[0] if len(kinds) == 1 else None)
     seen: dict[str, str] = {}
+    said: set[str] = set()
     shown: list[Record] = []
     mark = time.monotonic()
     first = True
+    what = " ".join(
+        part
+        for part in (
+            f"of kind {', '.join(kinds)}" if kinds else "",
+            f"in pipeline {pipeline}" if pipeline else "",
+            f"in state {', '.join(states)}" if states else "",
+            "not ended" if active else "",
+        )
+        if part
+    )
+    title = "jobs" + (f" {what}" if what else "") + " (Ctrl-C to stop)"
     try:
         with render.LiveTable(screen) if screen.terminal else _Nothing() as view:
             while True:
@@ -87,14 +144,16 @@ def watch(state: State, ids: tuple[str, ...], kind: str | None, quiet_after: flo
                 notice = subscription.next(min(waits) if waits else None)
                 changed = False
                 if notice is not None and notice.what == "changed":
-                    shown = [rec for rec in notice.records if not wanted or rec.id in wanted]
-                    changed = _report(state, screen.terminal, shown, seen, first)
+                    present = [rec for rec in notice.records if not wanted or rec.id in wanted]
+                    shown = [rec for rec in present if chosen(rec)]
+                    _say_unreadable(store, subscription, notice.records, said)
+                    changed = _report(state, screen.terminal, present, shown, seen, first)
                     if changed or first:
                         mark = time.monotonic()
                     first = False
                 if screen.terminal and (screen.live or changed):
-                    title = "jobs" + (f" of kind {kind}" if kind else "") + " (Ctrl-C to stop)"
-                    view.show(render.watch_table(shown, state.now(), title))
+                    console = view.console
+                    view.show(render.watch_table(shown, state.now(), title, console.width, console.height))
                 if quiet_after is not None and time.monotonic() - mark >= quiet_after:
                     if state.json:
                         render.out_json({"event": "quiet", "seconds": quiet_after})
@@ -108,6 +167,8 @@ def watch(state: State, ids: tuple[str, ...], kind: str | None, quiet_after: flo
 class _Nothing:
     """The view of a piped watch: lines are printed as they come, nothing is drawn."""
 
+    console: Any = None
+
     def __enter__(self) -> _Nothing:
         return self
 
@@ -118,15 +179,49 @@ class _Nothing:
         return None
 
 
-def _report(state: State, terminal: bool, records: list[Record], seen: dict[str, str], first: bool) -> bool:
-    """Print what became visible since the last notice; True when anything did."""
+def _say_unreadable(store: Store, subscription: Watch, records: list[Record], said: set[str]) -> None:
+    """One stderr line per record that cannot be read, and per job that waits for one; each once."""
+    from .. import schedule
+    from ..errors import JobError
+
+    broken = {job_id: exc for job_id, exc in subscription.unreadable}
+    for job_id, exc in broken.items():
+        if job_id not in said:
+            said.add(job_id)
+            where = f" {store.path(job_id)}" if isinstance(store, FileStore) else ""
+            click.echo(f"jobctl: unreadable: {job_id}{where}: {exc.message}", err=True)
+    for rec in records:
+        if rec.id in said or rec.terminal:
+            continue
+        try:
+            deps = schedule.after_of(rec)
+        except JobError:
+            continue
+        for dep in deps:
+            if dep in broken:
+                said.add(rec.id)
+                click.echo(f"jobctl: blocked: {rec.id} waits for {dep}, which cannot be read", err=True)
+                break
+
+
+def _report(
+    state: State, terminal: bool, present: list[Record], records: list[Record], seen: dict[str, str], first: bool
+) -> bool:
+    """Print what became visible since the last notice; True when anything did.
+
+    ``records`` are the jobs chosen; ``present`` every job still in the
+    store. One that is present but no longer chosen gets its last change
+    printed and is then forgotten; ``gone`` is only for a removed record.
+    """
     changed = False
     now = state.now()
-    present = set()
-    for rec in records:
-        present.add(rec.id)
+    chosen = {rec.id for rec in records}
+    leaving = [rec for rec in present if rec.id in seen and rec.id not in chosen]
+    for rec in [*records, *leaving]:
         line = render.watch_line(rec)
         if seen.get(rec.id) == line:
+            if rec.id not in chosen:
+                del seen[rec.id]
             continue
         seen[rec.id] = line
         changed = True
@@ -134,7 +229,10 @@ def _report(state: State, terminal: bool, records: list[Record], seen: dict[str,
             render.out_json({"event": "change", "job": render.job_json(rec, now)})
         elif not terminal:
             render.out(line)
-    for job_id in [job_id for job_id in seen if job_id not in present]:
+        if rec.id not in chosen:
+            del seen[rec.id]
+    still = {rec.id for rec in present}
+    for job_id in [job_id for job_id in seen if job_id not in still]:
         del seen[job_id]
         changed = True
         if state.json:
@@ -166,17 +264,28 @@ def wait_code(records: list[Record], goal: str | None) -> int:
     metavar="STATE",
     help=f"Wait until each job is in STATE ({STATES_HELP}) or has ended.",
 )
-@click.option("--timeout", type=SECONDS, metavar="SECONDS", help="Give up after this long (exit 124).")
+@click.option(
+    "--timeout",
+    type=seconds(limits.TIMEOUT),
+    metavar="SECONDS",
+    help=f"Give up after this long, exit 124 ({limits.TIMEOUT.text()}).",
+)
+@click.option(
+    "--fail-fast", is_flag=True, help="Return as soon as one job ends failed or cancelled, not waiting for the rest."
+)
 @common
 @pass_state
 @click.pass_context
-def wait(ctx: click.Context, state: State, ids: tuple[str, ...], goal: str | None, timeout: float | None) -> None:
+def wait(
+    ctx: click.Context, state: State, ids: tuple[str, ...], goal: str | None, timeout: float | None, fail_fast: bool
+) -> None:
     """Block until every job ID has ended (or reached --state); print `<id> <state>` as each settles.
 
     Exit 0 when every job is complete (or in the --state asked for); 11 when
     one failed, 12 when one was cancelled, 13 when one completed without being
     seen in the --state asked for; 124 on --timeout; 3 for an unknown id. On a
-    terminal, a progress bar a job.
+    terminal, a progress bar a job. With --fail-fast, the first job to end
+    failed or cancelled ends the wait at once with its code (11 or 12).
 
     \b
     Examples:
@@ -208,10 +317,18 @@ def wait(ctx: click.Context, state: State, ids: tuple[str, ...], goal: str | Non
                         render.out_json(render.job_json(rec, state.now()))
                     elif not screen.terminal:
                         render.out(f"{rec.id} {rec.state}")
+                    if fail_fast and rec.state in ("failed", "cancelled") and rec.state != goal:
+                        break
+            failing = [rec for rec in settled.values() if rec.state in ("failed", "cancelled") and rec.state != goal]
+            if fail_fast and failing:
+                settled = {rec.id: rec for rec in failing[:1]}
+                order = [failing[0].id]
+                break
             if screen.terminal:
                 fingerprint = "\n".join(render.watch_line(rec) for rec in latest.values())
                 if screen.live or fingerprint != drawn:
-                    view.show(render.wait_table([(i, latest.get(i)) for i in order], state.now(), goal or "the end"))
+                    pairs = [(i, latest.get(i)) for i in order]
+                    view.show(render.wait_table(pairs, state.now(), goal or "the end", view.console.width))
                     drawn = fingerprint
             first_pass = False
             if len(settled) == len(order):

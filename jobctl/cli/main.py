@@ -20,19 +20,22 @@ import importlib
 import math
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from .. import __version__
+from .. import __version__, limits
 from ..discovery import Unavailable
 from ..errors import EXIT_FAILURE, EXIT_USAGE, JobError
+from ..limits import Range
 from ..record import STATES
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
+    from ..record import Record
     from ..store.file import FileStore
+    from ..store.postgres import PostgresStore
     from .render import Screen
 
 __all__ = [
@@ -45,12 +48,18 @@ __all__ = [
     "job_id_argument",
     "complete_ids",
     "epoch_option",
+    "NO_EPOCH",
     "ttl_option",
+    "run_ttl_option",
     "by_option",
     "TEXT",
     "JSON_TEXT",
     "SECONDS",
     "COUNT",
+    "TTL_SECONDS",
+    "TTL_HELP",
+    "seconds",
+    "count",
     "STATE_CHOICE",
     "STATES_HELP",
     "default_by",
@@ -62,6 +71,7 @@ __all__ = [
     "EXIT_CANCELLED",
     "EXIT_ENDED_OTHERWISE",
     "EXIT_TIMEOUT",
+    "EXIT_DRAIN_INCOMPLETE",
     "EXIT_INTERRUPTED",
     "EXIT_BROKEN_PIPE",
     "HINTS",
@@ -77,6 +87,8 @@ EXIT_FAILED = 11
 EXIT_CANCELLED = 12
 #: ``wait --state S``: a job ended ``complete`` without being seen in state S.
 EXIT_ENDED_OTHERWISE = 13
+#: ``worker --drain``: a job it ran ended otherwise than ``complete``.
+EXIT_DRAIN_INCOMPLETE = 17
 #: ``wait --timeout`` ran out first (as coreutils ``timeout``).
 EXIT_TIMEOUT = 124
 #: Interrupted (Ctrl-C): 128 + SIGINT, as a shell reports it.
@@ -93,6 +105,7 @@ HINTS: dict[str, str] = {
     "terminal": "submit a new job if the work must run again",
     "unknown_schema": "a newer implementation wrote it; leave it for a reader that understands it",
     "invalid": "fix the request (jobctl COMMAND --help shows what each command takes)",
+    "exists": "nothing was changed (submit --exists-ok treats this as done)",
     "refused": "nothing was changed; fix the cause and try again",
 }
 
@@ -114,7 +127,7 @@ class State:
         terminal: bool | None = None,
         env: Mapping[str, str] | None = None,
         clock: Callable[[], datetime] | None = None,
-        store: FileStore | None = None,
+        store: FileStore | PostgresStore | None = None,
     ) -> None:
         self.store_flag: str | None = None
         self.json = False
@@ -122,7 +135,8 @@ class State:
         self._terminal = terminal
         self._env = env
         self._clock = clock
-        self._store: FileStore | None = store
+        self._store: FileStore | PostgresStore | None = store
+        self._max_ttl: float | None = None
 
     @property
     def env(self) -> Mapping[str, str]:
@@ -135,14 +149,59 @@ class State:
             return self._store.now()
         return datetime.now(timezone.utc)
 
-    def store(self) -> FileStore:
-        """The store this run talks to, discovered on first use (DIGEST §7)."""
+    def store(self, create: bool = False) -> FileStore | PostgresStore:
+        """The store this run talks to, discovered on first use (DIGEST §7).
+
+        Only ``create`` (``submit``, ``init``) makes a store where there is
+        none; every other command refuses a root with no store (``no_store``).
+        """
         if self._store is None:
             from .. import discovery
 
             root, rung = discovery.resolve(self.store_flag, self.env, warn=lambda line: click.echo(line, err=True))
-            self._store = discovery.open_store(root, rung)
+            self._store = discovery.open_store(root, rung, create=create)
         return self._store
+
+    def max_ttl(self) -> float:
+        """The ``max_ttl`` setting (``JOBCTL_MAX_TTL``, config ``max_ttl``, default a day), read once.
+
+        Read only by the commands that grant or judge a lease, and by
+        ``list``/``show`` only when a lease reaches that far ahead at all:
+        it costs the config file's read.
+        """
+        if self._max_ttl is None:
+            from .. import settings
+
+            self._max_ttl = float(settings.one("max_ttl", self.env).value)
+        return self._max_ttl
+
+    def lease_store(self, ttl: float) -> FileStore | PostgresStore:
+        """The store, told the longest lease it may grant (``claim``, ``renew``, ``run``).
+
+        A ``ttl`` no longer than the smallest ``max_ttl`` there can be is
+        within every setting: the config file is not read for it (a cron
+        consumer's ``claim --next --ttl 30`` stays as quick as it was).
+        """
+        store = self.store()
+        if ttl > limits.MAX_TTL.low:
+            store.max_ttl = self.max_ttl()
+        return store
+
+    def long_leases(self, records: Iterable[Record]) -> set[str]:
+        """Ids of the records whose lease runs further ahead than any jobctl grants (docs/howto/recovery.md)."""
+        now = self.now()
+        floor = limits.MAX_TTL.low  # nothing under the smallest max_ttl can be too long: no setting to read
+        ahead = [r for r in records if limits.lease_too_long(r.lease.expires_at, now, floor)]
+        if not ahead:
+            return set()
+        ceiling = self.max_ttl()
+        return {r.id for r in ahead if limits.lease_too_long(r.lease.expires_at, now, ceiling)}
+
+    def close(self) -> None:
+        """Let go of the store's connection, when it has one (a database store)."""
+        close = getattr(self._store, "close", None)
+        if close is not None:
+            close()
 
     @property
     def terminal(self) -> bool:
@@ -199,39 +258,64 @@ class _JsonText(_Text):
                 with open(text[1:], "rb") as fh:
                     return fh.read().decode("utf-8", "surrogateescape")
             except OSError as exc:
-                self.fail(f"cannot read {text[1:]}: {exc.strerror or exc}", param, ctx)
+                # One line, as for JSON that does not parse, not a screen of usage.
+                from ..errors import Invalid
+
+                flag = param.opts[0] if isinstance(param, click.Option) else "JSON"
+                raise Invalid(f"{flag}: cannot read {text[1:]}: {exc.strerror or exc}") from None
         return text
 
 
 class _Seconds(_FloatType):
-    """A non-negative, finite number of seconds (fractions allowed)."""
+    """A finite number of seconds (fractions allowed) within a :class:`jobctl.limits.Range`."""
 
     name = "seconds"
 
+    def __init__(self, bounds: Range = limits.TIMEOUT) -> None:
+        self.bounds = bounds
+
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
-        if isinstance(value, float):
+        if isinstance(value, float) and self.bounds.holds(value):
             return value
         try:
             seconds = float(value)
         except (TypeError, ValueError):
             self.fail(f"{value!r} is not a number of seconds", param, ctx)
-        if not math.isfinite(seconds) or seconds < 0:
+        if not math.isfinite(seconds):
             self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not self.bounds.holds(seconds):
+            self.fail(f"{value!r} is out of range ({self.bounds.text()})", param, ctx)
         return seconds
 
 
 class _Count(_IntType):
-    """A whole number, zero or more (an epoch, work done, a total)."""
+    """A whole number within a :class:`jobctl.limits.Range` (an epoch, work done, a total)."""
 
     name = "count"
 
+    def __init__(self, bounds: Range = limits.EPOCH) -> None:
+        self.bounds = bounds
+
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        if isinstance(value, int) and not isinstance(value, bool) and self.bounds.holds(value):
             return value
         text = str(value).strip()
         if not text.isdigit() or not text.isascii():
-            self.fail(f"{value!r} is not a whole number (0 or more)", param, ctx)
-        return int(text)
+            self.fail(f"{value!r} is not a whole number ({self.bounds.text()})", param, ctx)
+        number = int(text)
+        if not self.bounds.holds(number):
+            self.fail(f"{value!r} is out of range ({self.bounds.text()})", param, ctx)
+        return number
+
+
+def seconds(bounds: Range) -> _Seconds:
+    """The option type for a duration in ``bounds``."""
+    return _Seconds(bounds)
+
+
+def count(bounds: Range) -> _Count:
+    """The option type for a whole number in ``bounds``."""
+    return _Count(bounds)
 
 
 #: The six states, for --state options; the list goes in the help text, not the metavar.
@@ -277,9 +361,23 @@ def _set_json(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
         ctx.ensure_object(State).json = True
 
 
+def _version_text() -> str:
+    """``jobctl --version``: the release, then the contract models and jobctl's own extensions it speaks.
+
+    The first line stays ``jobctl X.Y.Z`` for scripts that read only that.
+    """
+    from ..record import AFTER, MODELS, PIPELINE, RETRY
+
+    lines = [f"jobctl {__version__}", "abstraction-job file binding, models:"]
+    lines += [f"  {name}" for name in sorted(MODELS)]
+    lines.append("jobctl extensions:")
+    lines += [f"  {name}" for name in sorted((AFTER, PIPELINE, RETRY))]
+    return "\n".join(lines)
+
+
 def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if value and not ctx.resilient_parsing:
-        click.echo(f"jobctl {__version__}")
+        click.echo(_version_text())
         ctx.exit()
 
 
@@ -295,7 +393,7 @@ store_option = click.option(
     expose_value=False,
     callback=_set_store,
     is_eager=True,
-    help="Store root; beats JOB_STORE, ABSTRACTION_STORE and the config file.",
+    help="Store root (a directory or a postgresql:// URL); beats JOB_STORE, ABSTRACTION_STORE and the config file.",
 )
 json_option = click.option(
     "--json",
@@ -315,21 +413,54 @@ def complete_ids(ctx: click.Context, _param: click.Parameter, incomplete: str) -
     """Job ids for shell completion: the names in ``<root>/jobs``; nothing is decoded or created."""
     from click.shell_completion import CompletionItem
 
-    from .. import discovery
+    from .. import discovery, fsio
 
     state = ctx.find_object(State) or State()
     try:
         root, _rung = discovery.resolve(state.store_flag, state.env)
-        with os.scandir(os.path.join(root, "jobs")) as entries:
-            names = sorted(e.name[:-5] for e in entries if e.name.endswith(".json") and not e.name.startswith("."))
-    except (OSError, discovery.Unavailable):
+        with fsio.opened_dir(root, "jobs") as jobs:  # a link at jobs/ is not followed, even for names
+            names = sorted(
+                e.name[:-5] for e in fsio.scan(jobs) if e.name.endswith(".json") and not e.name.startswith(".")
+            )
+    except (OSError, JobError, discovery.Unavailable):
         return []
     return [CompletionItem(name) for name in names if name.startswith(incomplete)]
 
 
+def _need_id(ctx: click.Context, _param: click.Parameter, value: str | None) -> str:
+    if value is None and not ctx.resilient_parsing:
+        raise click.UsageError(f"{ctx.info_name} needs a job id: name it, or set JOB_ID", ctx=ctx)
+    return value or ""
+
+
 def job_id_argument(fn: F) -> F:
-    """``ID``, defaulting to ``$JOB_ID`` so a command run under a lease needs no arguments."""
-    return click.argument("job_id", metavar="ID", envvar="JOB_ID", type=TEXT, shell_complete=complete_ids)(fn)
+    """``[ID]``, defaulting to ``$JOB_ID`` so a command run under a lease needs no arguments.
+
+    Missing from both, it is a usage error that says so in those words (not
+    click's ``Missing argument``), and the usage line shows it as optional.
+    """
+    return click.argument(
+        "job_id",
+        metavar="[ID]",
+        envvar="JOB_ID",
+        type=TEXT,
+        required=False,
+        callback=_need_id,
+        shell_complete=complete_ids,
+    )(fn)
+
+
+#: The one line a holder command prints when it has no epoch to present.
+NO_EPOCH = "no epoch: pass --epoch N or export JOB_EPOCH"
+
+
+def _need_epoch(ctx: click.Context, _param: click.Parameter, value: int | None) -> int:
+    # Epoch 0 is never a default: a script that forgot its epoch would be told
+    # stale_epoch ("somebody claimed it since"), which scripts read as "not ours
+    # any more, walk away", and the job would be abandoned for a typo [JOB-L1].
+    if value is None and not ctx.resilient_parsing:
+        raise click.UsageError(NO_EPOCH, ctx=ctx)
+    return value or 0
 
 
 def epoch_option(fn: F) -> F:
@@ -338,21 +469,35 @@ def epoch_option(fn: F) -> F:
         type=COUNT,
         metavar="N",
         envvar="JOB_EPOCH",
-        default=0,
-        show_default=True,
         show_envvar=True,
-        help="The epoch this holder's claim returned.",
+        callback=_need_epoch,
+        help=f"The epoch this holder's claim returned ({limits.EPOCH.text()}). Required: there is no default.",
     )(fn)
 
 
-def ttl_option(fn: F) -> F:
-    return click.option(
-        "--ttl",
-        type=SECONDS,
-        default=30.0,
-        show_default=True,
-        help="How long the lease lasts, in seconds.",
-    )(fn)
+#: The option type of a --ttl of jobctl run and worker: the hard range; the store refuses more than max_ttl.
+TTL_SECONDS = _Seconds(limits.RUN_TTL)
+TTL_HELP = f"({limits.RUN_TTL.text()}; at most max_ttl, default 86400, else invalid)"
+
+
+def _ttl_option(bounds: Range) -> Callable[[F], F]:
+    def decorate(fn: F) -> F:
+        return click.option(
+            "--ttl",
+            type=_Seconds(bounds),
+            default=30.0,
+            show_default=True,
+            help=f"How long the lease lasts, in seconds ({bounds.text()}; at most max_ttl, default 86400, "
+            "else invalid).",
+        )(fn)
+
+    return decorate
+
+
+#: --ttl of claim and renew (0 is a lease that lapses at once).
+ttl_option = _ttl_option(limits.TTL)
+#: --ttl of jobctl run (renewed every third of it, so more than 0).
+run_ttl_option = _ttl_option(limits.RUN_TTL)
 
 
 def by_option(fn: F) -> F:
@@ -443,10 +588,16 @@ LAZY: dict[str, tuple[str, str]] = {
     "sweep": ("upkeep", "sweep"),
     "paths": ("upkeep", "paths"),
     "doctor": ("upkeep", "doctor"),
+    "init": ("upkeep", "init"),
     "run": ("work", "run"),
     "worker": ("work", "worker"),
     "logs": ("work", "logs"),
     "pipeline": ("work", "pipeline"),
+    "retry": ("lifecycle", "retry"),
+    "gc": ("lifecycle", "gc"),
+    "db": ("db", "db"),
+    "export": ("transfer", "export"),
+    "import": ("transfer", "import_"),
 }
 
 #: How ``jobctl --help`` groups the commands; anything unlisted goes under "Other".
@@ -454,8 +605,9 @@ SECTIONS: list[tuple[str, tuple[str, ...]]] = [
     ("Submit and look", ("submit", "show", "list", "orphans", "watch", "wait")),
     ("Hold a lease", ("claim", "progress", "checkpoint", "renew", "release", "finish")),
     ("Ask a holder", ("intent", "approve", "recall", "cancel")),
-    ("Do the work", ("run", "worker", "pipeline", "logs")),
-    ("Upkeep", ("sweep", "paths", "doctor", "help")),
+    ("Do the work", ("run", "worker", "pipeline", "logs", "retry")),
+    ("Upkeep", ("init", "gc", "sweep", "paths", "doctor", "help")),
+    ("Move and set up", ("export", "import", "db")),
 ]
 
 
@@ -480,6 +632,19 @@ class JobGroup(click.Group):
         command: click.Command = getattr(module, spec[1])
         return command
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """As click's, but an unknown command gets a suggestion (`lst` -> `list`), as an unknown option does."""
+        name = click.utils.make_str(args[0])
+        if self.get_command(ctx, name) is None and not name.startswith("-") and not ctx.resilient_parsing:
+            import difflib
+
+            close = difflib.get_close_matches(name, self.list_commands(ctx), n=3, cutoff=0.6)
+            hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            ctx.fail(f"No such command {name!r}.{hint}")
+        return super().resolve_command(ctx, args)
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         names = self.list_commands(ctx)
         placed = {name for _, members in SECTIONS for name in members}
@@ -500,11 +665,17 @@ class JobGroup(click.Group):
         """Run the command; the one place where a refusal becomes a stderr line and an exit code."""
         state = ctx.ensure_object(State)
         try:
+            return self._invoke(ctx, state)
+        finally:
+            state.close()
+
+    def _invoke(self, ctx: click.Context, state: State) -> Any:
+        try:
             return super().invoke(ctx)
         except JobError as exc:
             if state.debug:
                 _traceback()
-            click.echo(refusal_line(exc), err=True)
+            click.echo(refusal_line(exc, ctx.invoked_subcommand), err=True)
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt:
             click.echo("", err=True)
@@ -540,10 +711,14 @@ def _traceback() -> None:
     traceback.print_exc(file=sys.stderr)
 
 
-def refusal_line(exc: JobError) -> str:
-    """``jobctl: <verdict>: <what and which job>; <what to do next>`` -- one line."""
+def refusal_line(exc: JobError, command: str | None = None) -> str:
+    """``jobctl: <verdict>: <what and which job>; <what to do next>`` -- one line.
+
+    ``command`` is the command that ran, so the advice names its real help.
+    """
     message = " ".join(str(exc).split()) or exc.verdict.replace("_", " ")
     hint = str(getattr(exc, "hint", "") or HINTS.get(exc.verdict, "")).replace("{id}", exc.job_id or "ID")
+    hint = hint.replace("COMMAND", command or "COMMAND")
     return f"jobctl: {exc.verdict}: {message}; {hint}" if hint else f"jobctl: {exc.verdict}: {message}"
 
 
@@ -564,15 +739,16 @@ CONTEXT: dict[str, Any] = {"help_option_names": ["-h", "--help"], "max_content_w
     expose_value=False,
     is_eager=True,
     callback=_show_version,
-    help="Show the version and exit.",
+    help="Show the version and the record models it speaks, and exit.",
 )
 def cli() -> None:
     """Durable jobs in a shared directory: leased, fenced, checkpointed, resumable.
 
-    Every command works on one store root (a directory). It is the one given
-    with --store, else $JOB_STORE, else $ABSTRACTION_STORE, else the "store"
-    in the per-user abstraction/config.json, else ~/.abstraction;
-    `jobctl paths` says which and why.
+    Every command works on one store: a directory, or a PostgreSQL database
+    named by a postgresql:// URL. It is the one given with --store, else
+    $JOB_STORE, else $ABSTRACTION_STORE, else the "store" in the per-user
+    abstraction/config.json, else ~/.abstraction; `jobctl paths` says which
+    and why.
 
     Piped, each command prints the plain lines of upstream's jobctl; on a
     terminal, tables; with --json, versioned JSON. Data goes to stdout,

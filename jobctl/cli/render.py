@@ -15,14 +15,14 @@ the functions that draw for a terminal, so a piped command never pays for it.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 import click
 
 from ..errors import JobError
-from ..record import ZERO_TIME, Record, format_time, held
+from ..record import ZERO_TIME, Record, format_time, held, is_zero
 from ..store.file import is_orphan
 from ..summary import Summary
 from ..wire import Raw, dumps_compact
@@ -167,7 +167,9 @@ def env_line(rec: Record) -> str:
     """``claim --format env``: assignments for ``eval``, each value quoted for sh."""
     import shlex
 
-    checkpoint = rec.checkpoint_text() or ""
+    # The same value `jobctl run` gives its command (JSON; `null` when there is none).
+    text = rec.checkpoint_text()
+    checkpoint = "null" if text is None else text
     return (
         f"JOB_ID={shlex.quote(rec.id)} JOB_EPOCH={rec.lease.epoch} "
         f"JOB_KIND={shlex.quote(rec.kind)} JOB_CHECKPOINT={shlex.quote(checkpoint)}"
@@ -234,7 +236,7 @@ def unreadable_line(unreadable: list[tuple[str, JobError]]) -> str:
 
 
 def _when(value: datetime | None) -> str | None:
-    if value is None or value == ZERO_TIME:
+    if is_zero(value):
         return None
     return format_time(value)
 
@@ -253,8 +255,10 @@ def scheduling(rec: Record, states: Mapping[str, str] | None, now: datetime) -> 
 
     info: dict[str, Any] = {"attempt": 1, "not_before": None, "after": [], "pipeline": None, "stage": None}
     try:
-        info["attempt"] = schedule.attempt(rec)
-        info["not_before"] = _when(schedule.not_before(rec))
+        info["attempt"] = schedule.shown_attempt(rec)
+        # An ended job starts no further attempt: a not-before time left over
+        # from its last retry would read as a promise of another.
+        info["not_before"] = None if rec.terminal else _when(schedule.not_before(rec))
         info["after"] = schedule.after_of(rec)
         pipeline = schedule.pipeline_of(rec)
         if pipeline is not None:
@@ -268,9 +272,19 @@ def scheduling(rec: Record, states: Mapping[str, str] | None, now: datetime) -> 
     return info
 
 
-def job_json(rec: Record, now: datetime, states: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The ``job`` shape (v1) of docs/reference/json.md."""
+def job_json(
+    rec: Record, now: datetime, states: Mapping[str, str] | None = None, long_lease: bool | None = None
+) -> dict[str, Any]:
+    """The ``job`` shape (v1) of docs/reference/json.md.
+
+    ``long_lease``: whether the lease runs further ahead than ``max_ttl``
+    allows (the caller read the setting); None judges by the default.
+    """
     lease = rec.lease
+    if long_lease is None:
+        from ..limits import DEFAULT_MAX_TTL, lease_too_long
+
+        long_lease = lease_too_long(lease.expires_at, now, DEFAULT_MAX_TTL)
     recall = lease.recall
     obj: dict[str, Any] = {
         "id": rec.id,
@@ -283,7 +297,8 @@ def job_json(rec: Record, now: datetime, states: Mapping[str, str] | None = None
         "owner": lease.owner,
         "epoch": lease.epoch,
         "expires_at": _when(lease.expires_at),
-        "held": held(lease, now),
+        "held": live_lease(rec, now),
+        "lease_too_long": long_lease,
         "orphan": is_orphan(rec, now),
         "intent": rec.want,
         "recall": None
@@ -312,7 +327,7 @@ _STATE_STYLE = {
 
 def relative(when: datetime | None, now: datetime) -> str:
     """``in 42s``, ``3m ago``, ``2h ago``: what a person reads faster than a timestamp."""
-    if when is None or when == ZERO_TIME:
+    if when is None or is_zero(when):
         return "-"
     seconds = int((when - now).total_seconds())
     span = abs(seconds)
@@ -348,16 +363,29 @@ def _bar(rec: Record) -> RenderableType:
     return grid
 
 
-def _lease(rec: Record, now: datetime) -> str:
+def live_lease(rec: Record, now: datetime) -> bool:
+    """Whether anybody holds ``rec`` for a reader: never a terminal job [JOB-T1].
+
+    The final write leaves the holder's lease in the record (the bytes are as
+    the contract writes them), but nothing can be done under it any more.
+    """
+    return not rec.terminal and held(rec.lease, now)
+
+
+def _lease(rec: Record, now: datetime, too_long: bool = False) -> str:
     lease = rec.lease
-    if not lease.owner:
+    if not lease.owner or rec.terminal:
         return "-"
     if held(lease, now):
-        return relative(lease.expires_at, now).replace("in ", "") + " left"
+        left = relative(lease.expires_at, now).replace("in ", "") + " left"
+        return left + " (too long: jobctl recall)" if too_long else left
     return "lapsed " + relative(lease.expires_at, now)
 
 
-def _waits(info: Mapping[str, Any]) -> str:
+def _waits(rec: Record, info: Mapping[str, Any]) -> str:
+    """What a job still waits for; nothing for an ended job, whose scheduling is history."""
+    if rec.terminal:
+        return ""
     parts = []
     blocked = info.get("blocked")
     if blocked and blocked["reason"] == "held":
@@ -371,58 +399,226 @@ def _waits(info: Mapping[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def jobs_table(records: Iterable[Record], now: datetime, states: Mapping[str, str] | None = None) -> Table:
-    """The people's view of a list of jobs; optional columns appear only when some job fills them."""
+# -- which rows, in which order, and which columns fit ------------------------------
+
+
+def view_rank(rec: Record) -> int:
+    """Running (and transferred) jobs first, then pending ones (held included), then ended ones."""
+    if rec.terminal:
+        return 2
+    return 0 if rec.state in ("running", "transferred") else 1
+
+
+def by_creation(records: Iterable[Record], newest: bool = False) -> list[Record]:
+    """Oldest first by creation time, then id (so ``fetch-2`` comes before ``fetch-10`` when it was made first)."""
+    recs = sorted(records, key=lambda r: (r.created_at or ZERO_TIME, r.id))
+    return recs[::-1] if newest else recs
+
+
+def view_order(records: Iterable[Record], newest: bool = False) -> list[Record]:
+    """Active jobs before ended ones (:func:`view_rank`); each group by creation (:func:`by_creation`)."""
+    return sorted(by_creation(records, newest), key=view_rank)  # sorted() is stable: creation order stays
+
+
+def one_line(text: str) -> str:
+    """Text made one line: every run of whitespace (newlines too) becomes one space."""
+    return " ".join(text.split())
+
+
+#: The narrowest a column of free text is cut to (with …) before it is dropped instead.
+SHRUNK = 8
+#: The widest progress bar drawn.
+BAR = 16
+
+
+class _Column:
+    """One column of a fitted table: its cells as plain text, how far it may shrink, when it goes.
+
+    ``drop`` orders the columns that may be left out when the terminal is
+    narrow (lowest goes first); None means never (id and state). A ``shrink``
+    column is cut to one line with … rather than wrapped.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        texts: list[str],
+        drop: int | None,
+        shrink: bool = False,
+        styles: list[str] | None = None,
+        bars: list[tuple[int, int]] | None = None,
+    ) -> None:
+        from rich.cells import cell_len
+
+        self.name = name
+        self.texts = texts
+        self.drop = drop
+        self.styles = styles
+        self.bars = bars
+        text_width = max([cell_len(name), *(cell_len(t) for t in texts)])
+        self.least = min(text_width, max(cell_len(name), SHRUNK)) if shrink else text_width
+        self.text_width = self.natural = text_width
+        if bars and any(total for _, total in bars):
+            self.natural = text_width + 1 + BAR
+        self.width = self.least
+
+    def cell(self, row: int) -> RenderableType:
+        from rich.progress_bar import ProgressBar
+        from rich.table import Table
+        from rich.text import Text
+
+        text = Text(self.texts[row], style=self.styles[row] if self.styles else "")
+        if self.bars is None:
+            return text
+        done, total = self.bars[row]
+        room = self.width - len(self.texts[row]) - 1
+        if not total or room < 4:
+            return text
+        grid = Table.grid(padding=(0, 1))
+        text.stylize("dim")
+        grid.add_row(ProgressBar(total=total, completed=min(done, total), width=min(room, BAR)), text)
+        return grid
+
+
+def _fit(columns: list[_Column], width: int) -> list[_Column]:
+    """The columns that fit ``width`` and their widths: low-value columns go first, id and state stay.
+
+    A table without outer edges takes three cells a column beside its
+    contents (two of padding, one of rule) less three (no outer rules, no
+    outer padding). Every kept column gets its least
+    width; what is left goes to the most valuable columns first, up to what
+    their contents want.
+    """
+    kept = list(columns)
+
+    def need(cols: list[_Column]) -> int:
+        return sum(c.least for c in cols) + 3 * len(cols) - 3
+
+    while need(kept) > width:
+        droppable = [c for c in kept if c.drop is not None]
+        if not droppable:
+            break
+        kept.remove(min(droppable, key=lambda c: c.drop or 0))
+    slack = max(0, width - need(kept))
+    for col in kept:
+        col.width = col.least
+    # One cell at a time to each column that wants more, most valuable first,
+    # so a long error does not starve the waits beside it; the progress bars,
+    # decoration, get what the text leaves.
+    for goal in ("text_width", "natural"):
+        hungry = [c for c in sorted(kept, key=lambda c: -1 if c.drop is None else -c.drop - 1)]
+        hungry = [c for c in hungry if getattr(c, goal) > c.width]
+        while slack and hungry:
+            for col in list(hungry):
+                if not slack:
+                    break
+                col.width += 1
+                slack -= 1
+                if col.width >= getattr(col, goal):
+                    hungry.remove(col)
+    return kept
+
+
+def _fitted_table(columns: list[_Column], rows: int, width: int, **options: Any) -> Table:
     from rich.table import Table
 
-    recs = list(records)
+    # No outer edge: at 80 columns the four cells it costs are a column of data.
+    table = Table(header_style="bold", show_edge=False, pad_edge=False, **options)
+    kept = _fit(columns, width)
+    for col in kept:
+        table.add_column(col.name, width=col.width, no_wrap=True, overflow="ellipsis")
+    for row in range(rows):
+        table.add_row(*(col.cell(row) for col in kept))
+    return table
+
+
+def _progress_text(rec: Record) -> str:
+    done, total = rec.progress.done, rec.progress.total
+    if total:
+        return f"{done}/{total}"
+    return str(done) if done else "-"
+
+
+def _job_columns(
+    recs: list[Record], now: datetime, states: Mapping[str, str] | None, long_leases: Collection[str] = ()
+) -> list[_Column]:
+    """Every column a job table may show; optional ones only when some job fills them.
+
+    Left out first when narrow: intent, recall, updated, owner, attempt,
+    stage, lease, waits, done, kind, error; free text is cut to one line
+    with … before its column is left out. Never: id and state.
+    """
     infos = [scheduling(rec, states, now) for rec in recs]
-    table = Table(show_edge=True, header_style="bold")
-    table.add_column("id", no_wrap=True)
-    table.add_column("kind")
-    table.add_column("state")
-    table.add_column("progress", no_wrap=True)
-    table.add_column("owner")
-    table.add_column("lease", no_wrap=True)
-    extra = {
-        "intent": any(rec.want != "run" for rec in recs),
-        "recall": any(rec.lease.recall is not None for rec in recs),
-        "attempt": any(info["attempt"] > 1 for info in infos),
-        "waits": any(_waits(info) for info in infos),
-        "stage": any(info["pipeline"] for info in infos),
-        "error": any(rec.error for rec in recs),
-    }
-    for name, shown in extra.items():
-        if shown:
-            table.add_column(name)
-    table.add_column("updated", no_wrap=True)
-    for rec, info in zip(recs, infos, strict=True):
-        row: list[RenderableType] = [rec.id, rec.kind, _state(rec), _bar(rec), rec.lease.owner or "-", _lease(rec, now)]
-        if extra["intent"]:
-            row.append(rec.want if rec.want != "run" else "")
-        if extra["recall"]:
+    waits = [one_line(_waits(rec, info)) for rec, info in zip(recs, infos, strict=True)]
+    cols = [
+        _Column("id", [rec.id for rec in recs], None),
+        _Column("kind", [rec.kind for rec in recs], 10, shrink=True),
+        _Column("state", [rec.state for rec in recs], None, styles=[_STATE_STYLE.get(rec.state, "") for rec in recs]),
+        _Column(
+            "done",
+            [_progress_text(rec) for rec in recs],
+            9,
+            bars=[(rec.progress.done, rec.progress.total) for rec in recs],
+        ),
+        _Column("owner", [rec.lease.owner or "-" for rec in recs], 4, shrink=True),
+        _Column("lease", [_lease(rec, now, rec.id in long_leases) for rec in recs], 7),
+    ]
+    if any(rec.want != "run" for rec in recs):
+        cols.append(_Column("intent", [rec.want if rec.want != "run" else "" for rec in recs], 1))
+    if any(rec.lease.recall is not None for rec in recs):
+        recalls = []
+        for rec in recs:
             recall = rec.lease.recall
-            row.append("" if recall is None else f"{recall.reason} (until {relative(recall.until, now)})")
-        if extra["attempt"]:
-            row.append(str(info["attempt"]))
-        if extra["waits"]:
-            row.append(_waits(info))
-        if extra["stage"]:
-            row.append(f"{info['pipeline']}/{info['stage'] or rec.kind}" if info["pipeline"] else "")
-        if extra["error"]:
-            row.append(rec.error)
-        row.append(relative(rec.updated_at, now))
-        table.add_row(*row)
+            recalls.append("" if recall is None else one_line(f"{recall.reason} (until {relative(recall.until, now)})"))
+        cols.append(_Column("recall", recalls, 2, shrink=True))
+    if any(info["attempt"] > 1 for info in infos):
+        cols.append(_Column("attempt", [str(info["attempt"]) for info in infos], 5))
+    if any(waits):
+        cols.append(_Column("waits", waits, 8, shrink=True))
+    if any(info["pipeline"] for info in infos):
+        stages = [
+            f"{info['pipeline']}/{info['stage'] or rec.kind}" if info["pipeline"] else ""
+            for rec, info in zip(recs, infos, strict=True)
+        ]
+        cols.append(_Column("stage", stages, 6, shrink=True))
+    if any(rec.error for rec in recs):
+        cols.append(_Column("error", [one_line(rec.error) for rec in recs], 11, shrink=True))
+    cols.append(_Column("updated", [relative(rec.updated_at, now) for rec in recs], 3))
+    return cols
+
+
+def jobs_table(
+    records: Iterable[Record],
+    now: datetime,
+    states: Mapping[str, str] | None = None,
+    width: int = 200,
+    long_leases: Collection[str] = (),
+) -> Table:
+    """The people's view of a list of jobs, in the order given, fitted to ``width`` columns.
+
+    A lease in ``long_leases`` (further ahead than max_ttl) says so in its cell.
+    """
+    recs = list(records)
+    table = _fitted_table(_job_columns(recs, now, states, long_leases), len(recs), width)
     if not recs:
         table.caption = "no jobs"
     return table
 
 
-def print_jobs(screen: Screen, records: Iterable[Record], now: datetime, states: Mapping[str, str] | None) -> None:
-    screen.console().print(jobs_table(records, now, states))
+def print_jobs(
+    screen: Screen,
+    records: Iterable[Record],
+    now: datetime,
+    states: Mapping[str, str] | None,
+    long_leases: Collection[str] = (),
+) -> None:
+    console = screen.console()
+    console.print(jobs_table(records, now, states, console.width, long_leases))
 
 
-def print_job(screen: Screen, rec: Record, now: datetime, states: Mapping[str, str] | None) -> None:
+def print_job(
+    screen: Screen, rec: Record, now: datetime, states: Mapping[str, str] | None, long_lease: bool = False
+) -> None:
     """``show`` on a terminal: the fields that matter, in words, then the spec and checkpoint."""
     from rich.table import Table
 
@@ -435,8 +631,10 @@ def print_job(screen: Screen, rec: Record, now: datetime, states: Mapping[str, s
     grid.add_row("state", _state(rec))
     grid.add_row("progress", _bar(rec))
     lease = rec.lease
-    if lease.owner:
-        grid.add_row("owner", f"{lease.owner} (epoch {lease.epoch}, {_lease(rec, now)})")
+    if lease.owner and rec.terminal:
+        grid.add_row("owner", f"{lease.owner} (epoch {lease.epoch}, ended)")
+    elif lease.owner:
+        grid.add_row("owner", f"{lease.owner} (epoch {lease.epoch}, {_lease(rec, now, long_lease)})")
     else:
         grid.add_row("owner", f"nobody (epoch {lease.epoch})")
     if rec.intent is not None:
@@ -504,43 +702,55 @@ class LiveTable:
             self._live.__exit__(None, None, None)
 
 
-def watch_table(records: Iterable[Record], now: datetime, title: str) -> Table:
-    """The live view of ``watch``: id, kind, state, progress, owner, lease left, intent, recall."""
-    from rich.table import Table
+#: Lines a watch table takes besides its rows: title, header, header rule, caption, and the
+#: line the cursor rests on below a live view.
+WATCH_FRAME = 5
 
-    table = Table(title=title, header_style="bold", title_justify="left")
-    for name in ("id", "kind", "state", "progress", "owner", "lease", "intent", "recall"):
-        table.add_column(name, no_wrap=name in ("id", "lease"))
-    count = 0
-    for rec in records:
-        count += 1
-        recall = rec.lease.recall
-        table.add_row(
-            rec.id,
-            rec.kind,
-            _state(rec),
-            _bar(rec),
-            rec.lease.owner or "-",
-            _lease(rec, now),
-            rec.want if rec.want != "run" else "",
-            "" if recall is None else f"{recall.reason} (until {relative(recall.until, now)})",
-        )
-    if not count:
+
+def watch_table(records: Iterable[Record], now: datetime, title: str, width: int = 200, height: int = 0) -> Table:
+    """The live view of ``watch``: running jobs first, then pending, then the most recently ended.
+
+    When there are more rows than ``height`` lines hold, the rows at the end
+    (ended jobs first, then pending ones) are left out and the caption says
+    how many; ``height`` 0 means no limit.
+    """
+    ordered = view_order(records)
+    # Ended jobs most recently changed first: what just finished is what a watcher wants to see.
+    ended = sorted((r for r in ordered if r.terminal), key=lambda r: r.updated_at or ZERO_TIME, reverse=True)
+    recs = [r for r in ordered if not r.terminal] + ended
+    shown = recs
+    if height and len(recs) > max(1, height - WATCH_FRAME):
+        shown = recs[: max(1, height - WATCH_FRAME)]
+    table = _fitted_table(_job_columns(shown, now, None), len(shown), width, title=title, title_justify="left")
+    hidden = recs[len(shown) :]
+    if hidden:
+        gone = sum(1 for rec in hidden if rec.terminal)
+        parts = [f"{len(hidden) - gone} active"] if len(hidden) > gone else []
+        parts += [f"{gone} ended"] if gone else []
+        table.caption = f"{len(hidden)} more rows hidden ({', '.join(parts)})"
+    elif not recs:
         table.caption = "no jobs yet"
     return table
 
 
-def wait_table(records: Iterable[tuple[str, Record | None]], now: datetime, goal: str) -> Table:
+def wait_table(records: Iterable[tuple[str, Record | None]], now: datetime, goal: str, width: int = 200) -> Table:
     """The view of ``wait``: one progress bar a job, and whether it has settled."""
-    from rich.table import Table
-    from rich.text import Text
-
-    table = Table(title=f"waiting for {goal}", header_style="bold", title_justify="left")
-    for name in ("id", "state", "progress", "owner", "lease"):
-        table.add_column(name, no_wrap=True)
-    for job_id, rec in records:
-        if rec is None:
-            table.add_row(job_id, Text("missing", style="red"), "", "", "")
-            continue
-        table.add_row(job_id, _state(rec), _bar(rec), rec.lease.owner or "-", _lease(rec, now))
-    return table
+    pairs = list(records)
+    cols = [
+        _Column("id", [job_id for job_id, _ in pairs], None),
+        _Column(
+            "state",
+            ["missing" if rec is None else rec.state for _, rec in pairs],
+            None,
+            styles=["red" if rec is None else _STATE_STYLE.get(rec.state, "") for _, rec in pairs],
+        ),
+        _Column(
+            "done",
+            ["" if rec is None else _progress_text(rec) for _, rec in pairs],
+            3,
+            bars=[(0, 0) if rec is None else (rec.progress.done, rec.progress.total) for _, rec in pairs],
+        ),
+        _Column("owner", ["" if rec is None else rec.lease.owner or "-" for _, rec in pairs], 1, shrink=True),
+        _Column("lease", ["" if rec is None else _lease(rec, now) for _, rec in pairs], 2),
+    ]
+    return _fitted_table(cols, len(pairs), width, title=f"waiting for {goal}", title_justify="left")

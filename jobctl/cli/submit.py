@@ -2,27 +2,39 @@
 
 from __future__ import annotations
 
+import os
 import re
 from datetime import datetime, timedelta
 
 import click
 
-from ..errors import Invalid
+from .. import limits
+from ..errors import Exists, Invalid
 from ..record import Progress, Record, parse_time
 from . import render
-from .main import COUNT, JSON_TEXT, TEXT, JobCommand, State, common, default_by, pass_state, raw_json
+from .main import COUNT, JSON_TEXT, TEXT, JobCommand, State, common, count, default_by, pass_state, raw_json
 
-__all__ = ["submit", "parse_when"]
+__all__ = ["submit", "parse_when", "parse_duration"]
 
 _DELAY = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)\Z")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str, what: str) -> timedelta:
+    """A span of time: ``90``, ``90s``, ``15m``, ``2h``, ``7d``; ``invalid`` naming ``what`` otherwise."""
+    match = _DELAY.match(text.strip())
+    if match is None:
+        raise Invalid(f"{what}: {text!r} is not a duration (90s, 15m, 2h, 7d)")
+    return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
 
 
 def parse_when(text: str, now: datetime) -> datetime:
     """``--not-before``: an RFC 3339 instant, or a delay from now (``90``, ``90s``, ``15m``, ``2h``, ``1d``)."""
     match = _DELAY.match(text.strip())
     if match is not None:
-        return now + timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+        delay = float(match.group(1)) * _UNITS[match.group(2)]
+        limits.NOT_BEFORE_DELAY.check(delay, "--not-before delay (seconds)")
+        return limits.later(now, delay, "--not-before delay")
     when = parse_time(text, "--not-before")
     if when is None:
         raise Invalid("--not-before wants a time")
@@ -39,31 +51,69 @@ def _codes(text: str) -> list[int]:
     return out
 
 
-@click.command(cls=JobCommand, short_help="Submit a job; print its id.")
-@click.option("--kind", type=TEXT, required=True, help="What the job is: who can read its spec.")
+def _env_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for pair in pairs:
+        name, eq, value = pair.partition("=")
+        if not eq or not name or "\0" in pair:
+            raise click.BadParameter(f"{pair!r} is not NAME=VALUE", param_hint="--env")
+        env[name] = value
+    return env
+
+
+@click.command(cls=JobCommand, short_help="Submit a job (or a command: submit -- CMD...); print its id.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- CMD...]")
+@click.option(
+    "--kind", type=TEXT, help="What the job is: who can read its spec. [default: shell with -- CMD; else required]"
+)
 @click.option(
     "--spec",
     type=JSON_TEXT,
-    default="{}",
-    show_default=True,
-    help="The job's spec: a JSON object, inline, @FILE, or - for stdin. Kept byte for byte.",
+    help="The job's spec: a JSON object, inline, @FILE, or - for stdin. Kept byte for byte. [default: {}]",
 )
 @click.option(
-    "--total", type=COUNT, metavar="N", default=0, show_default=True, help="Total work, in the kind's own units."
+    "--env",
+    "env_pairs",
+    multiple=True,
+    type=TEXT,
+    metavar="NAME=VALUE",
+    help="With -- CMD: set NAME in the command's environment (repeatable).",
+)
+@click.option(
+    "--total",
+    type=COUNT,
+    metavar="N",
+    default=0,
+    show_default=True,
+    help=f"Total work, in the kind's own units ({limits.TOTAL.text()}).",
 )
 @click.option("--requires", type=TEXT, metavar="A,B", help="Capabilities an implementation must have, comma-separated.")
 @click.option(
-    "--id", "job_id", type=TEXT, metavar="ID", help="Use this id instead of minting one (refused if it exists)."
+    "--id",
+    "job_id",
+    type=TEXT,
+    metavar="ID",
+    help="Use this id instead of minting one (refused if it exists: exit 15).",
+)
+@click.option(
+    "--exists-ok", is_flag=True, help="With --id: when that job exists, print its id and exit 0, changing nothing."
 )
 @click.option("--hold", is_flag=True, help="Submit paused: nothing adopts it until `jobctl intent ID run`.")
 @click.option(
-    "--retries", type=COUNT, metavar="N", help="Retry a failed run this many times (jobctl run / jobctl worker)."
+    "--retries",
+    type=count(limits.RETRIES),
+    metavar="N",
+    help=f"Retry a failed run this many times, jobctl run / jobctl worker ({limits.RETRIES.text()}).",
 )
 @click.option(
     "--retry-intervals",
     type=TEXT,
     metavar="S,S,…",
-    help="Seconds to wait before each retry. [default: $JOB_RETRY_INTERVALS or 10,30,60,120,240,…]",
+    help=(
+        f"Seconds to wait before each retry, at most {limits.RETRY_INTERVALS_MAX} of them, "
+        f"each {limits.RETRY_INTERVAL.text().replace('interval', 'S')}; out of range: invalid. "
+        "[default: $JOB_RETRY_INTERVALS or 10,30,60,120,240,…]"
+    ),
 )
 @click.option("--no-retry-on", type=TEXT, metavar="CODE,…", help="Exit codes that fail the job at once.")
 @click.option(
@@ -72,18 +122,24 @@ def _codes(text: str) -> list[int]:
 @click.option("--pipeline", type=TEXT, metavar="NAME", help="The pipeline this job belongs to (for display).")
 @click.option("--stage", type=TEXT, metavar="NAME", help="Its stage in that pipeline. [default: the kind]")
 @click.option(
-    "--not-before", type=TEXT, metavar="WHEN", help="Do not start before WHEN: RFC 3339, or a delay (90s, 15m, 2h)."
+    "--not-before",
+    type=TEXT,
+    metavar="WHEN",
+    help="Do not start before WHEN: RFC 3339, or a delay (90s, 15m, 2h; at most 3650d, else invalid).",
 )
 @click.option("--by", type=TEXT, help="Who holds it (with --hold). [default: jobctl@HOST:PID]")
 @common
 @pass_state
 def submit(
     state: State,
-    kind: str,
-    spec: str,
+    command: tuple[str, ...],
+    kind: str | None,
+    spec: str | None,
+    env_pairs: tuple[str, ...],
     total: int,
     requires: str | None,
     job_id: str | None,
+    exists_ok: bool,
     hold: bool,
     retries: int | None,
     retry_intervals: str | None,
@@ -102,15 +158,53 @@ def submit(
     --hold) are jobctl's own extension keys, carried untouched by every other
     implementation.
 
+    With words after --, a `shell` job runs them: its spec is
+    {"argv": [the words], "cwd": this directory, "env": {--env pairs}}, so a
+    relative command runs where it was submitted. A `shell` spec given with
+    --spec is checked here (argv a non-empty list of strings, cwd a string,
+    env an object of strings, timeout a positive number) and refused
+    `invalid` (exit 9) rather than failing later in a worker.
+
+    An --id that is already in the store is refused `exists` (exit 15);
+    with --exists-ok its id is printed and the exit is 0, so a producer that
+    runs twice enqueues the work once. The existing job is not compared
+    with this request, nor changed.
+
     \b
     Examples:
+      jobctl submit -- ./convert.sh in.mkv
+      jobctl submit --env LANG=C.UTF-8 --retries 2 -- make -C ~/site publish
       jobctl submit --kind download --spec '{"url": "https://example.com/a.iso"}'
       jobctl submit --kind report --spec @report.json --after "$FETCH_ID" --retries 3
+      jobctl submit --id "backup-$(date +%F)" --exists-ok -- ./backup.sh
       id=$(jobctl submit --kind backup --hold) && jobctl approve "$id"
     """
+    from ..shell import SHELL
+
     if stage and not pipeline:
         raise click.UsageError("--stage needs --pipeline")
-    rec = Record(id=job_id or "", kind=kind, spec=raw_json(spec, "--spec"), progress=Progress(total=total))
+    if exists_ok and not job_id:
+        raise click.UsageError("--exists-ok needs --id")
+    if command:
+        if spec is not None:
+            raise click.UsageError("give the command after -- or a --spec, not both")
+        if kind is not None and kind != SHELL:
+            raise click.UsageError(f"a command after -- makes a {SHELL} job, not --kind {kind}")
+        import json
+
+        body: dict[str, object] = {"argv": list(command), "cwd": os.getcwd()}
+        if env_pairs:
+            body["env"] = _env_pairs(env_pairs)
+        kind, spec = SHELL, json.dumps(body, ensure_ascii=False)
+    elif kind is None:
+        raise click.UsageError("give --kind (or a command after --)")
+    elif env_pairs:
+        raise click.UsageError("--env goes with a command after --")
+    rec = Record(id=job_id or "", kind=kind, spec=raw_json(spec or "{}", "--spec"), progress=Progress(total=total))
+    if kind == SHELL:
+        from ..shell import parse
+
+        parse(rec.spec, job_id or "")
     if requires:
         rec.requires = requires.split(",")
     scheduled = any(value is not None for value in (retries, retry_intervals, no_retry_on, pipeline, stage, not_before))
@@ -131,8 +225,13 @@ def submit(
             hold=hold,
             by=by or default_by(),
         )
-    store = state.store()
-    new_id = store.submit(rec)
+    store = state.store(create=True)
+    try:
+        new_id = store.submit(rec)
+    except Exists:
+        if not exists_ok:
+            raise
+        new_id = rec.id  # already there: the work is enqueued, and that job is left exactly as it is
     if state.json:
         render.out_json(render.job_json(store.load(new_id), state.now()))
     else:

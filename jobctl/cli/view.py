@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from datetime import datetime
 
 import click
 
 from ..errors import JobError
-from ..record import Record, encode
+from ..record import TERMINAL, Record, encode
 from ..store.base import Listing
 from ..store.file import is_orphan
-from ..summary import Summary
+from ..summary import Summary, micros, moment
 from . import render
 from .main import EXIT_FAILURE, STATE_CHOICE, STATES_HELP, TEXT, JobCommand, State, common, job_id_argument, pass_state
 
@@ -35,6 +36,29 @@ def _dependency_states(state: State, rec: Record) -> dict[str, str]:
     return states
 
 
+def _warn_long_leases(state: State, records: Iterable[Record], flagged: set[str]) -> None:
+    """One stderr line per lease that runs further ahead than jobctl grants: nobody renews it."""
+    for rec in records:
+        if rec.id in flagged:
+            _warn_long_lease(state, rec)
+
+
+def _warn_long_lease(state: State, item: Record | Summary) -> None:
+    from ..record import format_time
+
+    expires: datetime | None
+    if isinstance(item, Summary):
+        owner, epoch, expires = item.owner, item.epoch, moment(item.expires)
+    else:
+        owner, epoch, expires = item.lease.owner, item.lease.epoch, item.lease.expires_at
+    click.echo(
+        f"jobctl: warning: job {item.id}: its lease ({owner or 'no owner'}, epoch {epoch}) "
+        f"runs until {format_time(expires)}, more than max_ttl ({state.max_ttl():g} s) ahead; "
+        f"end it with jobctl recall {item.id} --reason ... (docs/howto/recovery.md)",
+        err=True,
+    )
+
+
 @click.command(cls=JobCommand, short_help="Print one job: its record, or a readable view on a terminal.")
 @job_id_argument
 @common
@@ -44,7 +68,8 @@ def show(state: State, job_id: str) -> None:
 
     Piped, the record re-encoded canonically: the exact bytes every
     implementation writes. On a terminal, the fields in words (lease time
-    left, attempt, what it waits for); with --json, the job object.
+    left, attempt, what it waits for); with --json, the job object. A lease
+    running more than max_ttl ahead is named on stderr (jobctl recall ends it).
 
     \b
     Example:
@@ -52,12 +77,14 @@ def show(state: State, job_id: str) -> None:
     """
     rec = state.store().load(job_id)
     screen = state.screen()
+    flagged = state.long_leases([rec])
     if state.json:
-        render.out_json(render.job_json(rec, state.now(), _dependency_states(state, rec)))
+        render.out_json(render.job_json(rec, state.now(), _dependency_states(state, rec), rec.id in flagged))
     elif screen.terminal:
-        render.print_job(screen, rec, state.now(), _dependency_states(state, rec))
+        render.print_job(screen, rec, state.now(), _dependency_states(state, rec), rec.id in flagged)
     else:
         click.echo(encode(rec), nl=False)
+    _warn_long_leases(state, [rec], flagged)
 
 
 def _print_records(
@@ -67,17 +94,36 @@ def _print_records(
     recs = list(records)
     screen = state.screen()
     now = state.now()
+    flagged = state.long_leases(recs)
     if state.json:
         for rec in recs:
-            render.out_json(render.job_json(rec, now, states))
+            render.out_json(render.job_json(rec, now, states, rec.id in flagged))
     elif screen.terminal:
-        render.print_jobs(screen, recs, now, states)
+        render.print_jobs(screen, recs, now, states, flagged)
     else:
         for rec in recs:
             render.out(line(rec))
+    _warn_long_leases(state, recs, flagged)
     if listing.unreadable:
         click.echo(render.unreadable_line(listing.unreadable), err=True)
         click.get_current_context().exit(EXIT_FAILURE)
+
+
+def pipeline_filter(name: str | None) -> Callable[[Record], bool]:
+    """``--pipeline NAME``: whether a record belongs to pipeline NAME (a malformed membership does not)."""
+
+    def belongs(rec: Record) -> bool:
+        if name is None:
+            return True
+        from .. import schedule  # only a --pipeline filter pays for it
+
+        try:
+            membership = schedule.pipeline_of(rec)
+        except JobError:
+            return False
+        return membership is not None and membership[0] == name
+
+    return belongs
 
 
 @click.command("list", cls=JobCommand, short_help="List jobs, one line each.")
@@ -90,67 +136,157 @@ def _print_records(
     metavar="STATE",
     help=f"Only jobs in STATE: {STATES_HELP} (repeatable).",
 )
+@click.option("--active", is_flag=True, help="Only jobs that have not ended (running, pending, held).")
+@click.option("--pipeline", type=TEXT, metavar="NAME", help="Only jobs of pipeline NAME.")
 @click.option("--owner", type=TEXT, help="Only jobs whose lease names this owner.")
 @click.option("--orphans", "only_orphans", is_flag=True, help="Only jobs nobody holds that a worker may adopt.")
+@click.option("--newest", is_flag=True, help="Newest first within each group.")
+@click.option("--limit", type=click.IntRange(min=1), metavar="N", help="At most N rows (the first N in this order).")
 @common
 @pass_state
 def list_jobs(
-    state: State, kind: tuple[str, ...], states: tuple[str, ...], owner: str | None, only_orphans: bool
+    state: State,
+    kind: tuple[str, ...],
+    states: tuple[str, ...],
+    active: bool,
+    pipeline: str | None,
+    owner: str | None,
+    only_orphans: bool,
+    newest: bool,
+    limit: int | None,
 ) -> None:
-    """List jobs, oldest first: `<id> kind=K state=S done=N checkpoint=C` a line.
+    """List jobs: `<id> kind=K state=S done=N checkpoint=C` a line.
+
+    Order: active jobs first (running and transferred, then pending and
+    held), then ended ones (complete, failed, cancelled); within each group
+    oldest first by creation time, then by id (--newest: newest first).
+    --limit N keeps the first N rows of that order. On a terminal, a table
+    that fits its width: id and state are always shown whole; intent,
+    recall, updated and owner are left out first when it is narrow, and long
+    text is cut to one line with ….
 
     Records that cannot be read are named on stderr after the others, and
     the exit code is then 1, so a half-blind listing never looks complete.
+    A lease running more than max_ttl ahead (nobody renews such a lease) is
+    named on stderr too, with the way out: jobctl recall.
 
     \b
     Examples:
       jobctl list --state running --kind download
+      jobctl list --active --newest --limit 20
       jobctl list --json | jq -r 'select(.orphan) | .id'
     """
     store = state.store()
-    if state.screen().terminal:  # a table is drawn whole: read everything first
-        listing = store.list()
-        now = store.now()
-        every = {rec.id: rec.state for rec in listing}
-        chosen = [
-            rec
-            for rec in listing
-            if (not kind or rec.kind in kind)
+    now = store.now()
+    belongs = pipeline_filter(pipeline)
+
+    def wanted(rec: Record) -> bool:
+        return (
+            (not kind or rec.kind in kind)
             and (not states or rec.state in states)
+            and (not active or not rec.terminal)
+            and belongs(rec)
             and (owner is None or rec.lease.owner == owner)
             and (not only_orphans or is_orphan(rec, now))
-        ]
+        )
+
+    if state.screen().terminal:  # a table is drawn whole, fitted to its rows: read everything first
+        listing = store.list()
+        every = {rec.id: rec.state for rec in listing}
+        chosen = render.view_order([rec for rec in listing if wanted(rec)], newest)[:limit]
         _print_records(state, chosen, render.list_line, every, listing)
         return
-    # Piped: a line as each record is read, so the first comes before the scan
-    # ends; finished records from the summary cache when it vouches for them.
+    _list_piped(state, wanted, kind, states, owner, pipeline, active or only_orphans, newest, limit)
+
+
+def _list_piped(
+    state: State,
+    wanted: Callable[[Record], bool],
+    kind: tuple[str, ...],
+    states: tuple[str, ...],
+    owner: str | None,
+    pipeline: str | None,
+    open_only: bool,
+    newest: bool,
+    limit: int | None,
+) -> None:
+    """``list`` piped or ``--json``: the order of the table, read in two steps (docs/reference/cache.md).
+
+    The active jobs come from :meth:`Store.list_open` and are written before
+    any finished record is read. The ended ones then come from
+    :meth:`Store.scan` -- a finished record the summary cache vouches for as
+    its summary, undecoded [JOB-T1] -- and are written once all are in,
+    because they are shown by creation time, which their ids need not follow.
+    """
+    store = state.store()
     now = store.now()
-    every = store.list_open().states if state.json else {}  # what dependencies are in, for the JSON
-    unreadable: list[tuple[str, JobError]] = []
+    opened = store.list_open()
+    every = opened.states  # what dependencies are in, for the JSON
+    unreadable = {job_id: exc for job_id, exc in opened.unreadable}
     lines = render.Lines()
+    shown: list[Record | Summary] = []
+    flagged: set[str] = set()
+
+    def emit(item: Record | Summary) -> None:
+        shown.append(item)
+        if isinstance(item, Summary):
+            lines.out(render.summary_line(item))
+        elif state.json:
+            lines.out_json(render.job_json(item, now, every, item.id in flagged))
+        else:
+            lines.out(render.list_line(item))
+
     try:
-        for item in store.scan(unreadable, summaries=not state.json):
-            if isinstance(item, Summary):
-                if (kind and item.kind not in kind) or (states and item.state not in states) or only_orphans:
-                    continue  # a summary is of a finished record: never an orphan
-                if owner is None or item.owner == owner:
-                    lines.out(render.summary_line(item))
-                continue
-            if (
-                (not kind or item.kind in kind)
-                and (not states or item.state in states)
-                and (owner is None or item.lease.owner == owner)
-                and (not only_orphans or is_orphan(item, now))
-            ):
-                if state.json:
-                    lines.out_json(render.job_json(item, now, every))
-                else:
-                    lines.out(render.list_line(item))
+        chosen = render.view_order([rec for rec in opened if wanted(rec)], newest)[:limit]
+        flagged |= state.long_leases(chosen)
+        for rec in chosen:
+            emit(rec)
+        left = None if limit is None else limit - len(chosen)
+        if not open_only and (not states or any(s in TERMINAL for s in states)) and (left is None or left > 0):
+            # Ended jobs: a summary serves unless the JSON or --pipeline needs the whole record.
+            ended: list[tuple[int, str, Record | Summary]] = []
+            skip = {rec.id for rec in opened} | set(unreadable)  # in the snapshot of the active ones
+            scanned: list[tuple[str, JobError]] = []
+            for item in store.scan(scanned, summaries=not state.json and pipeline is None):
+                if item.id in skip:
+                    continue
+                if isinstance(item, Summary):
+                    if (kind and item.kind not in kind) or (states and item.state not in states):
+                        continue
+                    if owner is not None and item.owner != owner:
+                        continue
+                    ended.append((item.created, item.id, item))
+                elif item.terminal and wanted(item):
+                    ended.append((micros(item.created_at), item.id, item))
+            for job_id, exc in scanned:
+                unreadable.setdefault(job_id, exc)
+            ended.sort(key=lambda entry: entry[:2])
+            if newest:
+                ended.reverse()
+            picked = [item for _, _, item in ended[:left]]
+            flagged |= state.long_leases([item for item in picked if isinstance(item, Record)])
+            flagged |= _long_summaries(state, [item for item in picked if isinstance(item, Summary)], now)
+            for item in picked:
+                emit(item)
     finally:
         lines.flush()
+    for item in shown:
+        if item.id in flagged:
+            _warn_long_lease(state, item)
     if unreadable:
-        click.echo(render.unreadable_line(unreadable), err=True)
+        click.echo(render.unreadable_line(sorted(unreadable.items())), err=True)
         click.get_current_context().exit(EXIT_FAILURE)
+
+
+def _long_summaries(state: State, items: list[Summary], now: datetime) -> set[str]:
+    """:meth:`State.long_leases` for finished records known by their summaries."""
+    from .. import limits
+
+    ahead = [s for s in items if s.expires and limits.lease_too_long(moment(s.expires), now, limits.MAX_TTL.low)]
+    if not ahead:
+        return set()
+    ceiling = state.max_ttl()
+    return {s.id for s in ahead if limits.lease_too_long(moment(s.expires), now, ceiling)}
 
 
 @click.command(cls=JobCommand, short_help="List jobs nobody holds that a worker may adopt.")

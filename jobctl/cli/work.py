@@ -12,14 +12,28 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from .. import limits
 from . import render
-from .main import SECONDS, TEXT, JobCommand, State, common, default_by, job_id_argument, pass_state, ttl_option
+from .main import (
+    TEXT,
+    TTL_HELP,
+    TTL_SECONDS,
+    JobCommand,
+    State,
+    common,
+    count,
+    default_by,
+    job_id_argument,
+    pass_state,
+    run_ttl_option,
+    seconds,
+)
 
 if TYPE_CHECKING:
     from ..record import Record
@@ -28,9 +42,24 @@ if TYPE_CHECKING:
 
 __all__ = ["run", "worker", "logs", "pipeline"]
 
+F = TypeVar("F", bound=Callable[..., Any])
+
 
 def _say(line: str) -> None:
     click.echo(line, err=True)
+
+
+def _check_handlers(_ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
+    """``--handler KIND=CMD``: a malformed one is a usage error (2), like any other bad flag value."""
+    from ..errors import Invalid
+    from ..settings import parse_handler
+
+    for value in values:
+        try:
+            parse_handler(value)
+        except Invalid as exc:
+            raise click.BadParameter(exc.message, param=param) from None
+    return values
 
 
 # -- run -------------------------------------------------------------------------------
@@ -102,6 +131,40 @@ def _processor(state: State, rec: Record, command: list[str], handlers: tuple[st
     return table[rec.kind]
 
 
+def _trust_options(fn: F) -> F:
+    """``--pass-env``, ``--allow-loader-env`` and ``--owned-only``: what a job from the store may see and be."""
+    fn = click.option(
+        "--owned-only/--any-owner",
+        "owned_only",
+        default=None,
+        help="Run only jobs whose record file this user owns; others are named once and left alone. "
+        "[default: --owned-only as root, else --any-owner]",
+    )(fn)
+    fn = click.option(
+        "--allow-loader-env/--no-allow-loader-env",
+        "allow_loader_env",
+        default=None,
+        help="Let a spec's env set LD_PRELOAD, LD_LIBRARY_PATH or LD_AUDIT (refused otherwise). [default: no]",
+    )(fn)
+    return click.option(
+        "--pass-env",
+        "pass_env",
+        multiple=True,
+        type=TEXT,
+        metavar="NAME",
+        help="Also pass the variable NAME to jobs (repeatable); by default they get only PATH, HOME, LANG, "
+        "LC_*, TZ, TMPDIR, USER, LOGNAME, SHELL, TERM and the JOB_* variables.",
+    )(fn)
+
+
+def _owned_by(owned_only: bool | None) -> int | None:
+    """The uid a job's record must belong to, or None: ``--owned-only`` by default when running as root."""
+    uid = os.geteuid()
+    if owned_only is None:
+        owned_only = uid == 0
+    return uid if owned_only else None
+
+
 @contextmanager
 def _stopping(run_: Run) -> Iterator[list[int]]:
     """SIGINT/SIGTERM stop the child and release the job; the list gets the signal's number."""
@@ -123,7 +186,7 @@ _RUN_HELP = """Run a command under a job's lease, which jobctl keeps alive.
 
 Claims job ID (or, with --next, the oldest runnable job) and runs CMD with
 JOB_STORE, JOB_ID, JOB_EPOCH, JOB_KIND, JOB_WORK, JOB_CHECKPOINT (the
-predecessor's checkpoint; unset when none) and JOB_ATTEMPT in its
+predecessor's checkpoint as JSON; null when none) and JOB_ATTEMPT in its
 environment, so it can call `jobctl checkpoint` with no flags and resume.
 Without CMD the job's kind decides: a `shell` job runs its spec's argv;
 another kind runs its handler (--handler KIND=CMD, or the config file).
@@ -136,15 +199,27 @@ policy. CMD's output goes to stdout and to the attempt's log (`jobctl logs
 ID`); with --json only to the log, and stdout gets one object saying how the
 run ended. SIGINT or SIGTERM stops CMD and releases the job.
 
-The exit status is CMD's (128+N when a signal N ended it), or a verdict's
-code when the lease was lost to somebody else (5 stale_epoch, 6
-lease_expired): then CMD was killed at once and nothing more was written.
+When CMD ran, the exit status is CMD's own (128+N when a signal N ended
+it), as timeout(1) and env(1) do. jobctl's own codes, when CMD did not
+run to its end: 2 usage; 3 no such job, or (--next) nothing runnable; 4
+lease_held, 7 terminal, 10 refused (paused, waiting for a dependency, no
+command for its kind), all before CMD started; 5 stale_epoch or 6
+lease_expired when the lease was lost to somebody else (CMD was killed at
+once and nothing more was written); 126 CMD could not be run, 127 not
+found, as a shell says. Each of these also prints one line on stderr;
+with --json, the object's `exit_code` and `verdict` tell CMD's status
+from jobctl's. -q with --next: nothing runnable exits 3 and prints nothing.
+
+So `while jobctl run --next -q -- CMD; do :; done` runs the runnable jobs
+one after another while each completes, and stops at the first that does
+not (its failure on stderr) or, silently, when none is left. To go on past
+failures, use `jobctl worker --drain`.
 
 \b
 Examples:
   jobctl run 1787202430967-a752f9a9c2c77b123ffd -- ./fetch.sh
   jobctl run --next --kind shell
-  while jobctl run --next --kind resize -- ./resize.sh; do :; done
+  while jobctl run --next -q --kind resize -- ./resize.sh; do :; done
 """
 
 
@@ -153,9 +228,27 @@ Examples:
 @click.option("--next", "next_", is_flag=True, help="Claim the oldest runnable job instead of ID.")
 @click.option("--kind", "kinds", multiple=True, type=TEXT, metavar="K", help="With --next: only kind K (repeatable).")
 @click.option("--owner", type=TEXT, help="The lease owner. [default: jobctl@HOST:PID]")
-@ttl_option
-@click.option("--grace", type=SECONDS, default=10.0, show_default=True, help="Seconds from SIGTERM to SIGKILL.")
-@click.option("--handler", "handlers", multiple=True, type=TEXT, metavar="KIND=CMD", help="Command for a kind.")
+@run_ttl_option
+@click.option(
+    "--grace",
+    type=seconds(limits.GRACE),
+    default=10.0,
+    show_default=True,
+    help=f"Seconds from SIGTERM to SIGKILL ({limits.GRACE.text()}).",
+)
+@click.option(
+    "--handler",
+    "handlers",
+    multiple=True,
+    type=TEXT,
+    metavar="KIND=CMD",
+    callback=_check_handlers,
+    help="Command for a kind.",
+)
+@click.option(
+    "--quiet", "-q", is_flag=True, help="With --next: nothing runnable exits 3 and prints nothing (errors still print)."
+)
+@_trust_options
 @common
 @pass_state
 def run(
@@ -167,25 +260,40 @@ def run(
     ttl: float,
     grace: float,
     handlers: tuple[str, ...],
+    pass_env: tuple[str, ...],
+    allow_loader_env: bool | None,
+    owned_only: bool | None,
+    quiet: bool,
 ) -> None:
-    from .. import runner
-    from ..errors import JobError
+    from .. import runner, settings
+    from ..errors import JobError, NotFound
+    from ..jobenv import JobEnvironment
 
-    if ttl <= 0:
-        raise click.BadParameter("must be more than 0", param_hint="--ttl")
-    store = state.store()
+    chosen = settings.load({"pass_env": pass_env, "allow_loader_env": allow_loader_env}, env=state.env)
+    environment = JobEnvironment(chosen.pass_env, chosen.allow_loader_env)
+    store = state.lease_store(ttl)
+    store.owned_by = _owned_by(owned_only)
     owner = owner or default_by()
     if next_:
         command = list(args)
         wanted: set[str] | None = set(kinds) or None
         if not command and wanted is None:
-            from .. import settings
-
             wanted = set(runner.processors(settings.load(handlers=handlers, env=state.env).handler_commands()))
-        rec = runner.claim_next(store, owner, ttl, wanted)
+        skipped: list[tuple[str, JobError]] = []
+        try:
+            rec = runner.claim_next(store, owner, ttl, wanted, skipped)
+        except NotFound as exc:  # runner.claim_next's one refusal: nothing is runnable
+            if not quiet:
+                raise
+            click.get_current_context().exit(exc.exit_code)
+        finally:
+            for job_id, why in skipped:
+                _say(f"jobctl: {job_id}: skipped: {why.message}")
     else:
+        if quiet:
+            raise click.UsageError("-q/--quiet goes with --next")
         if not args:
-            raise click.UsageError("give a job ID, or --next")
+            raise click.UsageError("run needs a job id: name it, or pass --next")
         if kinds:
             raise click.UsageError("--kind goes with --next")
         job_id, command = args[0], list(args[1:])
@@ -197,7 +305,7 @@ def run(
         store.release(rec.id, rec.lease.epoch)  # not ours to run after all: give it back at once
         raise
     tee = None if state.json else getattr(sys.stdout, "buffer", None)
-    job = runner.Run(store, rec, processor, ttl=ttl, grace=grace, tee=tee)
+    job = runner.Run(store, rec, processor, ttl=ttl, grace=grace, tee=tee, environment=environment)
     with _stopping(job) as signals:
         outcome = job.execute()
     if state.json:
@@ -232,15 +340,37 @@ JOB_ATTEMPT in its environment. Any number of workers may share a store:
 the lease's epoch makes sure no job runs twice at once.
 
 --once: one pass over what is runnable now, then exit. --drain: go on while
-anything is runnable or running, then exit (the cron form). SIGTERM: claim
-nothing more, let running jobs finish within --shutdown-grace, stop and
-release the rest; a second SIGTERM stops them at once.
+anything is runnable or running, and wait for the retries of the jobs it
+ran (one line per wait), then exit (the cron form); it does not wait for
+jobs held, paused, leased by somebody else, or not-before times of their
+own. --drain exits 0 when every job it ran ended complete, and 17 when one
+did not. Without either, run until stopped. SIGTERM: claim nothing more,
+let running jobs finish within --shutdown-grace, stop and release the
+rest; a second SIGTERM stops them at once.
+
+Each record that cannot be read is named once on stderr (id, path, why),
+and so is each job that waits for one. --drain and --once name, one line
+per kind, the pending jobs left because nothing here runs their kind;
+--kind K with no handler for K is a usage error.
+
+A job's command gets only PATH, HOME, LANG, LC_*, TZ, TMPDIR, USER,
+LOGNAME, SHELL, TERM, the JOB_* variables and the names given with
+--pass-env: the worker's other variables (secrets for --on-failure) stay
+the worker's; the --on-failure command gets them all. A spec's env may not
+set JOB_* names, nor LD_PRELOAD, LD_LIBRARY_PATH or LD_AUDIT without
+--allow-loader-env: such a job fails at once, with the variable named.
+Anyone who can write the store's jobs/ directory can make this worker run
+a command as its user (docs/security.md); as root it runs only records
+root owns unless told --any-owner.
 
 Each setting comes from its flag, else its environment variable, else the
 config file ($JOBCTL_CONFIG, or config.ini in the user config directory),
 else its default; `jobctl paths` shows which. Variables:
 MAX_CONCURRENT_JOBS, JOB_PROCESSOR_POLL_INTERVAL, JOBCTL_TTL, JOBCTL_GRACE,
-JOBCTL_SHUTDOWN_GRACE, JOBCTL_WORKER_NAME, JOBCTL_KINDS, JOBCTL_ON_FAILURE.
+JOBCTL_SHUTDOWN_GRACE, JOBCTL_WORKER_NAME, JOBCTL_KINDS, JOBCTL_ON_FAILURE,
+JOBCTL_MAX_TTL, JOBCTL_PASS_ENV, JOBCTL_ALLOW_LOADER_ENV. A number out of
+its range is a usage error (exit 2) as a flag, invalid (exit 9) from the
+environment or the config file.
 
 \b
 Examples:
@@ -249,22 +379,54 @@ Examples:
   jobctl worker --on-failure 'curl -fsS -d "text=$JOB_ID failed: $JOB_ERROR" "$HOOK"'
 """
 
-_QUIET_SHOWS = frozenset(("failed", "refused", "fenced", "alert-failed"))
+_QUIET_SHOWS = frozenset(
+    ("failed", "refused", "fenced", "alert-failed", "untrusted", "unreadable", "blocked", "unhandled")
+)
 
 
 @click.command(cls=JobCommand, help=_WORKER_HELP, short_help="Run runnable jobs until stopped.")
-@click.option("--concurrency", type=click.IntRange(min=1), help="Jobs at once. [default: 1]")
-@click.option("--poll-interval", type=SECONDS, help="Seconds between looks when idle. [default: 1]")
-@click.option("--ttl", type=SECONDS, help="Lease length for the jobs it runs, in seconds. [default: 30]")
-@click.option("--grace", type=SECONDS, help="Seconds from SIGTERM to SIGKILL when stopping a job. [default: 10]")
-@click.option("--shutdown-grace", type=SECONDS, help="Seconds running jobs get after SIGTERM. [default: 30]")
+@click.option(
+    "--concurrency",
+    type=count(limits.CONCURRENCY),
+    metavar="N",
+    help=f"Jobs at once ({limits.CONCURRENCY.text()}). [default: 1]",
+)
+@click.option(
+    "--poll-interval",
+    type=seconds(limits.POLL_INTERVAL),
+    help=f"Seconds between looks when idle ({limits.POLL_INTERVAL.text()}). [default: 1]",
+)
+@click.option(
+    "--ttl", type=TTL_SECONDS, help=f"Lease length for the jobs it runs, in seconds {TTL_HELP}. [default: 30]"
+)
+@click.option(
+    "--grace",
+    type=seconds(limits.GRACE),
+    help=f"Seconds from SIGTERM to SIGKILL when stopping a job ({limits.GRACE.text()}). [default: 10]",
+)
+@click.option(
+    "--shutdown-grace",
+    type=seconds(limits.SHUTDOWN_GRACE),
+    help=f"Seconds running jobs get after SIGTERM ({limits.SHUTDOWN_GRACE.text()}). [default: 30]",
+)
 @click.option("--name", type=TEXT, help="Lease owner prefix: NAME@HOST:PID. [default: worker]")
 @click.option("--kind", "kinds", multiple=True, type=TEXT, metavar="K", help="Only kind K (repeatable).")
-@click.option("--handler", "handlers", multiple=True, type=TEXT, metavar="KIND=CMD", help="Command for a kind.")
+@click.option(
+    "--handler",
+    "handlers",
+    multiple=True,
+    type=TEXT,
+    metavar="KIND=CMD",
+    callback=_check_handlers,
+    help="Command for a kind.",
+)
 @click.option("--on-failure", type=TEXT, metavar="CMD", help="Shell command run when a job finally fails.")
 @click.option("--once", "mode", flag_value="once", help="One pass over what is runnable now, then exit.")
-@click.option("--drain", "mode", flag_value="drain", help="Exit once nothing is runnable or running.")
+@click.option(
+    "--drain", "mode", flag_value="drain", help="Exit once nothing it ran can still run; exit 17 unless all complete."
+)
 @click.option("--quiet", "-q", is_flag=True, help="Print only failures, not every start and end.")
+@_trust_options
 @common
 @pass_state
 def worker(
@@ -280,13 +442,14 @@ def worker(
     on_failure: str | None,
     mode: str | None,
     quiet: bool,
+    pass_env: tuple[str, ...],
+    allow_loader_env: bool | None,
+    owned_only: bool | None,
 ) -> None:
     from .. import settings
+    from ..jobenv import JobEnvironment
     from ..worker import Worker
 
-    for option, value in (("--poll-interval", poll_interval), ("--ttl", ttl)):
-        if value is not None and value <= 0:
-            raise click.BadParameter("must be more than 0", param_hint=option)
     flags = {
         "concurrency": concurrency,
         "poll_interval": poll_interval,
@@ -296,11 +459,15 @@ def worker(
         "name": name,
         "kinds": kinds,
         "on_failure": on_failure,
+        "pass_env": pass_env,
+        "allow_loader_env": allow_loader_env,
     }
     resolved = settings.load(flags, handlers, env=state.env)
     for warning in resolved.warnings:
         _say(f"jobctl: {warning}")
     store = state.store()
+    store.max_ttl = resolved.max_ttl
+    store.owned_by = _owned_by(owned_only)
 
     def report(event: Event) -> None:
         if state.json:
@@ -325,7 +492,15 @@ def worker(
         on_failure=resolved.on_failure,
         on_event=report,
         env=state.env,
+        environment=JobEnvironment(resolved.pass_env, resolved.allow_loader_env),
     )
+    unhandled = [kind for kind in resolved.kinds if kind not in loop.handled]
+    if unhandled:
+        kind = unhandled[0]
+        raise click.UsageError(
+            f"no handler for kind {kind}: give one with --handler {kind}=CMD or in the config file "
+            f"(this worker runs: {', '.join(sorted(loop.handled)) or 'nothing'})"
+        )
     if not quiet and not state.json:
         _say(
             f"jobctl worker: {loop.owner} on {store.root}: kinds {', '.join(sorted(loop.processors)) or 'none'}, "
@@ -336,6 +511,12 @@ def worker(
     if not quiet and not state.json:
         counts = ", ".join(f"{n} {what}" for what, n in sorted(summary.counts.items()) if what != "finished")
         _say(f"jobctl worker: done ({counts or 'nothing to do'})")
+    if mode == "drain" and not summary.all_complete:
+        from .main import EXIT_DRAIN_INCOMPLETE
+
+        ended = [f"{job_id} {job_state}" for job_id, job_state in summary.ran.items() if job_state != "complete"]
+        _say(f"jobctl worker: {len(ended)} job(s) it ran did not end complete: {', '.join(ended)}")
+        click.get_current_context().exit(EXIT_DRAIN_INCOMPLETE)
 
 
 # -- logs ------------------------------------------------------------------------------------
@@ -358,7 +539,7 @@ Examples:
 
 @click.command(cls=JobCommand, help=_LOGS_HELP, short_help="Print the output of a job's attempts.")
 @job_id_argument
-@click.option("--attempt", type=click.IntRange(min=1), metavar="N", help="Only attempt N.")
+@click.option("--attempt", type=count(limits.ATTEMPT), metavar="N", help=f"Only attempt N ({limits.ATTEMPT.text()}).")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing as the job writes, until it ends.")
 @common
 @pass_state
@@ -376,7 +557,9 @@ def logs(state: State, job_id: str, attempt: int | None, follow: bool) -> None:
     found = files()
     if state.json:
         for number, path in found:
-            render.out_json({"id": job_id, "attempt": number, "path": path, "size": os.path.getsize(path)})
+            size = runner.log_size(store, job_id, number)
+            if size is not None:  # removed since the directory was read
+                render.out_json({"id": job_id, "attempt": number, "path": path, "size": size})
         return
     if not found and not follow:
         if attempt is not None:
@@ -387,13 +570,9 @@ def logs(state: State, job_id: str, attempt: int | None, follow: bool) -> None:
 
     def pump() -> bool:
         moved = False
-        for _number, path in files():
-            try:
-                with open(path, "rb") as handle:
-                    handle.seek(offsets.get(path, 0))
-                    chunk = handle.read()
-            except FileNotFoundError:
-                continue
+        for number, path in files():
+            # Through runner.log_read: a link or FIFO planted at a log is refused, never followed.
+            chunk = runner.log_read(store, job_id, number, offsets.get(path, 0))
             if chunk:
                 click.echo(chunk, nl=False)  # bytes go to stdout's binary stream as they are
                 offsets[path] = offsets.get(path, 0) + len(chunk)
@@ -430,13 +609,23 @@ Example:
 @pass_state
 def pipeline(state: State, name: str) -> None:
     from .. import schedule
-    from ..errors import NotFound
+    from ..errors import JobError, NotFound
 
     store = state.store()
     listing = store.list()
     stages = schedule.pipeline_stages(listing, name, state.now())
     if not stages:
-        raise NotFound(f"no job belongs to pipeline {name}")
+        known: set[str] = set()
+        for rec in listing:
+            try:
+                membership = schedule.pipeline_of(rec)
+            except JobError:
+                continue
+            if membership is not None:
+                known.add(membership[0])
+        missing = NotFound(f"no such pipeline {name}: no job was submitted with --pipeline {name}")
+        missing.hint = f"the pipelines here: {', '.join(sorted(known))}" if known else "no job belongs to a pipeline"
+        raise missing
     if state.json:
         for stage in stages:
             render.out_json(

@@ -6,7 +6,7 @@ returned is the caller's own copy [JOB-M2]. ``now`` is the store's own clock.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -14,7 +14,7 @@ from ..errors import JobError
 from ..record import Record
 from ..summary import Summary
 
-__all__ = ["Store", "Listing", "OpenListing", "Unreadable", "UNSET"]
+__all__ = ["Store", "Listing", "OpenListing", "Unreadable", "UNSET", "Skipped"]
 
 
 class _Unset:
@@ -28,6 +28,9 @@ UNSET: Any = _Unset()
 
 #: Where a scan names the records it could not read: ``(id, verdict)`` pairs.
 Unreadable = list[tuple[str, JobError]]
+
+#: ``(id, verdict)`` pairs of jobs a pick passed over because it could not read them.
+Skipped = list[tuple[str, JobError]]
 
 
 class Listing(list[Record]):
@@ -82,6 +85,18 @@ class Store(Protocol):
 
     def work_path(self, job_id: str) -> str:
         """The job's scratch name; never created by the store [JOB-W1]."""
+        ...
+
+    def lease_file(self, job_id: str) -> str | None:
+        """A file a guardian process may re-read to follow the job's lease on its own, or None.
+
+        The record's path when the lease is in a regular file on this machine
+        and its times are on this machine's system clock, so a process that
+        knows nothing of the store can compare ``lease.expires_at`` with its
+        own ``time.time()``. None where that does not hold (a database, or a
+        store given another clock): a guardian then knows only the lease's
+        end its supervisor reports.
+        """
         ...
 
     def submit(self, record: Record) -> str:
@@ -158,6 +173,35 @@ class Store(Protocol):
         """Records nobody holds that a sweep may adopt [JOB-I11] [JOB-I12] [JOB-T2]."""
         ...
 
+    def claim_next(
+        self,
+        owner: str,
+        ttl: float,
+        kinds: Iterable[str] | None = None,
+        *,
+        skipped: Skipped | None = None,
+        unreadable: Skipped | None = None,
+    ) -> Record | None:
+        """Claim the oldest runnable job (of ``kinds``); None when nothing may start now.
+
+        Runnable as :func:`jobctl.schedule.runnable` says: an orphan whose
+        dependencies are complete, whose not-before time has passed, not
+        paused. How it is found is the backend's (a listing on a directory,
+        an indexed ``SKIP LOCKED`` pick on PostgreSQL); a job another picker
+        takes meanwhile is passed over. Jobs left out for unreadable
+        scheduling data are named in ``skipped``, records that cannot be read
+        at all in ``unreadable``, when lists are given.
+        """
+        ...
+
+    def load_bytes(self, job_id: str) -> bytes:
+        """The record's stored bytes, exactly (``jobctl export``). ``NotFound``."""
+        ...
+
+    def import_bytes(self, data: bytes) -> str:
+        """Add a record from its exact bytes (``jobctl import``); as ``submit``'s refusals."""
+        ...
+
     def set_intent(self, job_id: str, want: str, by: str) -> Record:
         """Record what somebody wants (run, pause, cancel); presents no epoch [JOB-I3]."""
         ...
@@ -189,4 +233,12 @@ class Store(Protocol):
 
     def sweep(self, job_id: str | None = None) -> int:
         """Remove stale staging temporaries; return how many."""
+        ...
+
+    def remove(self, job_id: str) -> bool:
+        """Delete an ended job's record, checked ended under its lock; False when missing, unreadable or live.
+
+        jobctl's only deletion (``jobctl gc``): a terminal record never
+        changes again [JOB-T1], so nobody else can be writing it.
+        """
         ...

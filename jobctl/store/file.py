@@ -11,34 +11,33 @@ Every write is a compare-and-set under the record's lock (:func:`jobctl.lock.cha
 the current record is decoded, the preconditions run on it *as read*, the
 change is applied, and the record is re-encoded with ``content``/``critical``
 derived afresh. ``load`` and ``list`` never lock.
+
+Every name under the root is opened through :mod:`jobctl.fsio`, relative to
+an opened ``jobs/`` and without following links: a link, FIFO, directory or
+oversized file at a record's name is that record's refusal, never a path out
+of the store or a hung reader.
 """
 
 from __future__ import annotations
 
-import errno
-import math
+import contextlib
 import os
 import re
 import stat
-from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta, timezone
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from datetime import datetime, timezone
 
-from .. import ids, lock, summary
-from ..errors import Invalid, JobError, LeaseExpired, LeaseHeld, NotFound, Refused, StaleEpoch, Terminal
+from .. import fsio, ids, limits, lock, summary
+from ..errors import Exists, JobError, NoStore, NotFound, Untrusted
 from ..record import (
-    STATES,
-    WANTS,
-    Intent,
-    Lease,
-    Recall,
     Record,
     decode,
     encode,
     held,
 )
-from ..wire import Raw, lazy_pattern
-from .base import UNSET, Listing, OpenListing, Unreadable
+from ..wire import lazy_pattern
+from .base import Listing, OpenListing, Skipped, Unreadable
+from .contract import ContractStore
 
 __all__ = ["FileStore", "Clock"]
 
@@ -49,18 +48,6 @@ def _system_clock() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def _seconds(value: Any, what: str) -> timedelta:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise Invalid(f"{what} must be a non-negative number of seconds, not {value!r}")
-    return timedelta(seconds=value)
-
-
-def _epoch(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise Invalid(f"epoch must be a non-negative integer, not {value!r}")
-    return value
-
-
 # The lease block as every conforming writer lays it out; "\n  " anchors it
 # at the record's top level (a raw newline cannot occur inside a JSON string).
 _EPOCH: re.Pattern[bytes] = lazy_pattern(
@@ -69,35 +56,22 @@ _EPOCH: re.Pattern[bytes] = lazy_pattern(
     rb'\n  "lease": \{\n    "owner": "[^"\\\n]*(?:\\.[^"\\\n]*)*",\n    "epoch": (\d+),\n',
 )
 _TEMP: re.Pattern[str] = lazy_pattern(globals(), "_TEMP", r"(.+\.json)\.[A-Za-z0-9_]+\.tmp\Z")
-_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _S_IFMT = 0o170000
 _S_IFREG = stat.S_IFREG
 
 
-def _read_stat(path: str) -> tuple[bytes, os.stat_result] | None:
-    """The bytes of a regular file and the identity of the very inode they came from; None when missing.
-
-    ``fstat`` on the descriptor read, not a ``stat`` of the name: a
-    replacement between the two would pair new bytes with an old identity.
-    A link is refused (``ELOOP``), never followed.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | _O_CLOEXEC | _O_NOFOLLOW)
-    except FileNotFoundError:
-        return None
-    try:
-        st = os.fstat(fd)
-        chunks = []
-        while chunk := os.read(fd, 1 << 16):
-            chunks.append(chunk)
-        return b"".join(chunks), st
-    finally:
-        os.close(fd)
-
-
-class FileStore:
+class FileStore(ContractStore):
     """A store rooted at a directory; opening it creates ``jobs/`` and ``work/``.
+
+    ``create=False`` opens only a store that is already there: a root that
+    does not exist, is not a directory or has no ``jobs/`` directory raises
+    :class:`~jobctl.errors.NoStore` and nothing is created, so a mistyped
+    path is reported rather than becoming an empty store that hides every job.
+
+    ``max_ttl`` is the longest lease ``claim`` and ``renew`` grant (seconds;
+    the ``max_ttl`` setting, default one day): a longer TTL is refused
+    ``Invalid``, so that no lease jobctl writes can keep a job ``running`` for
+    years with nobody working on it (:func:`jobctl.limits.lease_too_long`).
 
     ``summaries`` is where the per-user cache of finished records' summaries
     lives (:mod:`jobctl.summary`): True for the user's cache directory, a
@@ -105,15 +79,50 @@ class FileStore:
     """
 
     def __init__(
-        self, root: str | os.PathLike[str], clock: Clock | None = None, *, summaries: bool | str = True
+        self,
+        root: str | os.PathLike[str],
+        clock: Clock | None = None,
+        max_ttl: float = limits.DEFAULT_MAX_TTL,
+        *,
+        create: bool = True,
+        summaries: bool | str = True,
     ) -> None:
         self.root = os.fspath(root)
         self.summaries = summaries
+        self.max_ttl = float(max_ttl)
+        #: When set, ``claim`` (and every other write) takes only records whose file this uid owns
+        #: (``Untrusted`` otherwise): ``jobctl worker --owned-only``, on by default for root (docs/security.md).
+        self.owned_by: int | None = None
         self.jobs_dir = os.path.join(self.root, "jobs")
         self.work_dir = os.path.join(self.root, "work")
-        os.makedirs(self.jobs_dir, mode=0o755, exist_ok=True)
-        os.makedirs(self.work_dir, mode=0o755, exist_ok=True)
+        if create:
+            os.makedirs(self.root, mode=0o755, exist_ok=True)
+        else:
+            self._check_exists()
+        # jobs/ stays open for the store's life: every name in it resolves
+        # against this one directory, opened without following a link, and
+        # a write costs no path walk. (A jobs/ swapped for a link later is
+        # not followed either: this descriptor is still the real directory.)
+        try:
+            self._jobs_dir = fsio.open_dir(self.root, "jobs", create=create, kept=True)
+        except FileNotFoundError:  # removed between the check and the open
+            raise NoStore(f"{self.root} has no jobs/ directory, so it is not a store") from None
+        if create:
+            fsio.open_dir(self.root, "work", create=True).close()
+        else:
+            # work/ belongs to an existing store [JOB-W3]; a read-only one may
+            # lack it and still be read, so failing to make it is not a refusal.
+            with contextlib.suppress(OSError):
+                fsio.open_dir(self.root, "work", create=True).close()
         self._clock: Clock = clock or _system_clock
+
+    def _check_exists(self) -> None:
+        if not os.path.exists(self.root):
+            raise NoStore(f"{self.root} does not exist")
+        if not os.path.isdir(self.root):
+            raise NoStore(f"{self.root} is not a directory")
+        if not os.path.lexists(self.jobs_dir):
+            raise NoStore(f"{self.root} has no jobs/ directory, so it is not a store")
 
     def __repr__(self) -> str:
         return f"FileStore({self.root!r})"
@@ -125,17 +134,35 @@ class FileStore:
         """``<root>/jobs/<id>.json`` for a safe id."""
         return os.path.join(self.jobs_dir, ids.check(job_id) + ".json")
 
+    def _jobs(self) -> fsio.Dir:
+        """``jobs/``, as opened (without following a link) when the store was; a ``with`` block keeps it open."""
+        return self._jobs_dir
+
     def work_path(self, job_id: str) -> str:
         """``<root>/work/<id>``: the job's scratch name. Never created by the store [JOB-W1]."""
         return os.path.join(self.work_dir, ids.check(job_id))
 
+    def lease_file(self, job_id: str) -> str | None:
+        """The record itself, when this store reads the system clock (see ``Store.lease_file``)."""
+        return self.path(job_id) if self._clock is _system_clock else None
+
     # -- reads ---------------------------------------------------------------
 
     def load(self, job_id: str) -> Record:
-        data = lock.read(self.path(job_id))
+        name = ids.check(job_id) + ".json"
+        with self._jobs() as jobs:
+            data = lock.read(jobs, name, job_id)
         if data is None:
             raise NotFound(f"no job {job_id}", job_id)
         return decode(data, job_id)
+
+    def load_bytes(self, job_id: str) -> bytes:
+        name = ids.check(job_id) + ".json"
+        with self._jobs() as jobs:
+            data = lock.read(jobs, name, job_id)
+        if data is None:
+            raise NotFound(f"no job {job_id}", job_id)
+        return data
 
     def _read_epoch(self, job_id: str) -> tuple[int, bytes, bool]:
         """The lease epoch as read now, without the lock [JOB-L4]: (epoch, bytes, exact).
@@ -145,7 +172,9 @@ class FileStore:
         match is not proof -- a hand-laid spec could mimic the lease block --
         so the claim re-decodes these bytes before it refuses on a mismatch.
         """
-        data = lock.read(self.path(job_id))
+        name = ids.check(job_id) + ".json"
+        with self._jobs() as jobs:
+            data = lock.read(jobs, name, job_id)
         if data is None:
             raise NotFound(f"no job {job_id}", job_id)
         m = _EPOCH.search(data)
@@ -154,27 +183,35 @@ class FileStore:
         return decode(data, job_id).lease.epoch, data, True
 
     def ids(self) -> list[str]:
-        """Ids of every record file, sorted by byte order."""
+        """Ids of every record name, sorted by byte order.
+
+        Whatever is at the name -- a link, a FIFO, a directory -- counts: it
+        is that record's to answer for, as unreadable, when it is read.
+        """
+        with self._jobs() as jobs:
+            return self._ids(jobs)
+
+    @staticmethod
+    def _ids(jobs: fsio.Dir) -> list[str]:
         out = []
-        with os.scandir(self.jobs_dir) as entries:
-            for entry in entries:
-                name = entry.name
-                if name.endswith(".json") and not name.startswith(".") and entry.is_file():
-                    out.append(name[:-5])
+        for entry in fsio.scan(jobs):
+            name = entry.name
+            if name.endswith(".json") and not name.startswith("."):
+                out.append(name[:-5])
         out.sort()
         return out
 
     def list(self) -> Listing:
         listing = Listing()
-        jobs = self.jobs_dir
-        for job_id in self.ids():
-            data = lock.read(os.path.join(jobs, job_id + ".json"))
-            if data is None:
-                continue  # removed by hand since the directory was read
-            try:
-                listing.append(decode(data, job_id))
-            except JobError as exc:
-                listing.unreadable.append((job_id, exc))
+        with self._jobs() as jobs:
+            for job_id in self._ids(jobs):
+                try:
+                    data = lock.read(jobs, job_id + ".json", job_id)
+                    if data is None:
+                        continue  # removed by hand since the directory was read
+                    listing.append(decode(data, job_id))
+                except JobError as exc:
+                    listing.unreadable.append((job_id, exc))
         return listing
 
     def _summaries_dir(self) -> str | None:
@@ -194,47 +231,52 @@ class FileStore:
         writer replaces a record by rename, which changes the directory
         [JOB-W3]. A record edited in place by hand is noticed only once the
         directory changes; open records are read on every call regardless.
+
+        Everything in ``jobs/`` is statted and read relative to the kept
+        ``jobs/`` descriptor without following links (:mod:`jobctl.fsio`):
+        a link or odd file at a record's name is never cached, and is named
+        unreadable on every call, as :meth:`list` names it.
         """
-        jobs = self.jobs_dir
+        jobs = self._jobs()
         try:
-            jobs_stat = os.stat(jobs)
+            jobs_stat: os.stat_result | None = os.fstat(jobs.fd)
         except OSError:
             jobs_stat = None
-        cache = summary.Summaries.load(self._summaries_dir(), jobs, jobs_stat)
+        cache = summary.Summaries.load(self._summaries_dir(), self.jobs_dir, jobs_stat)
         out = OpenListing()
         states = out.states
         if jobs_stat is not None and cache.fresh(jobs_stat):
             states.update(cache.states())
             for job_id in cache.others:
-                self._take_open(job_id, out, None)
+                self._take_open(jobs, job_id, out, None)
             out.sort(key=_by_id)
+            out.unreadable.sort(key=lambda pair: pair[0])
             return out
         cache.begin()
         # The loop every record file passes through: one lstat, one lookup.
         known = cache.table.get
         seen = cache.seen.append
-        with os.scandir(jobs) as entries:
-            for entry in entries:
-                name = entry.name
-                if name[-5:] != ".json" or name[0] == ".":
-                    continue
-                job_id = name[:-5]
-                try:
-                    st = entry.stat(follow_symlinks=False)
-                except FileNotFoundError:
-                    continue
-                if st.st_mode & _S_IFMT != _S_IFREG:
-                    if entry.is_file():  # a link to a record: read as list() does, never cached
-                        cache.other(job_id)
-                        self._take_open(job_id, out, None)
-                    continue
-                key = f"{job_id} {st.st_ino} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns}"  # summary.key
-                state = known(key)
-                if state is not None:
-                    states[job_id] = state
-                    seen((key, state))
-                    continue
-                self._take_open(job_id, out, cache)
+        for entry in fsio.scan(jobs):
+            name = entry.name
+            if name[-5:] != ".json" or name[0] == ".":
+                continue
+            job_id = name[:-5]
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if st.st_mode & _S_IFMT != _S_IFREG:
+                # A link, FIFO or directory at a record's name: fsio refuses it, on every call.
+                cache.other(job_id)
+                self._take_open(jobs, job_id, out, None)
+                continue
+            key = f"{job_id} {st.st_ino} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns}"  # summary.key
+            state = known(key)
+            if state is not None:
+                states[job_id] = state
+                seen((key, state))
+                continue
+            self._take_open(jobs, job_id, out, cache)
         if jobs_stat is not None:
             cache.finish(jobs_stat)
             cache.save()
@@ -247,67 +289,58 @@ class FileStore:
 
         A finished record the summary cache vouches for (same file identity)
         comes as its :class:`jobctl.summary.Summary` (unless ``summaries`` is
-        False); every other one is read and decoded. The unreadable ones are appended to ``unreadable`` as
-        they are met. Memory holds the ids and the summaries, never the records.
+        False); every other one is read (through :mod:`jobctl.fsio`, no link
+        followed) and decoded. The unreadable ones are appended to
+        ``unreadable`` as they are met. Memory holds the ids and the
+        summaries, never the records.
         """
-        jobs = self.jobs_dir
+        jobs = self._jobs()
         try:
-            jobs_stat = os.stat(jobs)
+            jobs_stat: os.stat_result | None = os.fstat(jobs.fd)
         except OSError:
             jobs_stat = None
-        cache = summary.Summaries.load(self._summaries_dir(), jobs, jobs_stat)
+        cache = summary.Summaries.load(self._summaries_dir(), self.jobs_dir, jobs_stat)
         listed = summary.Listed.of(cache)
         if not summaries:
             listed.directory = None  # neither believed nor written
             listed.table = {}
         lookup = listed.lookup
-        for job_id in self.ids():
-            path = f"{jobs}/{job_id}.json"  # ids() are names found in jobs/: no join needed
+        fd = jobs.fd
+        for job_id in self._ids(jobs):
+            name = job_id + ".json"
             try:
-                st = os.lstat(path)
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
             except FileNotFoundError:
+                continue
+            except OSError as exc:
+                unreadable.append((job_id, fsio.refusal(jobs.join(name), exc, job_id)))
                 continue
             if st.st_mode & _S_IFMT == _S_IFREG:
                 known = lookup(job_id, st)
                 if known is not None:
                     yield known
                     continue
-            got: tuple[bytes, os.stat_result | None] | None
             try:
-                got = _read_stat(path)
-            except OSError as exc:
-                if exc.errno != errno.ELOOP:
-                    raise
-                raw = lock.read(path)  # a link: read as list() reads it, never cached
-                got = None if raw is None else (raw, None)
-            if got is None:
-                continue
-            data, fst = got
-            try:
+                got = fsio.read_file_stat(jobs, name, job_id)
+                if got is None:
+                    continue  # removed since the directory was read
+                data, fst = got
                 rec = decode(data, job_id)
             except JobError as exc:
                 unreadable.append((job_id, exc))
                 continue
-            if rec.terminal and fst is not None:
+            if rec.terminal:
                 listed.remember(_summary_of(rec), fst)
             yield rec
         listed.save()
 
-    def _take_open(self, job_id: str, out: OpenListing, cache: summary.Summaries | None) -> None:
+    def _take_open(self, jobs: fsio.Dir, job_id: str, out: OpenListing, cache: summary.Summaries | None) -> None:
         """Read and decode one record into ``out``; tell ``cache`` what it was."""
-        path = os.path.join(self.jobs_dir, job_id + ".json")
-        got: tuple[bytes, os.stat_result | None] | None
         try:
-            got = _read_stat(path)
-        except OSError as exc:
-            if exc.errno != errno.ELOOP:
-                raise
-            raw = lock.read(path)  # a link after all: read as list() reads it, never cached
-            got = None if raw is None else (raw, None)
-        if got is None:
-            return  # removed since the directory was read
-        data, st = got
-        try:
+            got = fsio.read_file_stat(jobs, job_id + ".json", job_id)
+            if got is None:
+                return  # removed since the directory was read
+            data, st = got
             rec = decode(data, job_id)
         except JobError as exc:
             out.unreadable.append((job_id, exc))
@@ -318,10 +351,7 @@ class FileStore:
         if not rec.terminal:
             out.append(rec)
         if cache is not None:
-            if st is None:
-                cache.other(job_id)
-            else:
-                cache.remember(job_id, st, rec.state if rec.terminal else None)
+            cache.remember(job_id, st, rec.state if rec.terminal else None)
 
     def orphans(self) -> Listing:
         """Records a sweep may adopt: not terminal, not held, and stranded.
@@ -340,22 +370,56 @@ class FileStore:
                 out.append(rec)
         return out
 
+    def claim_next(
+        self,
+        owner: str,
+        ttl: float,
+        kinds: Iterable[str] | None = None,
+        *,
+        skipped: Skipped | None = None,
+        unreadable: Skipped | None = None,
+    ) -> Record | None:
+        """The oldest runnable job, claimed: :func:`jobctl.schedule.claim_next` over :meth:`list_open`.
+
+        Finished records are known by their states only [JOB-T1]: the summary
+        cache spares decoding them.
+        """
+        from ..schedule import claim_next
+
+        listing = self.list_open()
+        if unreadable is not None:
+            unreadable.extend(listing.unreadable)
+        return claim_next(self, owner, ttl, kinds, records=listing, skipped=skipped)
+
     # -- writes --------------------------------------------------------------
 
-    def _write(self, job_id: str, apply: Callable[[Record, datetime], None], fresh: bool = False) -> Record:
+    def _write(
+        self,
+        job_id: str,
+        apply: Callable[[Record, datetime], None],
+        fresh: bool = False,
+        vet: Callable[[str, bytes], None] | None = None,
+    ) -> Record:
         """Decode, ``apply``, encode and replace under the lock; return the record written.
 
         Internal operations hand nobody the record, so it is settled in place
         instead of decoded again; ``fresh`` decodes the bytes written (for a
-        record outside code has touched).
+        record outside code has touched). ``vet`` sees the path and the bytes
+        as read, under the lock, before anything is decoded; with ``owned_by``
+        set, every write is vetted by :meth:`_owned`, so such a handle never
+        rewrites (and so takes over) a record another user owns.
         """
-        path = self.path(job_id)
+        name = ids.check(job_id) + ".json"
+        if vet is None and self.owned_by is not None:
+            vet = self._owned
 
         done: list[Record] = []
 
         def edit(current: bytes | None) -> bytes:
             if current is None:
                 raise NotFound(f"no job {job_id}", job_id)
+            if vet is not None:
+                vet(name, current)
             rec = decode(current, job_id)
             rec._exposed = False  # only update() hands it to outside code
             apply(rec, self.now())
@@ -364,249 +428,104 @@ class FileStore:
             return data
 
         try:
-            data = lock.change(path, edit)
+            with self._jobs() as jobs:
+                data = lock.change(jobs, name, edit, job_id)
             return decode(data, job_id) if fresh else done[-1]
         except JobError as exc:
             if not exc.job_id:
                 exc.job_id = job_id
             raise
 
-    def _as_holder(
-        self, job_id: str, epoch: int, apply: Callable[[Record, datetime], None], fresh: bool = False
-    ) -> Record:
-        """A write by the lease holder: terminal, stale epoch and lapse refused first."""
-        _epoch(epoch)
-
-        def checked(rec: Record, now: datetime) -> None:
-            if rec.terminal:
-                raise Terminal(f"job {job_id} is {rec.state}; nothing reopens it")
-            if rec.lease.epoch != epoch:
-                raise StaleEpoch(
-                    f"job {job_id} is at epoch {rec.lease.epoch}, not {epoch}: "
-                    f"{rec.lease.owner or 'somebody'} claimed it since"
-                )
-            if not held(rec.lease, now):
-                raise LeaseExpired(f"job {job_id}: the lease of epoch {epoch} has lapsed or was released")
-            apply(rec, now)
-            rec.updated_at = now
-
-        return self._write(job_id, checked, fresh)
-
-    def submit(self, record: Record) -> str:
-        if not isinstance(record, Record):
-            raise Invalid("submit takes a Record")
-        job_id = ids.check(record.id) if record.id else ids.mint()
-        spec = record.spec
-        if not isinstance(spec, dict) and not (isinstance(spec, Raw) and spec.text.startswith("{")):
-            raise Invalid("spec must be a JSON object", job_id)
-        now = self.now()
-        rec = record.replace(
-            id=job_id,
-            state=record.state or "pending",
-            progress=record.progress.replace(updated_at=now),
-            lease=Lease(),
-            intent=None if record.intent is None else record.intent.replace(at=record.intent.at or now),
-            created_at=now,
-            updated_at=now,
-            extensions=dict(record.extensions),
-            requires=list(record.requires),
-            content=list(record.content),
-            critical=list(record.critical),
-            _raw=dict(record._raw),
-            _text=record._text,
-        )
-        data = encode(rec)
-
+    def _create(self, job_id: str, data: bytes) -> None:
         def edit(current: bytes | None) -> bytes:
             if current is not None:
-                raise Invalid(f"job {job_id} already exists", job_id)
+                raise Exists(f"job {job_id} is already in the store", job_id)
             return data
 
-        lock.change(self.path(job_id), edit)
-        return job_id
+        with self._jobs() as jobs:
+            lock.change(jobs, job_id + ".json", edit, job_id)
 
-    def claim(self, job_id: str, owner: str, ttl_seconds: float) -> Record:
-        if not isinstance(owner, str) or not owner.strip():
-            raise Refused("claim needs an owner", job_id)
-        ttl = _seconds(ttl_seconds, "ttl")
-        seen, data, exact = self._read_epoch(job_id)
+    def _owned(self, name: str, current: bytes) -> None:
+        """Refuse (``Untrusted``) a record whose file the required uid does not own.
 
-        def apply(rec: Record, now: datetime) -> None:
-            nonlocal seen, exact
-            lease = rec.lease
-            if lease.epoch != seen and not exact:
-                seen, exact = decode(data, job_id).lease.epoch, True  # the pattern may have misread
-            if lease.epoch != seen:
-                raise LeaseHeld(f"job {job_id} moved since it was read (epoch {seen} -> {lease.epoch})")
-            if rec.terminal:
-                raise Terminal(f"job {job_id} is {rec.state}; nothing reopens it")
-            if held(lease, now):
-                if lease.owner != owner:
-                    raise LeaseHeld(
-                        f"job {job_id} is held by {lease.owner} until {lease.expires_at:%Y-%m-%dT%H:%M:%SZ}"
-                    )
-                if lease.recall is not None:
-                    raise LeaseHeld(f"job {job_id} is recalled ({lease.recall.reason}); its holder cannot re-claim it")
-            rec.lease = Lease(owner, lease.epoch + 1, now + ttl)
-            if rec.state in ("pending", "running"):
-                rec.state = "running"
-
-        return self._write(job_id, apply)
-
-    def renew(self, job_id: str, epoch: int, ttl_seconds: float) -> Record:
-        _epoch(epoch)
-        ttl = _seconds(ttl_seconds, "ttl")
-
-        def apply(rec: Record, now: datetime) -> None:
-            lease = rec.lease
-            if lease.epoch != epoch:
-                raise StaleEpoch(f"job {job_id} is at epoch {lease.epoch}, not {epoch}")
-            if not held(lease, now):
-                raise LeaseExpired(f"job {job_id}: the lease of epoch {epoch} has lapsed or was released")
-            expires = now + ttl
-            if lease.recall is not None and lease.recall.until is not None and expires > lease.recall.until:
-                expires = lease.recall.until
-            lease.expires_at = expires
-
-        return self._write(job_id, apply)
-
-    def release(self, job_id: str, epoch: int) -> Record:
-        def apply(rec: Record, now: datetime) -> None:
-            rec.lease.expires_at = now
-            rec.lease.owner = ""
-            if rec.state == "running" and rec.delegation is None:
-                rec.state = "pending"
-
-        return self._as_holder(job_id, epoch, apply)
-
-    def update(self, job_id: str, epoch: int, mutate: Callable[[Record], object]) -> Record:
-        def envelope(rec: Record) -> tuple[str, tuple[str, ...]] | None:
-            return None if rec.envelope is None else (rec.envelope.schema, tuple(rec.envelope.actions))
-
-        def apply(rec: Record, now: datetime) -> None:
-            before = (rec.id, rec.kind, rec.opaque_text("spec"), rec.created_at, envelope(rec))
-            lease = rec.lease.replace(recall=None if rec.lease.recall is None else rec.lease.recall.replace())
-            intent = None if rec.intent is None else rec.intent.replace()
-            rec._exposed = True
-            mutate(rec)
-            after = (rec.id, rec.kind, rec.opaque_text("spec"), rec.created_at, envelope(rec))
-            for name, old, new in zip(("id", "kind", "spec", "created_at", "envelope"), before, after, strict=True):
-                if old != new:
-                    raise Invalid(f"job {job_id}: {name} cannot change under a lease [JOB-M1]")
-            if rec.lease != lease:
-                raise Invalid(f"job {job_id}: the lease changes only by claim, renew and release")
-            if rec.intent != intent:
-                raise Invalid(f"job {job_id}: intent changes only by set_intent")
-
-        # The caller's mutate may keep references into the record it was handed:
-        # what it gets back is decoded afresh from the bytes written [JOB-M2].
-        return self._as_holder(job_id, epoch, apply, fresh=True)
-
-    def progress(self, job_id: str, epoch: int, done: int, checkpoint: Any = UNSET) -> Record:
-        """Record how far the holder got, and optionally what a successor needs."""
-        if isinstance(done, bool) or not isinstance(done, int) or done < 0:
-            raise Invalid(f"done must be a non-negative integer, not {done!r}", job_id)
-
-        def apply(rec: Record, now: datetime) -> None:
-            rec.progress.done = done
-            rec.progress.updated_at = now
-            if checkpoint is not UNSET:
-                rec.checkpoint = checkpoint
-
-        return self._as_holder(job_id, epoch, apply)
-
-    def finish(
-        self,
-        job_id: str,
-        epoch: int,
-        state: str,
-        *,
-        error: str | None = None,
-        checkpoint: Any = UNSET,
-        done: int | None = None,
-    ) -> Record:
-        """Set the state; error, checkpoint and done travel in the same write [JOB-T4]."""
-        if done is not None and (isinstance(done, bool) or not isinstance(done, int) or done < 0):
-            raise Invalid(f"done must be a non-negative integer, not {done!r}", job_id)
-
-        def apply(rec: Record, now: datetime) -> None:
-            if state not in STATES:
-                raise Invalid(f"{state!r} is not a state ({', '.join(STATES)})")
-            rec.state = state
-            if error is not None:
-                rec.error = error
-            if checkpoint is not UNSET:
-                rec.checkpoint = checkpoint
-            if done is not None:
-                rec.progress.done = done
-                rec.progress.updated_at = now
-
-        return self._as_holder(job_id, epoch, apply)
-
-    def set_intent(self, job_id: str, want: str, by: str = "") -> Record:
-        if want not in WANTS:
-            raise Invalid(f"intent {want!r} is not run, pause or cancel [JOB-I1]", job_id)
-
-        def apply(rec: Record, now: datetime) -> None:
-            if rec.terminal:
-                raise Terminal(f"job {job_id} is {rec.state}; nothing reopens it")
-            rec.intent = Intent(want, by or "", now)
-            rec.updated_at = now
-
-        return self._write(job_id, apply)
-
-    def recall(self, job_id: str, epoch: int, reason: str, by: str = "", grace: float = 30.0) -> Record:
-        if not isinstance(reason, str) or not reason.strip():
-            raise Invalid("a recall needs a reason", job_id)
-        _epoch(epoch)
-        window = _seconds(grace, "grace")
-
-        def apply(rec: Record, now: datetime) -> None:
-            lease = rec.lease
-            if rec.terminal:
-                raise Terminal(f"job {job_id} is {rec.state}; there is nothing to give back")
-            if lease.epoch != epoch:
-                raise StaleEpoch(f"job {job_id} is at epoch {lease.epoch}, not {epoch}")
-            if not held(lease, now):
-                raise LeaseExpired(f"job {job_id}: nobody holds the lease of epoch {epoch}")
-            until = now + window
-            lease.recall = Recall(reason, now, until, by or "")
-            if lease.expires_at is None or until < lease.expires_at:
-                lease.expires_at = until
-            rec.updated_at = now
-
-        return self._write(job_id, apply)
-
-    def cancel(self, job_id: str, by: str, ttl_seconds: float = 15.0) -> Record:
-        """Ask for a stop and, when nobody holds the job, stop it now [JOB-S3] [JOB-S4].
-
-        An already cancelled job is a success (a double click); another
-        terminal state is ``Terminal``. When somebody holds the lease the
-        intent is recorded and its holder is expected to honour it.
+        The file is opened through :mod:`jobctl.fsio` (no link followed, a
+        regular file only) and ``fstat``-ed, and what it holds must be the
+        bytes the claim is deciding on: a record swapped in by somebody else
+        between the two reads is refused, not run.
         """
-        rec = self.load(job_id)
-        if rec.state == "cancelled":
-            return rec
-        self.set_intent(job_id, "cancel", by)
+        job_id = name[:-5]
+        with self._jobs() as jobs:
+            try:
+                fd = fsio.open_read(jobs, name, job_id)
+            except JobError as exc:
+                raise Untrusted(
+                    f"job {job_id}: its record cannot be opened to check its owner: {exc}", job_id
+                ) from None
+        if fd is None:
+            raise Untrusted(f"job {job_id}: its record went away while its owner was checked; not run", job_id)
         try:
-            mine = self.claim(job_id, by, ttl_seconds)
-        except (LeaseHeld, Terminal):
-            return self.load(job_id)
-        return self.finish(job_id, mine.lease.epoch, "cancelled")
+            st = os.fstat(fd)
+            if st.st_uid != self.owned_by:
+                raise Untrusted(
+                    f"job {job_id}: its record is owned by uid {st.st_uid}, not by uid {self.owned_by}; not run",
+                    job_id,
+                )
+            chunks = []
+            size = 0
+            while size <= len(current):
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+        finally:
+            os.close(fd)
+        if b"".join(chunks) != current:
+            raise Untrusted(f"job {job_id}: its record changed while its owner was checked; not run", job_id)
 
     # -- maintenance -----------------------------------------------------------
 
+    def remove(self, job_id: str) -> bool:
+        """Delete an ended job's record under its lock; False when it is missing, unreadable or not ended.
+
+        The only deletion of a record jobctl does (``jobctl gc``): a terminal
+        record never changes again [JOB-T1], so once it is read ended under
+        the lock nobody else can be writing it. The lock file stays [JOB-L3].
+        """
+
+        def ended(data: bytes) -> bool:
+            try:
+                return decode(data, job_id).terminal
+            except JobError:
+                return False
+
+        with self._jobs() as jobs:
+            return lock.remove(jobs, ids.check(job_id) + ".json", ended, job_id)
+
     def sweep(self, job_id: str | None = None) -> int:
-        """Remove stale staging temporaries (of one record, or of all); return the count."""
-        if job_id is not None:
-            return lock.sweep(self.path(job_id))
-        bases = set()
-        with os.scandir(self.jobs_dir) as entries:
-            for entry in entries:
+        """Remove stale staging temporaries (of one record, or of all); return the count.
+
+        A record whose lock is refused (a link or odd file at ``<id>.json.lock``)
+        is skipped, the others swept, and then the first refusal raised.
+        """
+        with self._jobs() as jobs:
+            if job_id is not None:
+                return lock.sweep(jobs, ids.check(job_id) + ".json", job_id)
+            bases = set()
+            for entry in fsio.scan(jobs):
                 m = _TEMP.match(entry.name)
                 if m:
                     bases.add(m.group(1))
-        return sum(lock.sweep(os.path.join(self.jobs_dir, base)) for base in sorted(bases))
+            removed = 0
+            refusals: list[JobError] = []
+            for base in sorted(bases):
+                try:
+                    removed += lock.sweep(jobs, base, base[:-5])
+                except JobError as exc:
+                    refusals.append(exc)  # a planted link at one lock must not stop the rest
+            if refusals:
+                raise refusals[0]
+            return removed
 
 
 def _summary_of(rec: Record) -> summary.Summary:
@@ -620,6 +539,8 @@ def _summary_of(rec: Record) -> summary.Summary:
         rec.lease.epoch,
         rec.error,
         rec.checkpoint_text(),
+        summary.micros(rec.created_at),
+        summary.micros(rec.lease.expires_at),
     )
 
 

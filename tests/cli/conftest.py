@@ -15,11 +15,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
 
 from clitools import Clock, Jobctl
 
+from jobctl import FileStore
+
 
 @pytest.fixture
 def jobctl(tmp_path: Path) -> Jobctl:
     home = tmp_path / "home"
     home.mkdir()
+    FileStore(tmp_path / "store")  # only submit and init create a store; the tests start with one
     return Jobctl(tmp_path / "store", home)
 
 

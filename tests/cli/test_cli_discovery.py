@@ -82,7 +82,7 @@ def test_a_root_that_cannot_be_opened_names_the_rung(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("x")
     with pytest.raises(discovery.Unavailable) as caught:
-        discovery.open_store(str(blocker), "/etc/x/config.json")
+        discovery.open_store(str(blocker), "/etc/x/config.json", create=True)
     lines = caught.value.lines
     assert lines[0].startswith(f"jobctl: {blocker}: ")
     assert lines[1] == "  that root came from /etc/x/config.json"
@@ -100,10 +100,14 @@ def test_the_command_line_uses_the_config_file_and_warns_on_a_broken_one(jobctl:
     assert (facts["root"], facts["rung"], facts["config_status"]) == (str(store), str(config), f"names {store}")
     config.write_text("{broken")
     ran = jobctl("list", env=env)
-    assert ran.code == 0
     assert ran.err.startswith(f"jobctl: {config} is not JSON")
-    assert len(ran.err.splitlines()) == 1
-    assert (jobctl.home / ".abstraction" / "jobs").is_dir()  # fell through to the default
+    # It fell through to the default, where there is no store: said so, and nothing created.
+    default = jobctl.home / ".abstraction"
+    assert ran.code == 16 and len(ran.err.splitlines()) == 2, ran.err
+    assert ran.err.splitlines()[1].startswith(
+        f"jobctl: no_store: {default} does not exist (the root came from the default"
+    )
+    assert not default.exists()
 
 
 def test_store_flag_on_the_group_or_the_command(jobctl: Jobctl) -> None:
@@ -113,3 +117,80 @@ def test_store_flag_on_the_group_or_the_command(jobctl: Jobctl) -> None:
     assert jobctl("list").out == b""
     facts = dict(line.split("=", 1) for line in jobctl("paths", "--store", str(elsewhere)).lines)
     assert facts["rung"] == "the --store flag"
+
+
+# -- a root with no store (issue 7 item 5) ----------------------------------------------
+
+READERS = [
+    ("list",),
+    ("orphans",),
+    ("show", "1787202430967-a752f9a9c2c77b123ffd"),
+    ("claim", "--next"),
+    ("sweep",),
+    ("watch", "--quiet-after", "0", "--exit-on-quiet"),
+    ("worker", "--drain"),
+    ("pipeline", "nightly"),
+    ("wait", "1787202430967-a752f9a9c2c77b123ffd"),
+    ("run", "--next", "--", "true"),
+]
+
+
+@pytest.mark.parametrize("args", READERS, ids=[a[0] for a in READERS])
+def test_a_mistyped_store_flag_is_reported_and_nothing_is_created(jobctl: Jobctl, args: tuple[str, ...]) -> None:
+    typo = jobctl.home / "srv" / "jbos"
+    ran = jobctl("--store", str(typo), *args)
+    assert ran.code == 16, ran.err
+    assert ran.out == b""
+    assert ran.err.splitlines() == [
+        f"jobctl: no_store: {typo} does not exist (the root came from the --store flag); "
+        "check the path (jobctl paths says where jobctl looks); jobctl init DIR creates a store"
+    ]
+    assert not typo.exists() and not typo.parent.exists()
+
+
+def test_each_rung_is_named_and_each_kind_of_missing_store(jobctl: Jobctl) -> None:
+    not_a_dir = jobctl.home / "file"
+    not_a_dir.write_text("x")
+    no_jobs = jobctl.home / "empty"
+    no_jobs.mkdir()
+    cases = [
+        ({"JOB_STORE": str(not_a_dir)}, f"{not_a_dir} is not a directory (the root came from JOB_STORE)"),
+        (
+            {"JOB_STORE": None, "ABSTRACTION_STORE": str(no_jobs)},
+            f"{no_jobs} has no jobs/ directory, so it is not a store (the root came from ABSTRACTION_STORE)",
+        ),
+    ]
+    for env, said in cases:
+        ran = jobctl("list", env=env)
+        assert ran.code == 16 and f"jobctl: no_store: {said}; " in ran.err, ran.err
+    assert list(no_jobs.iterdir()) == []
+
+
+def test_submit_and_init_create_a_store_and_paths_fails_without_one(jobctl: Jobctl) -> None:
+    fresh = jobctl.home / "fresh"
+    jobctl.env["JOB_STORE"] = str(fresh)
+    facts = dict(line.split("=", 1) for line in jobctl("paths").lines)
+    assert facts["check_open"].startswith(f"FAILED: {fresh} does not exist")
+    assert jobctl("paths").code == 1 and jobctl("doctor").code == 1
+    assert not fresh.exists()
+    made = jobctl.home / "made"
+    assert jobctl("init", str(made)).out == f"{made}\n".encode()
+    assert (made / "jobs").is_dir() and (made / "work").is_dir()
+    assert jobctl("list", "--store", str(made)).code == 0
+    assert jobctl("init").out == f"{fresh}\n".encode()  # the configured root
+    assert jobctl("paths").code == 0
+    other = jobctl.home / "by-submit"
+    assert jobctl("submit", "--store", str(other), "--kind", "k").code == 0
+    assert (other / "jobs").is_dir()
+
+
+def test_the_python_api_still_creates_by_default_and_can_refuse(tmp_path: Path) -> None:
+    from jobctl import FileStore
+    from jobctl.errors import NoStore
+
+    with pytest.raises(NoStore):
+        FileStore(tmp_path / "nowhere", create=False)
+    assert not (tmp_path / "nowhere").exists()
+    FileStore(tmp_path / "here")
+    assert (tmp_path / "here" / "jobs").is_dir()
+    assert FileStore(tmp_path / "here", create=False).list() == []

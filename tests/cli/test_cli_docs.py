@@ -70,6 +70,9 @@ def test_the_exit_code_page_matches_the_program() -> None:
         cli_main.EXIT_TIMEOUT: "timeout",
         cli_main.EXIT_INTERRUPTED: "interrupted",
         cli_main.EXIT_BROKEN_PIPE: "broken_pipe",
+        errors.EXIT_WRITE_FAILED: "write_failed",
+        errors.NoStore.exit_code: errors.NoStore.verdict,
+        cli_main.EXIT_DRAIN_INCOMPLETE: "drain_incomplete",
     }
     for cls in set(errors.VERDICTS.values()):
         expected[cls.exit_code] = cls.verdict

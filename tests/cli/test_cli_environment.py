@@ -48,7 +48,7 @@ def test_a_wrong_epoch_in_the_environment_is_refused_as_stale(jobctl: Jobctl) ->
 
 
 def test_empty_variables_count_as_unset(jobctl: Jobctl) -> None:
-    ran = jobctl("checkpoint", "{}", env={"JOB_ID": ""})
+    ran = jobctl("checkpoint", "{}", "--epoch", "1", env={"JOB_ID": ""})
     assert ran.code == 2
     assert "JOB_ID" in ran.err
     assert jobctl("show", env={"JOB_ID": ""}).code == 2
@@ -71,3 +71,41 @@ def test_claim_owner_from_the_environment(jobctl: Jobctl) -> None:
     job = jobctl.submit()
     jobctl("claim", job, env={"JOB_OWNER": "cron@host"})
     assert json.loads(jobctl.record(job))["lease"]["owner"] == "cron@host"
+
+
+HOLDER_COMMANDS = [
+    ("progress", "--done", "1"),
+    ("checkpoint", "{}"),
+    ("renew",),
+    ("release",),
+    ("finish", "--state", "complete"),
+]
+
+
+def test_a_holder_command_without_an_epoch_is_a_usage_error(jobctl: Jobctl) -> None:
+    # Epoch 0 used to be the default: the script was told stale_epoch ("somebody
+    # claimed it since") and walked away from a job it still held.
+    job = _held(jobctl)
+    before = jobctl.record(job)
+    for command, *rest in HOLDER_COMMANDS:
+        args = (command, *rest) if command == "checkpoint" else (command, job, *rest)
+        ran = jobctl(*args, env={"JOB_ID": job} if command == "checkpoint" else None)
+        assert ran.code == 2, (command, ran.err)
+        assert ran.err.splitlines()[-1] == "Error: no epoch: pass --epoch N or export JOB_EPOCH", (command, ran.err)
+        assert jobctl.record(job) == before  # nothing was attempted
+    # --epoch 0 said out loud is still an epoch: the store judges it.
+    assert jobctl("renew", job, "--epoch", "0").code == 5
+
+
+def test_a_holder_command_without_an_id_says_how_to_give_one(jobctl: Jobctl) -> None:
+    for command, *rest in [*HOLDER_COMMANDS, ("show",)]:
+        if command == "checkpoint":
+            continue  # its only positional is the checkpoint; tested above with JOB_ID empty
+        ran = jobctl(command, *rest, "--epoch", "1") if command != "show" else jobctl(command)
+        assert ran.code == 2, (command, ran.err)
+        assert ran.err.splitlines()[-1] == f"Error: {command} needs a job id: name it, or set JOB_ID", (
+            command,
+            ran.err,
+        )
+        usage = jobctl(command, "--help").text
+        assert f"jobctl {command} [OPTIONS] [ID]" in usage, usage

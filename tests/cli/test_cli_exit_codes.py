@@ -41,6 +41,7 @@ def test_the_codes_are_distinct_and_match_the_library() -> None:
         "unknown_schema": 8,
         "invalid": 9,
         "refused": 10,
+        "exists": 15,
     }
     others = [
         cli_main.EXIT_OK,
@@ -52,8 +53,10 @@ def test_the_codes_are_distinct_and_match_the_library() -> None:
         cli_main.EXIT_TIMEOUT,
         cli_main.EXIT_INTERRUPTED,
         cli_main.EXIT_BROKEN_PIPE,
+        errors.EXIT_WRITE_FAILED,
     ]
-    assert others == [0, 1, 2, 11, 12, 13, 124, 130, 141]
+    assert others == [0, 1, 2, 11, 12, 13, 124, 130, 141, 14]
+    assert errors.WriteFailed.exit_code == 14 and errors.WriteFailed.verdict == "refused"
     assert len(set(others) | set(codes.values())) == len(others) + len(codes)
 
 
@@ -139,10 +142,13 @@ def test_unknown_schema_exits_8(jobctl: Jobctl) -> None:
 def test_invalid_exits_9(jobctl: Jobctl) -> None:
     line = refused(jobctl("submit", "--kind", "k", "--spec", '{"a": 1,}'), errors.Invalid)
     assert "--spec is not JSON" in line
-    refused(jobctl("submit", "--kind", "k", "--spec", "[1, 2]"), errors.Invalid)
+    assert line.endswith("(jobctl submit --help shows what each command takes)")  # the command's real name
+    line = refused(jobctl("submit", "--kind", "k", "--spec", "[1, 2]"), errors.Invalid)
+    assert line.startswith("jobctl: invalid: spec must be a JSON object;"), line  # no id that was never created
     job = jobctl.submit("--id", "fixed")
     before = jobctl.record(job)
-    refused(jobctl("submit", "--kind", "k", "--id", "fixed"), errors.Invalid, "fixed")
+    assert jobctl.record(job) == before
+    line = refused(jobctl("submit", "--kind", "k", "--id", "fixed", "--spec", "[1]"), errors.Invalid, "fixed")
     assert jobctl.record(job) == before
     jobctl("claim", job, "--owner", "a")
     before = jobctl.record(job)
@@ -150,6 +156,19 @@ def test_invalid_exits_9(jobctl: Jobctl) -> None:
     refused(jobctl("show", "../escape"), errors.Invalid)
     assert jobctl.record(job) == before
     assert list((jobctl.root / "jobs").glob("*.json")) == [jobctl.root / "jobs" / "fixed.json"]
+
+
+def test_an_existing_id_exits_15_unless_exists_ok(jobctl: Jobctl) -> None:
+    job = jobctl.submit("--id", "nightly-2030-01-02", "--spec", '{"n": 1}')
+    before = jobctl.record(job)
+    line = refused(jobctl("submit", "--kind", "k", "--id", job), errors.Exists, job)
+    assert line.startswith(f"jobctl: exists: job {job} is already in the store;"), line
+    assert issubclass(errors.Exists, errors.Invalid)  # a library caller catching Invalid still catches it
+    ran = jobctl("submit", "--kind", "other", "--spec", '{"n": 2}', "--id", job, "--exists-ok")
+    assert (ran.code, ran.out, ran.err) == (0, f"{job}\n".encode(), "")
+    assert jobctl.record(job) == before  # not compared, not touched
+    assert jobctl("submit", "--kind", "k", "--exists-ok").code == 2  # --exists-ok needs --id
+    assert [p.name for p in (jobctl.root / "jobs").glob("*.json")] == [f"{job}.json"]
 
 
 def test_refused_exits_10(jobctl: Jobctl) -> None:
@@ -202,11 +221,12 @@ def test_usage_errors_exit_2_and_touch_nothing(jobctl: Jobctl, args: tuple[str, 
 def test_a_store_that_cannot_be_opened_exits_1_naming_root_and_rung(jobctl: Jobctl) -> None:
     blocker = jobctl.home / "not-a-dir"
     blocker.write_text("a file where the store should be")
-    ran = jobctl("list", env={"JOB_STORE": None, "ABSTRACTION_STORE": str(blocker)})
+    # submit creates the store, and creating it under a file fails (a reader says no_store instead).
+    ran = jobctl("submit", "--kind", "k", env={"JOB_STORE": None, "ABSTRACTION_STORE": str(blocker / "sub")})
     assert ran.code == errors.EXIT_FAILURE
     assert ran.out == b""
     lines = ran.err.splitlines()
-    assert lines[0].startswith(f"jobctl: {blocker}: ")
+    assert lines[0].startswith(f"jobctl: {blocker / 'sub'}: ")
     assert lines[1] == "  that root came from ABSTRACTION_STORE"
     assert any("ABSTRACTION_STORE=" in line for line in lines[2:])
 

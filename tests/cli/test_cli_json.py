@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import datetime, timezone
 from typing import Any
 
 import pytest
-from clitools import REPO, Jobctl
+from clitools import REPO, Clock, Jobctl
 
 from jobctl import FileStore, Listing
 
@@ -34,7 +35,7 @@ def one(jobctl: Jobctl, *args: str) -> dict[str, Any]:
 
 
 def test_the_page_documents_every_shape() -> None:
-    assert set(documented()) == {"job", "watch-change", "watch-gone", "watch-quiet", "sweep", "paths"}
+    assert set(documented()) == {"job", "watch-change", "watch-gone", "watch-quiet", "sweep", "gc", "paths"}
 
 
 def test_every_single_job_command_prints_the_job_shape(jobctl: Jobctl) -> None:
@@ -132,3 +133,17 @@ def test_documented_examples_are_well_formed(shape: str) -> None:
     job = obj if shape == "job" else obj["job"]
     assert set(job["recall"] or {}) <= {"reason", "by", "at", "until"}
     assert job["state"] in ("pending", "running", "transferred", "complete", "failed", "cancelled")
+
+
+def test_gc_and_retry(jobctl: Jobctl) -> None:
+    shapes = documented()
+    job = jobctl.submit()
+    old = jobctl.store(Clock(datetime(2020, 1, 1, tzinfo=timezone.utc)))
+    old.finish(job, old.claim(job, "w", 60).lease.epoch, "failed", error="boom")
+    retried = [json.loads(line) for line in jobctl("retry", job, "--json").lines]
+    assert len(retried) == 1 and keys(retried[0]) == keys(shapes["job"])
+    for dry in (True, False):
+        ran = jobctl("gc", "--older-than", "1d", "--json", *(["--dry-run"] if dry else []))
+        objs = [json.loads(line) for line in ran.lines]
+        assert [keys(obj) for obj in objs] == [keys(shapes["gc"])]
+        assert objs[0]["id"] == job and objs[0]["removed"] is not dry

@@ -7,6 +7,9 @@ import re
 
 from clitools import ID_LINE, Clock, Jobctl
 
+import jobctl as jobctl_package
+from jobctl.record import AFTER, MODELS, PIPELINE, RETRY
+
 AWKWARD_SPEC = (
     '{"zebra": 1.50, "apple": "a\\/b", "url": "https://x.example/?a=1&b=<2>", "e": "\\u00e9", '
     '"n": 12345678901234567890, "z": -0.0, "x": 1e2}'
@@ -109,10 +112,20 @@ def test_finish_carries_error_checkpoint_and_done_in_the_final_write(jobctl: Job
     )
 
 
-def test_finish_defaults_to_transferred_as_upstream(jobctl: Jobctl) -> None:
+def test_finish_needs_a_state_unlike_upstream(jobctl: Jobctl) -> None:
+    # Upstream's jobctl defaults to transferred: a job then neither runnable nor
+    # finished. jobctl has no default; the usage error names the choices.
     job = jobctl.submit()
     jobctl("claim", job, "--owner", "a")
-    assert jobctl("finish", job, "--epoch", "1").out == b"state=transferred\n"
+    before = jobctl.record(job)
+    ran = jobctl("finish", job, "--epoch", "1")
+    assert ran.code == 2 and ran.out == b""
+    assert ran.err.splitlines()[-1] == (
+        "Error: finish needs --state: one of pending, running, transferred, complete, failed or cancelled"
+    )
+    assert jobctl.record(job) == before
+    assert jobctl("finish", job, "--epoch", "1", "--state", "transferred").out == b"state=transferred\n"
+    assert "upstream" in jobctl("finish", "--help").text
 
 
 def test_show_prints_the_canonical_record_bytes(jobctl: Jobctl) -> None:
@@ -158,9 +171,9 @@ def test_list_and_orphans_print_one_line_a_job(jobctl: Jobctl) -> None:
     jobctl("checkpoint", second, '{"k": [1, 2.0]}', "--epoch", "1", "--done", "5")
     assert (
         jobctl("list").out
-        == (
-            f"{first} kind=test state=pending done=0 checkpoint=none\n"
+        == (  # upstream's lines, running jobs first (list --help)
             f'{second} kind=test state=running done=5 checkpoint={{"k":[1,2.0]}}\n'
+            f"{first} kind=test state=pending done=0 checkpoint=none\n"
         ).encode()
     )
     assert jobctl("orphans").out == f"{first} kind=test state=pending checkpoint=none\n".encode()
@@ -247,7 +260,18 @@ def test_help_goes_to_stdout(jobctl: Jobctl) -> None:
         assert ran.text.startswith("Usage: jobctl"), args
         assert ran.err == ""
     assert re.search(r"^  claim +Take a job's lease", jobctl("help").text, re.M)
-    assert jobctl("--version").out == b"jobctl 0.1.0\n"
+
+
+def test_version_names_the_release_and_every_model_it_speaks(jobctl: Jobctl) -> None:
+    ran = jobctl("--version")
+    assert (ran.code, ran.err) == (0, "")
+    lines = ran.text.splitlines()
+    assert lines[0] == f"jobctl {jobctl_package.__version__}"  # the one version source
+    assert lines[1] == "abstraction-job file binding, models:"
+    ext = lines.index("jobctl extensions:")
+    assert [line.strip() for line in lines[2:ext]] == sorted(MODELS)  # the whole roster, sorted
+    assert "  abstraction.job/terminal@1" in lines[2:ext]
+    assert [line.strip() for line in lines[ext + 1 :]] == sorted((AFTER, PIPELINE, RETRY))
 
 
 def test_a_damaged_record_is_named_with_where_the_json_breaks(jobctl: Jobctl) -> None:
@@ -259,3 +283,17 @@ def test_a_damaged_record_is_named_with_where_the_json_breaks(jobctl: Jobctl) ->
         "jobctl: invalid: 1-bad: expected a JSON value at line 1 column 11; "
         "the record file jobs/1-bad.json is damaged: look at it, restore or remove it"
     )
+
+
+def test_watch_names_an_unreadable_record_once_and_its_dependent_as_blocked(jobctl: Jobctl) -> None:
+    broken = "1787202430967-a752f9a9c2c77b123ffd"
+    path = jobctl.root / "jobs" / f"{broken}.json"
+    path.write_bytes(b"garbage")
+    waiting = jobctl.submit("--after", broken)
+    ran = jobctl("watch", "--quiet-after", "0.2", "--exit-on-quiet")
+    assert ran.code == 0
+    assert ran.err.splitlines() == [
+        f"jobctl: unreadable: {broken} {path}: record is not valid JSON at byte 0",
+        f"jobctl: blocked: {waiting} waits for {broken}, which cannot be read",
+    ]
+    assert ran.lines[0].startswith(f"{waiting} kind=test state=pending")

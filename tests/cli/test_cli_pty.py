@@ -12,9 +12,10 @@ import subprocess
 import termios
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
-from clitools import JOBCTL, Jobctl, has_box
+from clitools import JOBCTL, REPO, Jobctl, has_box
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -27,9 +28,14 @@ def interrupt(proc: subprocess.Popen[bytes]) -> None:
 
 
 def in_pty(
-    argv: list[str], env: dict[str, str], stages: tuple[Stage, ...] = (), deadline: float = 30.0
+    argv: list[str],
+    env: dict[str, str],
+    stages: tuple[Stage, ...] = (),
+    deadline: float = 30.0,
+    columns: int = 200,
+    rows: int = 40,
 ) -> tuple[int, bytes]:
-    """Run ``argv`` with a pty as its terminal, 200 columns wide; return its exit code and output.
+    """Run ``argv`` with a pty as its terminal, ``columns`` wide; return its exit code and output.
 
     ``stages`` are (condition, action) pairs taken in turn: once the output
     that arrived since the previous action satisfies a condition, its action
@@ -37,7 +43,7 @@ def in_pty(
     test; nothing here measures how fast anything happened.
     """
     master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 200, 0, 0))
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
     proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, close_fds=True)
     os.close(slave)
     output = b""
@@ -129,3 +135,108 @@ def test_piped_output_has_no_escape_codes_or_boxes(jobctl: Jobctl) -> None:
             assert not has_box(stream.decode()), argv
     listed = subprocess.run([JOBCTL, "list"], env=env, capture_output=True, check=True, timeout=30)
     assert listed.stdout == f"{job} kind=test state=running done=0 checkpoint=none\n".encode()
+
+
+# -- tables that fit the terminal (issue 8) --------------------------------------------------------
+
+
+def _mixed_store(jobctl: Jobctl, running: int, pending: int, ended: int) -> dict[str, str]:
+    """Jobs in a mix of states, with long text where a table is tempted to wrap; id -> state."""
+    store = jobctl.store()
+    states: dict[str, str] = {}
+    for n in range(running + pending + ended):
+        kind = "convert-a-rather-long-kind-name" if n % 3 == 0 else "fetch"
+        job = jobctl.submit("--total", "10") if kind == "fetch" else jobctl("submit", "--kind", kind).text.strip()
+        states[job] = "pending"
+    ids = list(states)
+    for job in ids[:running]:
+        store.claim(job, "worker-on-a-rather-long-host-name.example.com:4242", 600)
+        states[job] = "running"
+    for n, job in enumerate(ids[running + pending :]):
+        rec = store.claim(job, "w", 600)
+        state = "failed" if n % 2 else "complete"
+        error = "exit 3: " + "a long error that goes on and on " * 4 + "\nand a second line" if n % 2 else ""
+        store.finish(job, rec.lease.epoch, state, error=error)
+        states[job] = state
+    return states
+
+
+def _visible_rows(text: str, states: dict[str, str]) -> list[str]:
+    """The ids whose row was drawn; each must carry its full id and its state on one line."""
+    seen = []
+    for line in text.splitlines():
+        for job, state in states.items():
+            if job in line:
+                assert state in line, f"{job} drawn without its state {state}: {line!r}"
+                seen.append(job)
+    return seen
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_list_fits_the_terminal_with_whole_ids_and_states(jobctl: Jobctl, columns: int) -> None:
+    states = _mixed_store(jobctl, running=2, pending=2, ended=4)
+    code, output = in_pty([JOBCTL, "list"], _env(jobctl, NO_COLOR="1"), columns=columns)
+    text = output.decode()
+    assert code == 0, text
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert max(len(line) for line in lines) <= columns, text
+    seen = _visible_rows(text, states)
+    assert sorted(seen) == sorted(states), text  # every job, each on exactly one line
+    order = [states[job] for job in seen]
+    assert order == sorted(order, key=lambda s: {"running": 0, "pending": 1}.get(s, 2)), order  # active first
+    assert "…" in text  # the long error was cut, not wrapped
+    if columns == 80:
+        assert "owner" not in text and "updated" not in text  # low-value columns go first
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_watch_keeps_running_jobs_visible_and_says_what_it_hid(jobctl: Jobctl, columns: int) -> None:
+    states = _mixed_store(jobctl, running=5, pending=10, ended=15)
+    running = [job for job, state in states.items() if state == "running"]
+    code, output = in_pty(
+        [JOBCTL, "watch"],
+        _env(jobctl, NO_COLOR="1"),
+        stages=((lambda out: b"rows hidden" in out, interrupt),),
+        columns=columns,
+        rows=16,
+    )
+    text = output.decode(errors="replace")
+    assert code == 0, text
+    seen = set(_visible_rows(text, states))
+    assert set(running) <= seen, text
+    assert "19 more rows hidden (4 active, 15 ended)" in text, text  # 16 lines hold 11 rows
+
+
+def test_watch_filters_on_a_terminal(jobctl: Jobctl) -> None:
+    states = _mixed_store(jobctl, running=1, pending=1, ended=2)
+    code, output = in_pty(
+        [JOBCTL, "watch", "--active"],
+        _env(jobctl, NO_COLOR="1"),
+        stages=((lambda out: b"not ended" in out and b"pending" in out, interrupt),),
+        columns=120,
+    )
+    text = output.decode(errors="replace")
+    assert code == 0, text
+    seen = set(_visible_rows(text, states))
+    assert seen == {job for job, state in states.items() if state in ("running", "pending")}, text
+
+
+def test_the_demo_prints_no_escape_codes_into_a_pipe_or_under_no_color(jobctl: Jobctl, tmp_path: Path) -> None:
+    """examples/demo.sh: bold headings on a terminal, plain ones into a pipe and under NO_COLOR."""
+    demo = str(REPO / "examples" / "demo.sh")
+    env = _env(jobctl, DEMO_STORE=str(tmp_path / "demo-store"), PATH=f"{Path(JOBCTL).parent}:{os.environ['PATH']}")
+    # The demo's own steps lean on two-second leases, which a loaded machine can outlast; what is
+    # checked here is only how its headings are drawn, so its exit status is not.
+    piped = subprocess.run(["sh", demo], env=env, capture_output=True, timeout=60)
+    assert b"== submit a job" in piped.stdout and b"\x1b" not in piped.stdout + piped.stderr
+    _code, output = in_pty(["sh", demo], {**env, "NO_COLOR": "1"}, deadline=60)
+    assert b"== submit a job" in output and b"\x1b" not in output
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_wait_shows_whole_ids_and_states(jobctl: Jobctl, columns: int) -> None:
+    states = _mixed_store(jobctl, running=0, pending=0, ended=4)
+    code, output = in_pty([JOBCTL, "wait", *states], _env(jobctl, NO_COLOR="1"), columns=columns)
+    text = output.decode(errors="replace")
+    assert code == 11, text  # two of them failed
+    assert set(_visible_rows(text, states)) == set(states), text

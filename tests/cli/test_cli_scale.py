@@ -121,3 +121,36 @@ def test_streamed_lines_show_the_first_at_once_and_the_rest_in_blocks(
     assert capsysbinary.readouterr().out == b""
     lines.flush()
     assert capsysbinary.readouterr().out == b'second\n{"v":1,"id":"x"}\n'
+
+
+def test_piped_list_keeps_the_view_order_with_the_cache_warm(jobctl: Jobctl, later: None, decoded: list[str]) -> None:
+    """Active first, then ended; each group by creation, not by id: the cache changes nothing of that."""
+    store = jobctl.store()
+    ended = [jobctl.submit("--id", name) for name in ("z-first", "m-second", "a-third")]
+    for job_id in ended:
+        rec = store.claim(job_id, "w", 30)
+        store.finish(job_id, rec.lease.epoch, "complete")
+    pending = jobctl.submit("--id", "y-pending")
+    running = jobctl.submit("--id", "b-running")
+    jobctl("claim", running, "--owner", "w")
+    cold = {args: jobctl(*args) for args in LIST_ORDERS}
+    decoded.clear()
+    for args, was in cold.items():
+        warm = jobctl(*args)
+        assert (warm.code, warm.out, warm.err) == (was.code, was.out, was.err), args
+    assert not set(decoded) & set(ended), "a finished record was decoded again"
+    ids = [line.split()[0] for line in jobctl("list").lines]
+    assert ids == [running, pending, *ended]
+    assert [line.split()[0] for line in jobctl("list", "--newest").lines] == [running, pending, *ended[::-1]]
+    assert [line.split()[0] for line in jobctl("list", "--limit", "3").lines] == [running, pending, ended[0]]
+    assert [line.split()[0] for line in jobctl("list", "--active").lines] == [running, pending]
+
+
+LIST_ORDERS = [
+    ("list",),
+    ("list", "--newest"),
+    ("list", "--limit", "3"),
+    ("list", "--newest", "--limit", "4"),
+    ("list", "--active"),
+    ("list", "--state", "complete", "--newest"),
+]

@@ -67,7 +67,7 @@ def test_claim_next_format_env_is_ready_for_eval(jobctl: Jobctl) -> None:
     jobctl("claim", job, "--owner", "a", "--ttl", "0")
     jobctl("checkpoint", job, "{}", "--epoch", "1")  # refused: lapsed
     ran = jobctl("claim", "--next", "--format", "env", "--owner", "b")
-    assert ran.out == b"JOB_ID=b-1 JOB_EPOCH=2 JOB_KIND=backup JOB_CHECKPOINT=''\n"
+    assert ran.out == b"JOB_ID=b-1 JOB_EPOCH=2 JOB_KIND=backup JOB_CHECKPOINT=null\n"
 
 
 def test_env_format_quotes_the_checkpoint_for_the_shell(jobctl: Jobctl) -> None:

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from clitools import Jobctl
 
+from jobctl import FileStore
+
 DUMP = """
 import atexit, json, sys
 out = sys.argv[1]
@@ -38,9 +40,16 @@ NEVER = (
     "importlib.metadata",
     "subprocess",
     "asyncio",
+    "psycopg",  # the PostgreSQL driver: only a postgresql:// store asks for it
+    "jobctl.store.postgres",
     "locale",
     "pydoc",
 )
+if sys.version_info < (3, 11):
+    # Python 3.10's platform module imports subprocess at its top, and click
+    # (click.types) imports uuid, which imports platform: on 3.10 no click
+    # program starts without it. From 3.11 platform imports it only when used.
+    NEVER = tuple(name for name in NEVER if name != "subprocess")
 
 
 def loaded(jobctl: Jobctl, tmp_path: Path, *args: str, **env: str) -> set[str]:
@@ -85,6 +94,7 @@ def test_submit_imports_only_its_own_command_module(jobctl: Jobctl, tmp_path: Pa
 
 
 def test_platformdirs_only_when_the_ladder_reaches_the_config_file(jobctl: Jobctl, tmp_path: Path) -> None:
+    FileStore(jobctl.home / ".abstraction")  # the default rung's store: list refuses a missing one
     modules = loaded(jobctl, tmp_path, "list", JOB_STORE="", ABSTRACTION_STORE="")
     assert "platformdirs" in modules
     assert absent(modules, *NEVER) == []
@@ -96,3 +106,12 @@ def test_rich_only_for_a_terminal(jobctl: Jobctl, tmp_path: Path) -> None:
     jobctl.submit()
     for args in (("list", "--json"), ("show", "--json", jobctl.submit()), ("claim", "--next", "--format", "env")):
         assert absent(loaded(jobctl, tmp_path, *args), "rich") == [], args
+
+
+def test_a_short_lease_does_not_read_the_max_ttl_setting(jobctl: Jobctl, tmp_path: Path) -> None:
+    job = jobctl.submit()
+    # A cron consumer's claim: a TTL within the smallest max_ttl needs no config file.
+    modules = loaded(jobctl, tmp_path, "claim", "--next", "--ttl", "30")
+    assert absent(modules, "platformdirs", "configparser", "jobctl.settings") == []
+    modules = loaded(jobctl, tmp_path, "renew", job, "--epoch", "1", "--ttl", "600")
+    assert "jobctl.settings" in modules  # a longer one is judged against the setting

@@ -28,7 +28,7 @@ def test_list_draws_a_coloured_table_on_a_terminal(jobctl: Jobctl) -> None:
     assert ran.code == 0
     assert has_box(ran.text)
     assert "\x1b[" in ran.text
-    for word in ("id", "state", "progress", "owner", "lease", first, second, "worker-1", "40/100", "nightly/test"):
+    for word in ("id", "state", "done", "owner", "lease", first, second, "worker-1", "40/100", "nightly/test"):
         assert word in ran.text, word
     assert "left" in ran.text  # lease time left, relative
 
@@ -117,3 +117,37 @@ def test_screen_decisions() -> None:
     assert (dumb.colour, dumb.live) == (False, False)
     assert Screen(True, {"TERM": "dumb", "FORCE_COLOR": "1"}).colour
     assert not Screen(True, {"TERM": "dumb", "FORCE_COLOR": "0"}).colour
+
+
+# -- an ended job (issue 7 item 7) ---------------------------------------------------
+
+
+def test_a_finished_job_is_not_shown_as_leased(jobctl: Jobctl) -> None:
+    job = jobctl.submit()
+    jobctl("claim", job, "--owner", "worker-1", "--ttl", "300")
+    jobctl("finish", job, "--epoch", "1", "--state", "complete")
+    record = jobctl.record(job)
+    assert b'"owner": "worker-1"' in record  # the bytes keep the holder's lease, as the contract writes them
+    assert jobctl("show", job).out == record
+    shown = json.loads(jobctl("show", job, "--json").out)
+    assert shown["state"] == "complete" and shown["held"] is False and shown["owner"] == "worker-1"
+    assert json.loads(jobctl("list", "--json").out)["held"] is False
+    env = {"NO_COLOR": "1", "COLUMNS": "200", "TERM": "dumb"}
+    for args in (("show", job), ("list",), ("watch", "--quiet-after", "0.1", "--exit-on-quiet")):
+        text = jobctl(*args, terminal=True, env=env).text
+        assert "left" not in text, (args, text)
+        assert job in text or job[:10] in text, (args, text)
+
+
+def test_after_the_final_attempt_the_last_attempt_is_shown_and_no_future_time(jobctl: Jobctl) -> None:
+    job = jobctl.submit("--retries", "1", "--retry-intervals", "3600")
+    assert jobctl("run", job, "--", "sh", "-c", "exit 4").code == 4
+    between = json.loads(jobctl("show", job, "--json").out)
+    assert (between["state"], between["attempt"]) == ("pending", 2) and between["not_before"] is not None
+    assert jobctl("run", job, "--", "sh", "-c", "exit 4").code == 4  # by id: now, whatever the not-before
+    shown = json.loads(jobctl("show", job, "--json").out)
+    assert shown["state"] == "failed" and shown["error"] == "attempt 2: exit status 4"
+    assert shown["attempt"] == 2 and shown["not_before"] is None
+    text = jobctl("show", job, terminal=True, env={"NO_COLOR": "1", "COLUMNS": "200"}).text
+    assert "not before" not in text
+    assert [line.split() for line in text.splitlines() if line.startswith("attempt")] == [["attempt", "2"]]

@@ -205,7 +205,27 @@ def check_expectations(name: str, exps: list[Expectation], answers: dict[int, st
 
 
 def test_scenario(contract_dir: Path, scenario_name: str, tmp_path: Path) -> None:
-    scenario = contract_dir / scenario_name
+    run_scenario(contract_dir / scenario_name, scenario_name, tmp_path)
+
+
+def test_scenario_on_postgres(contract_dir: Path, scenario_name: str, tmp_path: Path, pg_url: str) -> None:
+    """Every upstream scenario again, through the same driver, against a PostgreSQL store."""
+    from jobctl.store import postgres
+
+    postgres.init(pg_url)
+    run_scenario(contract_dir / scenario_name, scenario_name, tmp_path, "--store", pg_url)
+
+
+OWN_SCENARIOS = sorted((REPO_ROOT / "tests" / "data" / "scenarios").glob("*.txt"))
+
+
+@pytest.mark.parametrize("scenario", OWN_SCENARIOS, ids=[p.name for p in OWN_SCENARIOS])
+def test_own_scenario(scenario: Path, tmp_path: Path) -> None:
+    """The project's own scenarios: the driver runs with nothing outside the repository."""
+    run_scenario(scenario, scenario.name, tmp_path)
+
+
+def run_scenario(scenario: Path, scenario_name: str, tmp_path: Path, *store: str) -> None:
     text = scenario.read_text(encoding="utf-8")
     ops = operations(text)
     exps = expectations(text)
@@ -214,7 +234,7 @@ def test_scenario(contract_dir: Path, scenario_name: str, tmp_path: Path) -> Non
 
     workdir = tmp_path / "work"
     workdir.mkdir()
-    proc = run_driver(str(workdir), str(scenario))
+    proc = run_driver(*store, str(workdir), str(scenario))
     assert proc.returncode == 0, f"driver broke on {scenario_name}: rc={proc.returncode}\n{proc.stderr.decode()}"
     out = proc.stdout
     assert b"\r" not in out, "the transcript must be LF only (§6.2)"

@@ -24,14 +24,46 @@ def say(obj: object) -> None:
     sys.stdout.flush()
 
 
-def incrementer(root: str, job_id: str, owner: str, count: str, seed: str) -> None:
-    """Make ``count`` increments, each under its own claim: claim, update, release.
+class _ContendedFlock:
+    """Stands in for ``fcntl`` in ``jobctl.lock``: counts the lock waits a writer met.
 
-    The counter is read from the record the claim returns and written back
-    blind: only the lease keeps two holders from overwriting each other, so a
-    second holder of one epoch shows up as a lost increment.
+    Each ``flock(LOCK_EX)`` is first tried with ``LOCK_NB``; when that is
+    refused the record lock was held by another process at that moment (a
+    contended lock), and the blocking call follows as before.
     """
+
+    LOCK_EX = fcntl.LOCK_EX
+    LOCK_NB = fcntl.LOCK_NB
+
+    def __init__(self) -> None:
+        self.contended = 0
+
+    def flock(self, fd: int, op: int) -> None:
+        if op == fcntl.LOCK_EX:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                self.contended += 1
+        fcntl.flock(fd, op)
+
+
+def incrementer(root: str, job_id: str, owner: str, count: str, seed: str) -> None:
+    """Report ``ready``, wait for ``go``, then make ``count`` increments, each under its own claim.
+
+    Each increment is claim, update, release. The counter is read from the
+    record the claim returns and written back blind: only the lease keeps two
+    holders from overwriting each other, so a second holder of one epoch shows
+    up as a lost increment. The report says how often a claim was refused and
+    how often the record lock was found held by another writer.
+    """
+    import jobctl.lock
+
+    spy = _ContendedFlock()
+    jobctl.lock.fcntl = spy  # type: ignore[assignment]  # only this process's lock module
     store = FileStore(root)
+    say("ready")
+    sys.stdin.readline()
     rng = random.Random(int(seed))
     claims: list[int] = []  # every epoch this process won
     writes: list[list[int]] = []  # [epoch, counter written]
@@ -65,7 +97,16 @@ def incrementer(root: str, job_id: str, owner: str, count: str, seed: str) -> No
             store.release(job_id, epoch)
         except (StaleEpoch, LeaseExpired) as exc:
             lost_leases.append(exc.verdict)
-    say({"owner": owner, "claims": claims, "writes": writes, "refused": refused, "lost_leases": lost_leases})
+    say(
+        {
+            "owner": owner,
+            "claims": claims,
+            "writes": writes,
+            "refused": refused,
+            "lost_leases": lost_leases,
+            "contended": spy.contended,
+        }
+    )
 
 
 def racer(root: str, job_id: str, owner: str, gate: str) -> None:

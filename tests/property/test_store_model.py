@@ -74,17 +74,25 @@ class Job:
 
 class StoreModel(RuleBasedStateMachine):
     clock_factory: Callable[[], Any]
+    #: Opens the store under test on a clock; None: a file store in a temporary directory.
+    store_factory: Callable[[Any], Any] | None = None
 
     def __init__(self) -> None:
         super().__init__()
         self.dir = tempfile.mkdtemp(prefix="jobctl-model-")
         self.clock = self.clock_factory()
-        self.store = jobctl.FileStore(Path(self.dir) / "store", clock=self.clock)
+        if self.store_factory is None:
+            self.store = jobctl.FileStore(Path(self.dir) / "store", clock=self.clock)
+        else:
+            self.store = self.store_factory(self.clock)
         self.ids: list[str] = []
         self.model: dict[str, Job] = {}
         self.epochs: dict[tuple[str, str], int] = {}
 
     def teardown(self) -> None:
+        close = getattr(self.store, "close", None)
+        if close is not None:
+            close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
     # -- plumbing ---------------------------------------------------------------------------
@@ -96,7 +104,7 @@ class StoreModel(RuleBasedStateMachine):
         return self.clock.now  # type: ignore[no-any-return]
 
     def apply(self, job_id: str, expected: type[JobError] | None, call: Callable[[], object]) -> None:
-        before = Path(self.store.path(job_id)).read_bytes()
+        before = self.store.load_bytes(job_id)
         try:
             call()
             got: type[JobError] | None = None
@@ -104,7 +112,7 @@ class StoreModel(RuleBasedStateMachine):
             got = type(exc)
         assert got is expected, f"store answered {got and got.__name__}, model says {expected and expected.__name__}"
         if expected is not None:
-            assert Path(self.store.path(job_id)).read_bytes() == before, "a refusal changed the record"
+            assert self.store.load_bytes(job_id) == before, "a refusal changed the record"
 
     def who(self, job: Job, owner: str, holder: bool) -> str:
         """Mostly the current holder (so writes land), sometimes anybody (so refusals happen)."""
@@ -312,6 +320,30 @@ def test_store_agrees_with_the_model(make_clock: Callable[[], Any]) -> None:
         Machine,
         settings=settings(
             max_examples=80,
+            stateful_step_count=50,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        ),
+    )
+
+
+def test_postgres_store_agrees_with_the_model(make_clock: Callable[[], Any], pg_server: Any) -> None:
+    """The same machine against PostgreSQL, a fresh schema per example (fewer examples: each costs a schema)."""
+    from jobctl.store import postgres
+
+    def open_postgres(clock: Any) -> Any:
+        url = pg_server.fresh_schema()
+        postgres.init(url)
+        return postgres.PostgresStore(url, clock=clock)
+
+    class Machine(StoreModel):
+        clock_factory = staticmethod(make_clock)  # type: ignore[assignment]
+        store_factory = staticmethod(open_postgres)
+
+    run_state_machine_as_test(
+        Machine,
+        settings=settings(
+            max_examples=10,
             stateful_step_count=50,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from jobctl import lock
+from jobctl import fsio, lock
 
 
 @pytest.mark.parametrize("size", [0, 1, (1 << 16) - 1, 1 << 16, (1 << 16) + 1, 3 * (1 << 16) + 7])
@@ -14,10 +14,12 @@ def test_read_returns_every_byte(tmp_path: Path, size: int) -> None:
     path = tmp_path / "r.json"
     data = bytes(i % 251 for i in range(size))
     path.write_bytes(data)
-    assert lock.read(str(path)) == data
+    with fsio.opened_dir(str(tmp_path)) as at:
+        assert lock.read(at, "r.json") == data
 
 
 def test_missing_is_none_and_empty_is_not_missing(tmp_path: Path) -> None:
-    assert lock.read(str(tmp_path / "absent.json")) is None
     (tmp_path / "empty.json").write_bytes(b"")
-    assert lock.read(str(tmp_path / "empty.json")) == b""
+    with fsio.opened_dir(str(tmp_path)) as at:
+        assert lock.read(at, "absent.json") is None
+        assert lock.read(at, "empty.json") == b""

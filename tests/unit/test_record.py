@@ -265,7 +265,10 @@ def test_format_time_six_digits_capital_t_z() -> None:
     assert record.format_time(datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)) == "2026-01-02T03:04:05.000000Z"
     assert record.format_time(datetime(2026, 1, 2, 3, 4, 5, 70, tzinfo=UTC)) == "2026-01-02T03:04:05.000070Z"
     assert record.format_time(datetime(999, 1, 1, tzinfo=UTC)) == "0999-01-01T00:00:00.000000Z"
-    assert record.format_time(None) == "0001-01-01T00:00:00.000000Z"
+    # An unset instant is written as the Unix epoch, which every upstream reader accepts;
+    # year one is echoed only when it was read (DIGEST §10.4).
+    assert record.format_time(None) == "1970-01-01T00:00:00.000000Z"
+    assert record.format_time(record.parse_time("0001-01-01T00:00:00.000000Z", "t")) == "0001-01-01T00:00:00.000000Z"
 
 
 def test_format_time_converts_to_utc() -> None:
@@ -1043,3 +1046,18 @@ def test_ranges_model_carried_until_withdrawn() -> None:
 def test_ranges_key_spelled_with_an_escape() -> None:
     """Names compare after decoding escapes (§3.4), so this checkpoint holds `verified` (§3.11). Failed on 140c712."""
     assert record.canonical_ranges('{"verifie\\u0064":[[4,8],[0,4]]}') is not None
+
+
+@pytest.mark.parametrize(
+    ("data", "said"),
+    [
+        (b"garbage", "record is not valid JSON at byte 0"),
+        (b"\n  \xc3\xa9t\xc3\xa9", "record is not valid JSON at byte 3"),
+        (b"", "record is not valid JSON at byte 0 (the file is empty)"),
+        (b"[1, 2]", "record is valid JSON but not a JSON object"),
+    ],
+)
+def test_a_damaged_record_is_described_as_what_it_is(data: bytes, said: str) -> None:
+    with pytest.raises(Invalid) as caught:
+        record.decode(data, "1787202430967-a752f9a9c2c77b123ffd")
+    assert caught.value.message == said

@@ -318,3 +318,21 @@ def test_a_worker_board_starts_from_the_cache(tmp_path: Path, later: None, monke
     picked = board.pick(store.now()).record
     assert picked is not None and picked.id == waiting  # its dependency is complete, by the cache's word
     board.close()
+
+
+def test_a_link_at_a_record_name_is_never_followed_nor_cached(tmp_path: Path, later: None) -> None:
+    """Main's rule for every open under a store (jobctl.fsio): list_open and scan refuse the link, every call."""
+    store = FileStore(tmp_path / "root", summaries=str(tmp_path / "cache"))
+    kept = store.submit(Record(kind="k", spec={}))
+    finish(store, kept)
+    outside = FileStore(tmp_path / "elsewhere", summaries=False)
+    target = outside.submit(Record(kind="k", spec={}, id="planted"))
+    finish(outside, target)
+    os.symlink(outside.path(target), store.path("planted"))
+    for _ in range(2):  # cold, then warm
+        listing = store.list_open()
+        assert answer(listing) == ([], {kept: "complete"}, ["planted"])
+        assert "symbolic link" in listing.unreadable[0][1].message
+        unreadable: list[tuple[str, jobctl.errors.JobError]] = []
+        assert [item.id for item in store.scan(unreadable)] == [kept]
+        assert [job_id for job_id, _ in unreadable] == ["planted"]

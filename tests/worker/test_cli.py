@@ -101,7 +101,7 @@ def test_run_gives_back_a_job_it_has_no_command_for(store: FileStore, root: Path
 
 def test_a_child_checkpoints_through_jobctl_with_no_flags(store: FileStore, root: Path) -> None:
     job = submit(store, ["true"])
-    script = f'{JOBCTL} checkpoint \'{{"page": 7}}\' --done 7 >/dev/null && test -z "$JOB_CHECKPOINT"'
+    script = f'{JOBCTL} checkpoint \'{{"page": 7}}\' --done 7 >/dev/null && test "$JOB_CHECKPOINT" = null'
     proc = subprocess.run([JOBCTL, "run", job, "--", "sh", "-c", script], env=process_env(root), timeout=30)
     assert proc.returncode == 0
     rec = store.load(job)
@@ -144,7 +144,9 @@ def test_worker_drain_runs_everything_and_reports(store: FileStore, root: Path, 
         text=True,
         timeout=60,
     )
-    assert proc.returncode == 0, proc.stderr
+    # A job it ran failed: the documented exit code, and the last line names it.
+    assert proc.returncode == 17, proc.stderr
+    assert proc.stderr.splitlines()[-1] == f"jobctl worker: 1 job(s) it ran did not end complete: {bad} failed"
     assert [store.load(j).state for j in (ok, bad, fetch)] == ["complete", "failed", "complete"]
     assert alerts.read_text() == f"{bad} 1\n"
     assert f"jobctl worker: failed {bad} kind=shell attempt 1: exit status 2" in proc.stderr
@@ -244,3 +246,95 @@ def test_pipeline_shows_its_stages_in_order(store: FileStore, root: Path) -> Non
         "after": [left, right],
     }
     assert invoke(root, "pipeline", "nosuch").exit_code == NotFound.exit_code
+
+
+# -- drain: retries, exit status, what it leaves (issue 7 items 3 and 9) ------------------------
+
+
+def test_drain_waits_for_the_retries_of_the_jobs_it_ran_and_exits_0_when_all_complete(
+    store: FileStore, root: Path, tmp_path: Path
+) -> None:
+    marker = tmp_path / "failed-once"
+    # Fails on its first attempt, succeeds on its second, one second later.
+    flaky = submit(store, ["sh", "-c", f"[ -e {marker} ] || {{ touch {marker}; exit 1; }}"], intervals=[1])
+    after = submit(store, ["true"], after=[flaky])
+    proc = subprocess.run(
+        [JOBCTL, "worker", "--drain", "--poll-interval", "0.1"],
+        env=process_env(root),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert [store.load(j).state for j in (flaky, after)] == ["complete", "complete"]
+    waits = [line for line in proc.stderr.splitlines() if line.startswith("jobctl worker: waiting ")]
+    assert len(waits) == 1, proc.stderr
+    assert waits[0].startswith(f"jobctl worker: waiting {flaky} kind=shell attempt 2 not before ")
+
+
+def test_drain_does_not_wait_for_what_it_did_not_start(store: FileStore, root: Path) -> None:
+    from datetime import timedelta
+
+    later = submit(store, ["true"], start_after=store.now() + timedelta(hours=1))
+    held_job = submit(store, ["true"], hold=True)
+    leased = submit(store, ["true"])
+    store.claim(leased, "somebody-else", 3600)
+    proc = subprocess.run(
+        [JOBCTL, "worker", "--drain", "--poll-interval", "0.1"],
+        env=process_env(root),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert [store.load(j).state for j in (later, held_job, leased)] == ["pending", "pending", "running"]
+    assert "waiting" not in proc.stderr
+
+
+def test_drain_names_kinds_it_cannot_run_and_a_kind_without_handler_is_a_usage_error(
+    store: FileStore, root: Path
+) -> None:
+    for _ in range(2):
+        store.submit(Record(kind="thumb", spec={"u": 1}))
+    store.submit(Record(kind="resize", spec={"u": 1}))
+    proc = subprocess.run(
+        [JOBCTL, "worker", "--drain", "--quiet"], env=process_env(root), capture_output=True, text=True, timeout=30
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines() == [
+        "jobctl worker: unhandled kind=resize 1 pending job(s) left: no handler for kind resize",
+        "jobctl worker: unhandled kind=thumb 2 pending job(s) left: no handler for kind thumb",
+    ]
+    ran = invoke(root, "worker", "--kind", "thumb", "--drain")
+    assert ran.exit_code == 2
+    assert "no handler for kind thumb: give one with --handler thumb=CMD" in ran.stderr
+
+
+def test_an_unreadable_record_is_named_once_and_its_dependents_are_blocked(store: FileStore, root: Path) -> None:
+    broken = "1787202430967-a752f9a9c2c77b123ffd"
+    path = Path(store.path(broken))
+    path.write_bytes(b"garbage")
+    waiting = submit(store, ["true"], after=[broken])
+    ok = submit(store, ["true"])
+    proc = subprocess.run(
+        [JOBCTL, "worker", "--drain", "--quiet", "--poll-interval", "0.05"],
+        env=process_env(root),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert store.load(ok).state == "complete" and store.load(waiting).state == "pending"
+    assert proc.stderr.splitlines() == [
+        f"jobctl worker: unreadable {broken} {path}: record is not valid JSON at byte 0",
+        f"jobctl worker: blocked {waiting} kind=shell waits for {broken}, which cannot be read",
+    ]
+
+
+def test_claim_env_and_run_agree_on_job_checkpoint_when_there_is_none(store: FileStore, root: Path) -> None:
+    claimed = submit(store, ["true"])
+    line = invoke(root, "claim", claimed, "--owner", "a", "--format", "env").stdout
+    ran = submit(store, ["true"])
+    seen = invoke(root, "run", ran, "--", "sh", "-c", 'printf %s "${JOB_CHECKPOINT-unset}"').stdout
+    assert line.rstrip("\n").endswith(" JOB_CHECKPOINT=null")
+    assert seen == "null"  # the same JSON null, which `jq -r '.offset // 0'` reads as 0

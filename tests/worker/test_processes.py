@@ -11,13 +11,13 @@ from __future__ import annotations
 import itertools
 import json
 import signal
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _campaign import children, cmdline
 from workertools import WorkerProcess, gone, job_argv, read_log, submit, wait_until
 
 from jobctl import FileStore, StaleEpoch, schedule
@@ -73,6 +73,12 @@ def test_a_sigkilled_worker_is_adopted_after_the_ttl_and_the_job_resumes(
     assert steps[steps.index(last) + 1 :] == list(range(last + 1, 9))  # resumed, nothing redone
 
 
+def stopped(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat") as fh:
+        stat = fh.read()
+    return stat[stat.rindex(")") + 2] == "T"
+
+
 def _intervals(log: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     runs: dict[tuple[str, int], dict[str, Any]] = {}
     for line in log:
@@ -98,21 +104,45 @@ SHELL_JOB = (
 
 
 def test_several_workers_never_run_a_job_twice_at_once(store: FileStore, side_log: Path, workers: Workers) -> None:
-    jobs = [submit(store, ["bash", "-c", SHELL_JOB], side_log) for _ in range(36)]
+    # Every worker is up before the jobs come: one started first would run them all while the others start.
     pool: list[WorkerProcess] = [workers(concurrency=2, ttl=1.0) for _ in range(4)]
+    jobs = [submit(store, ["bash", "-c", SHELL_JOB], side_log) for _ in range(36)]
     victim = pool[0]
 
-    def victim_busy() -> list[dict[str, Any]]:
-        spans = _intervals(read_log(side_log))
-        return [s for runs in spans.values() for s in runs if s["ppid"] == victim.proc.pid and "end" not in s]
+    def victim_holds() -> dict[str, int]:
+        """The jobs the victim holds (running under its lease), with their epochs, as the store says."""
+        found = {}
+        for job_id in jobs:
+            rec = store.load(job_id)
+            if rec.state == "running" and rec.lease.owner == victim.owner:
+                found[job_id] = rec.lease.epoch
+        return found
 
-    in_flight = wait_until(victim_busy, what="the first worker to be running a job")
+    # The premise by construction, not by timing: stop the victim while it holds a job, so that no job it
+    # holds can end under it, and kill it only if it still holds one then; otherwise let it go on and retry.
+    [guardian] = wait_until(
+        lambda: [pid for pid in children(victim.proc.pid) if b"\0-I\0-S\0-c\0" in cmdline(pid)],
+        what="the first worker's guardian",
+    )
+    while True:
+        wait_until(victim_holds, what="the first worker to hold a job")
+        victim.signal(signal.SIGSTOP)
+        wait_until(lambda: stopped(victim.proc.pid), 10, "the first worker to be stopped")
+        holding = victim_holds()
+        if holding:
+            break
+        victim.signal(signal.SIGCONT)
     victim.kill()
+    # Its guardian kills every group it had, then exits: from then on none of its children can write.
+    wait_until(lambda: gone(guardian), 10, "the killed worker's guardian to act")
     killed_at: dict[str, int] = {}
-    for span in victim_busy():
-        wait_until(lambda pid=span["pid"]: gone(pid), 10, "the killed worker's jobs to die")
-        killed_at[span["id"]] = time.time_ns()
-    assert in_flight
+    for span in (s for runs in _intervals(read_log(side_log)).values() for s in runs):
+        if span["ppid"] == victim.proc.pid and "end" not in span:
+            wait_until(lambda pid=span["pid"]: gone(pid), 10, "the killed worker's jobs to die")
+            killed_at[span["id"]] = time.time_ns()
+    # Every job it held at its death is adopted: claimed again, at a later epoch, by another worker.
+    for job_id, epoch in holding.items():
+        wait_until(lambda j=job_id, e=epoch: store.load(j).lease.epoch > e, 60, f"{job_id} to be adopted")
 
     wait_until(lambda: all(store.load(j).state == "complete" for j in jobs), 60, "every job to complete")
     for proc in pool[1:]:
@@ -128,8 +158,6 @@ def test_several_workers_never_run_a_job_twice_at_once(store: FileStore, side_lo
             assert end < after["start"], f"{job_id} ran twice at once: {before} and {after}"
             assert before["epoch"] < after["epoch"]
         assert "end" in runs[-1]
-    adopted = [job_id for job_id in killed_at if len(spans[job_id]) > 1]
-    assert adopted, "the killed worker's jobs were taken over"
 
 
 def test_retries_follow_the_schedule_and_the_alert_fires(
@@ -236,7 +264,8 @@ def test_cancel_pause_and_recall_of_running_jobs(store: FileStore, side_log: Pat
     rec = store.load(pause)
     assert (rec.state, rec.want) == ("pending", "pause") and not is_orphan(rec, store.now())
     # The recalled job is released (recall kept, checkpoint kept: the runner tests look at the record in
-    # between) and, an orphan again, adopted at once by the same worker, which resumes from the checkpoint.
+    # between) and, an orphan again, adopted by the same worker once the recall's grace has passed (no
+    # other worker is there to take it), which resumes from the checkpoint.
     worker.next_event(lambda e: e["what"] == "released" and e["id"] == recall and e["detail"] == "recall")
     again = wait_until(lambda: [e for e in read_log(side_log) if e["id"] == recall and e["event"] == "start"][1:])
     assert again[0]["epoch"] > held_epoch
@@ -285,9 +314,17 @@ def test_sigterm_lets_running_jobs_finish_and_a_second_stops_them(
     assert gone(pid)
 
 
-def test_a_python_without_vfork_groups_still_runs_jobs(store: FileStore, workers: Workers) -> None:
-    """The worker without its guardian uses the parent-death signal path (as on Python 3.10)."""
-    job = submit(store, [sys.executable, "-c", "pass"])
-    worker: WorkerProcess = workers("drain", guardian=False)
-    assert worker.wait() == 0
-    assert store.load(job).state == "complete"
+def test_a_recalled_job_is_left_for_another_worker(store: FileStore, side_log: Path, workers: Workers) -> None:
+    """The worker that gives a recalled job back does not take it again within the grace [JOB-I9]."""
+    job = submit(store, job_argv("sleep", 60), side_log)
+    first: WorkerProcess = workers(concurrency=1, ttl=3.0)
+    wait_until(lambda: store.load(job).checkpoint, what="the first checkpoint")
+    rec = store.load(job)
+    assert rec.lease.owner.startswith(first.owner)
+    second: WorkerProcess = workers(concurrency=1, ttl=3.0, poll_interval=1.0)  # slower to look than the giver
+    store.recall(job, rec.lease.epoch, "rebalance", "ops", 5.0)
+    first.next_event(lambda e: e["what"] == "released" and e["id"] == job)
+    second.next_event(lambda e: e["what"] == "started" and e["id"] == job)
+    assert store.load(job).lease.owner.startswith(second.owner)
+    starts = wait_until(lambda: [e for e in read_log(side_log) if e["id"] == job and e["event"] == "start"][1:])
+    assert len(starts) == 1 and starts[0]["epoch"] == rec.lease.epoch + 1  # the giver did not take it back between

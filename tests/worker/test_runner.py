@@ -6,13 +6,12 @@ import json
 import os
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 from workertools import gone, job_argv, read_log, submit, wait_until
 
-from jobctl import FileStore, Record, StaleEpoch, schedule
+from jobctl import FileStore, Record, StaleEpoch, runner, schedule
 from jobctl.errors import LeaseExpired
 from jobctl.record import held
 from jobctl.runner import Command, Run, log_dir, log_files, processors, shell_command
@@ -27,9 +26,11 @@ def run_job(store: FileStore, job_id: str, ttl: float = 1.5, grace: float = 0.5,
     return Run(store, claimed, processors()[claimed.kind], ttl=ttl, grace=grace, **kw)  # type: ignore[arg-type]
 
 
-def later(delay: float, action: object) -> threading.Thread:
+def when_checkpointed(store: FileStore, job_id: str, action: object) -> threading.Thread:
+    """Do ``action`` in a thread once the running child has written its first checkpoint."""
+
     def go() -> None:
-        time.sleep(delay)
+        wait_until(lambda: store.load(job_id).checkpoint is not None, what="the child's first checkpoint")
         action()  # type: ignore[operator]
 
     thread = threading.Thread(target=go, daemon=True)
@@ -54,7 +55,8 @@ def test_the_child_gets_its_environment(store: FileStore, tmp_path: Path) -> Non
         "JOB_KIND": "shell",
         "JOB_WORK": os.path.abspath(store.work_path(job_id)),
         "JOB_ATTEMPT": "1",
-    }  # no JOB_CHECKPOINT: there is none yet
+        "JOB_CHECKPOINT": "null",  # none yet: JSON null, as claim --format env prints it
+    }
 
 
 def test_the_checkpoint_reaches_the_successor_with_its_spelling(store: FileStore, tmp_path: Path) -> None:
@@ -163,7 +165,7 @@ def test_a_non_retryable_exit_code_fails_at_once(store: FileStore) -> None:
 def test_cancel_stops_the_child_and_records_the_reason(store: FileStore, side_log: Path) -> None:
     job_id = submit(store, job_argv("sleep", 30, "--ignore-term"), side_log)
     run = run_job(store, job_id)
-    later(0.3, lambda: store.set_intent(job_id, "cancel", "alice"))
+    when_checkpointed(store, job_id, lambda: store.set_intent(job_id, "cancel", "alice"))
     outcome = run.execute()
     assert (outcome.state, outcome.reason) == ("cancelled", "cancel")
     assert outcome.exit_code == -9  # it ignored SIGTERM: SIGKILL after the grace
@@ -188,7 +190,7 @@ def test_a_cancel_before_the_start_runs_nothing(store: FileStore, tmp_path: Path
 def test_pause_stops_the_child_and_releases_a_paused_job(store: FileStore, side_log: Path) -> None:
     job_id = submit(store, job_argv("sleep", 30), side_log)
     run = run_job(store, job_id)
-    later(0.3, lambda: store.set_intent(job_id, "pause", "carol"))
+    when_checkpointed(store, job_id, lambda: store.set_intent(job_id, "pause", "carol"))
     outcome = run.execute()
     assert (outcome.state, outcome.reason) == ("pending", "pause")
     rec = store.load(job_id)
@@ -201,7 +203,7 @@ def test_pause_stops_the_child_and_releases_a_paused_job(store: FileStore, side_
 def test_recall_stops_the_child_before_until_and_keeps_the_checkpoint(store: FileStore, side_log: Path) -> None:
     job_id = submit(store, job_argv("sleep", 30, "--ignore-term"), side_log)
     run = run_job(store, job_id, ttl=3.0, grace=5.0)  # the grace is longer than the recall allows
-    later(0.3, lambda: store.recall(job_id, run.epoch, "maintenance", "ops", 1.5))
+    when_checkpointed(store, job_id, lambda: store.recall(job_id, run.epoch, "maintenance", "ops", 1.5))
     outcome = run.execute()
     assert (outcome.state, outcome.reason) == ("pending", "recall")
     rec = store.load(job_id)
@@ -217,7 +219,7 @@ def test_a_lost_lease_kills_the_child_and_writes_nothing(store: FileStore, side_
     job_id = submit(store, job_argv("sleep", 30), side_log)
     run = run_job(store, job_id)
     # Somebody claims it from under the run (the same owner may re-claim a live lease [JOB-O2]).
-    later(0.3, lambda: store.claim(job_id, "tester", 30))
+    when_checkpointed(store, job_id, lambda: store.claim(job_id, "tester", 30))
     outcome = run.execute()
     assert outcome.fenced and isinstance(outcome.verdict, StaleEpoch)
     assert outcome.status == StaleEpoch.exit_code and outcome.exit_code == -9
@@ -316,7 +318,7 @@ def test_nothing_the_job_started_outlives_it(store: FileStore, tmp_path: Path) -
 def test_stop_releases_the_job_for_somebody_else(store: FileStore, side_log: Path) -> None:
     job_id = submit(store, job_argv("sleep", 30), side_log)
     run = run_job(store, job_id)
-    later(0.3, lambda: run.stop("interrupted"))
+    when_checkpointed(store, job_id, lambda: run.stop("interrupted"))
     outcome = run.execute()
     assert (outcome.state, outcome.reason, outcome.exit_code) == ("pending", "stop", -15)
     rec = store.load(job_id)
@@ -335,3 +337,45 @@ def test_an_explicit_command_overrides_the_kind(store: FileStore, tmp_path: Path
     claimed = store.claim(job_id, "tester", 5)
     outcome = Run(store, claimed, Command(["touch", str(marker)]), log=False).execute()
     assert outcome.state == "complete" and outcome.log is None and marker.exists()
+
+
+def test_the_fork_start_path_of_python_3_10_supervises_too(
+    store: FileStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without ``process_group`` (Python 3.10) the child sets its group itself, in a preexec_fn."""
+    monkeypatch.setattr(runner, "_VFORK_GROUPS", False)
+    out = tmp_path / "ids.json"
+    code = "import json, os, sys; json.dump([os.getpid(), os.getpgid(0)], open(sys.argv[1], 'w'))"
+    job_id = submit(store, [sys.executable, "-c", code, str(out)])
+    assert run_job(store, job_id).execute().state == "complete"
+    pid, pgid = json.loads(out.read_text())
+    assert pid == pgid  # its own process group, so a stop reaches all it starts
+
+
+def test_a_log_cut_short_is_closed_on_adoption_with_a_line(store: FileStore) -> None:
+    """A worker killed mid-attempt leaves its log open; the adopter says so before its own start line."""
+    job_id = submit(store, ["sh", "-c", "echo second"])
+    dead = store.claim(job_id, "dead-worker", 30)
+    path = Path(log_dir(store, job_id)) / "attempt-1.log"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"--- jobctl: attempt 1, epoch 1, owner dead-worker, started x ---\npartial outp")
+    store.release(job_id, dead.lease.epoch)  # as the lapse of its lease would, sooner
+    assert run_job(store, job_id).execute().state == "complete"
+    lines = path.read_text().splitlines()
+    assert lines[1:4] == [
+        "partial outp",
+        "--- jobctl: cut short: its holder stopped without closing this log (its worker was killed?); "
+        "adopted at epoch 2 by tester ---",
+        lines[3],
+    ]
+    assert lines[3].startswith("--- jobctl: attempt 1, epoch 2, owner tester")
+    assert lines[-2:] == ["second", "--- jobctl: exit status 0 ---"]
+
+
+def test_a_closed_log_gets_no_cut_short_line(store: FileStore) -> None:
+    job_id = submit(store, ["sh", "-c", "echo again"])
+    path = Path(log_dir(store, job_id)) / "attempt-1.log"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"--- jobctl: attempt 1, epoch 1, owner w, started x ---\nout\n--- jobctl: released (pause) ---\n")
+    assert run_job(store, job_id).execute().state == "complete"
+    assert "cut short" not in path.read_text()

@@ -101,14 +101,29 @@ def test_describe_lists_every_setting_with_its_source(config: Path) -> None:
     config.write_text("[worker]\nconcurrency = 2\n[handlers]\nfetch = ./f\n")
     rows = settings.describe({"JOBCTL_CONFIG": str(config), "JOBCTL_GRACE": "3"})
     table = {name: (value, source) for name, value, source in rows}
-    assert table["config"] == (str(config), "read (env JOBCTL_CONFIG)")
+    assert table["config"] == (str(config), "read, env JOBCTL_CONFIG")
     assert table["concurrency"] == ("2", f"config {config}")
     assert table["grace"] == ("3", "env JOBCTL_GRACE")
     assert table["kinds"] == ("(all)", "default")
     assert table["handler fetch"] == ("./f", f"config {config}")
-    assert [r[0] for r in rows][1:9] == [s.name for s in settings.SETTINGS]
+    assert [r[0] for r in rows][1 : 1 + len(settings.SETTINGS)] == [s.name for s in settings.SETTINGS]
 
 
 def test_describe_never_refuses(config: Path) -> None:
     rows = settings.describe({"JOBCTL_CONFIG": str(config), "MAX_CONCURRENT_JOBS": "many"})
     assert rows[-1][0] == "worker settings" and "MAX_CONCURRENT_JOBS" in rows[-1][2]
+
+
+def test_the_trust_settings_from_the_config_file_and_the_environment(config: Path) -> None:
+    config.write_text("[worker]\npass_env = AWS_PROFILE, HTTPS_PROXY\nallow_loader_env = yes\nmax_ttl = 3600\n")
+    env = {"JOBCTL_CONFIG": str(config)}
+    got = settings.load(env=env)
+    assert (got.pass_env, got.allow_loader_env, got.max_ttl) == (("AWS_PROFILE", "HTTPS_PROXY"), True, 3600.0)
+    assert settings.one("max_ttl", env).value == 3600.0
+    got = settings.load({"pass_env": ("A",), "allow_loader_env": False}, env={**env, "JOBCTL_MAX_TTL": "7200"})
+    assert (got.pass_env, got.allow_loader_env, got.max_ttl) == (("A",), False, 7200.0)
+    for variable, value in (("JOBCTL_PASS_ENV", "A B"), ("JOBCTL_ALLOW_LOADER_ENV", "maybe"), ("JOBCTL_MAX_TTL", "59")):
+        with pytest.raises(Invalid, match=variable):
+            settings.load(env={**env, variable: value})
+    with pytest.raises(Invalid, match="more than max_ttl"):
+        settings.load({"ttl": 7200.0}, env=env)

@@ -1,0 +1,112 @@
+"""After a job ends: ``retry`` (a new job doing the same work) and ``gc`` (remove old ended jobs)."""
+
+from __future__ import annotations
+
+import click
+
+from . import render
+from .main import TEXT, JobCommand, State, common, job_id_argument, pass_state
+
+__all__ = ["retry", "gc"]
+
+
+@click.command(cls=JobCommand, short_help="Submit a failed or cancelled job again, as a new job.")
+@job_id_argument
+@click.option(
+    "--with-dependents",
+    is_flag=True,
+    help="Also resubmit the jobs cancelled because this one failed, waiting for the new ids.",
+)
+@common
+@pass_state
+def retry(state: State, job_id: str, with_dependents: bool) -> None:
+    """Submit job ID (failed or cancelled) again as a new job; print `<new id> <old id>`.
+
+    The new job has the old one's kind, spec, total and requires, and its
+    scheduling: retry policy (with a fresh count), dependencies, pipeline and
+    stage. It links back to ID under the extension key jobctl.run/retry-of@1.
+    ID itself is not touched: an ended job is never reopened.
+
+    --with-dependents also resubmits every job that was cancelled because ID
+    failed or was cancelled (and theirs, down the pipeline), each waiting for
+    the new ids, so a pipeline resumes from its failed stage; the stages that
+    completed are not redone. One line a new job, ID's first. A job that is
+    pending, running or complete is refused (10).
+
+    \b
+    Examples:
+      jobctl retry 1787202430967-a752f9a9c2c77b123ffd
+      new=$(jobctl retry "$ID" | cut -d' ' -f1) && jobctl wait "$new"
+      jobctl retry "$FETCH" --with-dependents   # fetch, then the stages it cancelled
+    """
+    from ..lifecycle import retry as resubmit
+
+    store = state.store()
+    pairs = resubmit(store, job_id, with_dependents)
+    for new_id, old_id in pairs:
+        if state.json:
+            render.out_json(render.job_json(store.load(new_id), state.now()))
+        else:
+            render.out(f"{new_id} {old_id}")
+
+
+#: The states a job can end in, in the order the help names them.
+ENDED = ("complete", "failed", "cancelled")
+
+
+def _states(text: str) -> tuple[str, ...]:
+    chosen = tuple(part.strip() for part in text.split(",") if part.strip())
+    for name in chosen:
+        if name not in ENDED:
+            raise click.BadParameter(f"{name!r} is not an ended state ({', '.join(ENDED)})", param_hint="--state")
+    return chosen
+
+
+@click.command(cls=JobCommand, short_help="Remove old ended jobs: records, work directories, attempt logs.")
+@click.option(
+    "--older-than",
+    type=TEXT,
+    required=True,
+    metavar="DURATION",
+    help="Only jobs last changed longer ago than this: 90s, 15m, 2h, 7d.",
+)
+@click.option(
+    "--state",
+    "states",
+    type=TEXT,
+    default="complete,failed,cancelled",
+    show_default=True,
+    metavar="S,…",
+    help="Only jobs that ended in these states.",
+)
+@click.option("--dry-run", is_flag=True, help="Print what would be removed; remove nothing.")
+@common
+@pass_state
+def gc(state: State, older_than: str, states: str, dry_run: bool) -> None:
+    """Remove ended jobs last changed more than --older-than ago; print `<id> <state>` for each.
+
+    For each: its attempt logs, its work directory (work/ID), then its
+    record, under the record's lock. Never removed: a job that has not
+    ended, and one that a job staying in the store still depends on
+    (--after); those are named on stderr. The lock file stays (a record's
+    lock is never deleted). With --dry-run, the same lines and nothing
+    removed. With --json, one object a job: id, state, removed.
+
+    \b
+    Examples:
+      jobctl gc --older-than 7d
+      jobctl gc --older-than 1d --state complete --dry-run
+    """
+    from ..lifecycle import collect
+    from .submit import parse_duration
+
+    span = parse_duration(older_than, "--older-than")
+    store = state.store()
+    result = collect(store, span, _states(states), dry_run)
+    for rec in result.removed:
+        if state.json:
+            render.out_json({"id": rec.id, "state": rec.state, "removed": not dry_run})
+        else:
+            render.out(f"{rec.id} {rec.state}")
+    for rec, why in result.kept:
+        click.echo(f"jobctl: gc: kept {rec.id}: {why}", err=True)

@@ -1,0 +1,57 @@
+"""The ``shell`` kind's spec, checked where it is written (``submit``) and where it runs (the runner).
+
+``{"argv": [...], "cwd"?: "...", "env"?: {...}, "timeout"?: seconds}``: the
+one kind jobctl runs with no set-up. Checking it at submit turns a typo
+(``"argv": "echo hi"``) into a refusal on the submitter's terminal rather
+than a failed job in some worker's log. Standard library only: ``submit``
+imports this, and its start-up is a cron job's latency.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import Invalid
+
+__all__ = ["SHELL", "ShellSpec", "parse"]
+
+#: The kind jobctl runs without any set-up.
+SHELL = "shell"
+
+
+@dataclass(frozen=True)
+class ShellSpec:
+    """A checked ``shell`` spec."""
+
+    argv: list[str]
+    cwd: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    timeout: float | None = None
+
+
+def parse(spec: Any, job_id: str = "") -> ShellSpec:
+    """Check a ``shell`` spec (a decoded value, or a :class:`jobctl.wire.Raw`); ``invalid`` names the field.
+
+    ``job_id`` is named in the refusal only when the job exists or was named
+    by the caller: a refused submit never names an id it did not create.
+    """
+    value = getattr(spec, "value", spec)  # a Raw carries its decoded value
+    if not isinstance(value, dict):
+        raise Invalid("a shell job's spec must be an object with argv", job_id)
+    argv = value.get("argv")
+    if not isinstance(argv, list) or not argv or not all(isinstance(word, str) for word in argv):
+        raise Invalid('a shell job\'s spec needs "argv": a non-empty list of strings', job_id)
+    cwd = value.get("cwd")
+    if cwd is not None and (not isinstance(cwd, str) or not cwd):
+        raise Invalid('"cwd" must be a directory path', job_id)
+    env = value.get("env", {})
+    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+        raise Invalid('"env" must be an object of strings', job_id)
+    timeout = value.get("timeout")
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf
+    ):
+        raise Invalid('"timeout" must be a positive number of seconds', job_id)
+    return ShellSpec(list(argv), cwd, dict(env), None if timeout is None else float(timeout))

@@ -1,0 +1,338 @@
+"""The contract's preconditions and effects, written once for every backend.
+
+Each operation of DIGEST §5 is a function ``apply(rec, now)`` run on the
+record *as found* under the backend's lock (a file's ``flock``, a row's
+``SELECT ... FOR UPDATE``), with ``now`` read from the store's own clock
+inside that lock. A refusal raises before anything is written; the checks run
+in the contract's order. A backend supplies the six primitives of
+:class:`ContractStore` and inherits every operation, so the file store and the
+PostgreSQL store cannot drift apart in what they refuse or how.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from .. import ids, limits
+from ..errors import Invalid, LeaseExpired, LeaseHeld, Refused, StaleEpoch, Terminal
+from ..record import STATES, WANTS, Intent, Lease, Recall, Record, decode, encode, held
+from ..wire import Raw
+from .base import UNSET
+
+__all__ = ["ContractStore", "Apply"]
+
+#: One operation's precondition and effect: raise a verdict, or change ``rec`` as of ``now``.
+Apply = Callable[[Record, datetime], None]
+
+
+def _seconds(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise Invalid(f"{what} must be a non-negative number of seconds, not {value!r}")
+    return float(value)
+
+
+def _epoch(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise Invalid(f"epoch must be a non-negative integer, not {value!r}")
+    return value
+
+
+class ContractStore:
+    """Every operation of the job contract over six backend primitives.
+
+    ``now()`` is the store's clock; ``load(id)`` reads one record without a
+    lock, ``load_bytes(id)`` its stored bytes; ``_read_epoch(id)`` gives
+    ``(epoch, bytes, exact)`` as read now, without the lock (``exact`` False
+    when the epoch came from a pattern that may misread, and ``bytes`` must
+    then be decoded to be sure); ``_write(id, apply, fresh)`` decodes the
+    record under the lock, runs ``apply`` with the clock read under that lock,
+    encodes and replaces it in one atomic step, and returns the record written
+    (decoded afresh from the bytes when ``fresh``); ``_create(id, data)``
+    writes a new record's bytes, refusing an existing id with ``Invalid``.
+    """
+
+    #: The longest lease ``claim`` and ``renew`` grant, in seconds (the ``max_ttl`` setting, default a
+    #: day): a longer TTL is refused ``Invalid``, so no lease jobctl writes keeps a job ``running`` for
+    #: years with nobody working on it (:func:`jobctl.limits.lease_too_long`).
+    max_ttl: float = limits.DEFAULT_MAX_TTL
+    #: The uid that must own a record's file for this handle to claim or change it (``--owned-only``,
+    #: docs/security.md). Only a file store has files to check; on a database its roles decide.
+    owned_by: int | None = None
+
+    def now(self) -> datetime:
+        raise NotImplementedError
+
+    def _ttl(self, value: Any, job_id: str) -> float:
+        """A TTL ``claim``/``renew`` may grant: a non-negative number of seconds, at most ``max_ttl``."""
+        return _ttl_within(value, self.max_ttl, job_id)
+
+    def load(self, job_id: str) -> Record:
+        raise NotImplementedError
+
+    def _read_epoch(self, job_id: str) -> tuple[int, bytes, bool]:
+        raise NotImplementedError
+
+    def _write(self, job_id: str, apply: Apply, fresh: bool = False) -> Record:
+        raise NotImplementedError
+
+    def _create(self, job_id: str, data: bytes) -> None:
+        raise NotImplementedError
+
+    def load_bytes(self, job_id: str) -> bytes:
+        """The record's stored bytes, exactly; ``NotFound``. What ``jobctl export`` writes."""
+        raise NotImplementedError
+
+    def import_bytes(self, data: bytes) -> str:
+        """Add a record from its exact bytes (another store's ``load_bytes``); return its id.
+
+        The bytes are decoded first, so a record this reader cannot read is
+        refused (``Invalid``, ``UnknownSchema``) and nothing is written; an
+        existing id is ``Invalid``. What ``jobctl import`` calls.
+        """
+        if not isinstance(data, bytes):
+            raise Invalid("import takes the record's bytes")
+        rec = decode(data)
+        job_id = ids.check(rec.id)
+        self._create(job_id, data)
+        return job_id
+
+    def _as_holder(
+        self, job_id: str, epoch: int, apply: Callable[[Record, datetime], None], fresh: bool = False
+    ) -> Record:
+        """A write by the lease holder: terminal, stale epoch and lapse refused first."""
+        _epoch(epoch)
+
+        def checked(rec: Record, now: datetime) -> None:
+            if rec.terminal:
+                raise Terminal(f"job {job_id} is {rec.state}; nothing reopens it")
+            if rec.lease.epoch != epoch:
+                raise StaleEpoch(
+                    f"job {job_id} is at epoch {rec.lease.epoch}, not {epoch}: "
+                    f"{rec.lease.owner or 'somebody'} claimed it since"
+                )
+            if not held(rec.lease, now):
+                raise LeaseExpired(f"job {job_id}: the lease of epoch {epoch} has lapsed or was released")
+            apply(rec, now)
+            rec.updated_at = now
+
+        return self._write(job_id, checked, fresh)
+
+    def submit(self, record: Record) -> str:
+        if not isinstance(record, Record):
+            raise Invalid("submit takes a Record")
+        job_id = ids.check(record.id) if record.id else ids.mint()
+        spec = record.spec
+        if not isinstance(spec, dict) and not (isinstance(spec, Raw) and spec.text.startswith("{")):
+            # Named only when the caller chose the id: a minted one was never created.
+            raise Invalid("spec must be a JSON object", record.id)
+        now = self.now()
+        rec = record.replace(
+            id=job_id,
+            state=record.state or "pending",
+            progress=record.progress.replace(updated_at=now),
+            lease=Lease(),
+            intent=None if record.intent is None else record.intent.replace(at=record.intent.at or now),
+            created_at=now,
+            updated_at=now,
+            extensions=dict(record.extensions),
+            requires=list(record.requires),
+            content=list(record.content),
+            critical=list(record.critical),
+            _raw=dict(record._raw),
+            _text=record._text,
+        )
+        self._create(job_id, encode(rec))
+        return job_id
+
+    def claim(self, job_id: str, owner: str, ttl_seconds: float) -> Record:
+        ttl = _claim_terms(job_id, owner, ttl_seconds, self.max_ttl)
+        seen, data, exact = self._read_epoch(job_id)
+        return self._write(job_id, _claiming(job_id, owner, ttl, seen, data, exact))
+
+    def renew(self, job_id: str, epoch: int, ttl_seconds: float) -> Record:
+        _epoch(epoch)
+        ttl = self._ttl(ttl_seconds, job_id)
+
+        def apply(rec: Record, now: datetime) -> None:
+            lease = rec.lease
+            if lease.epoch != epoch:
+                raise StaleEpoch(f"job {job_id} is at epoch {lease.epoch}, not {epoch}")
+            if not held(lease, now):
+                raise LeaseExpired(f"job {job_id}: the lease of epoch {epoch} has lapsed or was released")
+            expires = limits.later(now, ttl, "ttl", job_id)
+            if lease.recall is not None and lease.recall.until is not None and expires > lease.recall.until:
+                expires = lease.recall.until
+            lease.expires_at = expires
+
+        return self._write(job_id, apply)
+
+    def release(self, job_id: str, epoch: int) -> Record:
+        def apply(rec: Record, now: datetime) -> None:
+            rec.lease.expires_at = now
+            rec.lease.owner = ""
+            if rec.state == "running" and rec.delegation is None:
+                rec.state = "pending"
+
+        return self._as_holder(job_id, epoch, apply)
+
+    def update(self, job_id: str, epoch: int, mutate: Callable[[Record], object]) -> Record:
+        def envelope(rec: Record) -> tuple[str, tuple[str, ...]] | None:
+            return None if rec.envelope is None else (rec.envelope.schema, tuple(rec.envelope.actions))
+
+        def apply(rec: Record, now: datetime) -> None:
+            before = (rec.id, rec.kind, rec.opaque_text("spec"), rec.created_at, envelope(rec))
+            lease = rec.lease.replace(recall=None if rec.lease.recall is None else rec.lease.recall.replace())
+            intent = None if rec.intent is None else rec.intent.replace()
+            rec._exposed = True
+            mutate(rec)
+            after = (rec.id, rec.kind, rec.opaque_text("spec"), rec.created_at, envelope(rec))
+            for name, old, new in zip(("id", "kind", "spec", "created_at", "envelope"), before, after, strict=True):
+                if old != new:
+                    raise Invalid(f"job {job_id}: {name} cannot change under a lease [JOB-M1]")
+            if rec.lease != lease:
+                raise Invalid(f"job {job_id}: the lease changes only by claim, renew and release")
+            if rec.intent != intent:
+                raise Invalid(f"job {job_id}: intent changes only by set_intent")
+
+        # The caller's mutate may keep references into the record it was handed:
+        # what it gets back is decoded afresh from the bytes written [JOB-M2].
+        return self._as_holder(job_id, epoch, apply, fresh=True)
+
+    def progress(self, job_id: str, epoch: int, done: int, checkpoint: Any = UNSET) -> Record:
+        """Record how far the holder got, and optionally what a successor needs."""
+        if not isinstance(done, int) or not limits.DONE.holds(done):
+            raise Invalid(f"done must be a whole number ({limits.DONE.text()}), not {done!r}", job_id)
+
+        def apply(rec: Record, now: datetime) -> None:
+            rec.progress.done = done
+            rec.progress.updated_at = now
+            if checkpoint is not UNSET:
+                rec.checkpoint = checkpoint
+
+        return self._as_holder(job_id, epoch, apply)
+
+    def finish(
+        self,
+        job_id: str,
+        epoch: int,
+        state: str,
+        *,
+        error: str | None = None,
+        checkpoint: Any = UNSET,
+        done: int | None = None,
+    ) -> Record:
+        """Set the state; error, checkpoint and done travel in the same write [JOB-T4]."""
+        if done is not None and (not isinstance(done, int) or not limits.DONE.holds(done)):
+            raise Invalid(f"done must be a whole number ({limits.DONE.text()}), not {done!r}", job_id)
+
+        def apply(rec: Record, now: datetime) -> None:
+            if state not in STATES:
+                raise Invalid(f"{state!r} is not a state ({', '.join(STATES)})")
+            rec.state = state
+            if error is not None:
+                rec.error = error
+            if checkpoint is not UNSET:
+                rec.checkpoint = checkpoint
+            if done is not None:
+                rec.progress.done = done
+                rec.progress.updated_at = now
+
+        return self._as_holder(job_id, epoch, apply)
+
+    def set_intent(self, job_id: str, want: str, by: str = "") -> Record:
+        if want not in WANTS:
+            raise Invalid(f"intent {want!r} is not run, pause or cancel [JOB-I1]", job_id)
+
+        def apply(rec: Record, now: datetime) -> None:
+            if rec.terminal:
+                raise Terminal(f"job {job_id} is {rec.state}; nothing reopens it")
+            rec.intent = Intent(want, by or "", now)
+            rec.updated_at = now
+
+        return self._write(job_id, apply)
+
+    def recall(self, job_id: str, epoch: int, reason: str, by: str = "", grace: float = 30.0) -> Record:
+        if not isinstance(reason, str) or not reason.strip():
+            raise Invalid("a recall needs a reason", job_id)
+        _epoch(epoch)
+        window = _seconds(grace, "grace")
+
+        def apply(rec: Record, now: datetime) -> None:
+            lease = rec.lease
+            if rec.terminal:
+                raise Terminal(f"job {job_id} is {rec.state}; there is nothing to give back")
+            if lease.epoch != epoch:
+                raise StaleEpoch(f"job {job_id} is at epoch {lease.epoch}, not {epoch}")
+            if not held(lease, now):
+                raise LeaseExpired(f"job {job_id}: nobody holds the lease of epoch {epoch}")
+            until = limits.later(now, window, "grace", job_id)
+            lease.recall = Recall(reason, now, until, by or "")
+            if lease.expires_at is None or until < lease.expires_at:
+                lease.expires_at = until
+            rec.updated_at = now
+
+        return self._write(job_id, apply)
+
+    def cancel(self, job_id: str, by: str, ttl_seconds: float = 15.0) -> Record:
+        """Ask for a stop and, when nobody holds the job, stop it now [JOB-S3] [JOB-S4].
+
+        An already cancelled job is a success (a double click); another
+        terminal state is ``Terminal``. When somebody holds the lease the
+        intent is recorded and its holder is expected to honour it.
+        """
+        rec = self.load(job_id)
+        if rec.state == "cancelled":
+            return rec
+        self.set_intent(job_id, "cancel", by)
+        try:
+            mine = self.claim(job_id, by, ttl_seconds)
+        except (LeaseHeld, Terminal):
+            return self.load(job_id)
+        return self.finish(job_id, mine.lease.epoch, "cancelled")
+
+
+def _ttl_within(value: Any, max_ttl: float, job_id: str) -> float:
+    ttl = _seconds(value, "ttl")
+    if ttl > max_ttl:
+        raise Invalid(
+            f"job {job_id}: ttl {value!r} is more than max_ttl ({max_ttl:g} s), the longest lease jobctl grants",
+            job_id,
+        )
+    return ttl
+
+
+def _claim_terms(job_id: str, owner: str, ttl_seconds: Any, max_ttl: float) -> float:
+    """A claim's arguments, refused before anything is read: blank owner [JOB-O3], bad ttl (over ``max_ttl``)."""
+    if not isinstance(owner, str) or not owner.strip():
+        raise Refused("claim needs an owner", job_id)
+    return _ttl_within(ttl_seconds, max_ttl, job_id)
+
+
+def _claiming(job_id: str, owner: str, ttl: float, seen: int, data: bytes, exact: bool) -> Apply:
+    """The claim's preconditions and effect [JOB-L4], for a record whose epoch read ``seen``.
+
+    ``data`` and ``exact`` are as :meth:`ContractStore._read_epoch` gives them.
+    """
+
+    def apply(rec: Record, now: datetime) -> None:
+        nonlocal seen, exact
+        lease = rec.lease
+        if lease.epoch != seen and not exact:
+            seen, exact = decode(data, job_id).lease.epoch, True  # the pattern may have misread
+        if lease.epoch != seen:
+            raise LeaseHeld(f"job {job_id} moved since it was read (epoch {seen} -> {lease.epoch})")
+        if rec.terminal:
+            raise Terminal(f"job {job_id} is {rec.state}; nothing reopens it")
+        if held(lease, now):
+            if lease.owner != owner:
+                raise LeaseHeld(f"job {job_id} is held by {lease.owner} until {lease.expires_at:%Y-%m-%dT%H:%M:%SZ}")
+            if lease.recall is not None:
+                raise LeaseHeld(f"job {job_id} is recalled ({lease.recall.reason}); its holder cannot re-claim it")
+        rec.lease = Lease(owner, lease.epoch + 1, limits.later(now, ttl, "ttl", job_id))
+        if rec.state in ("pending", "running"):
+            rec.state = "running"
+
+    return apply

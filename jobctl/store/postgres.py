@@ -1,0 +1,500 @@
+"""The PostgreSQL store: the same contract over one table, for workers on many hosts.
+
+Each row holds a record's canonical bytes -- the file binding's, made by the
+same codec -- plus columns derived from those bytes in the same transaction
+(state, kind, epoch, owner, expiry, intent, not-before, dependencies,
+pipeline, created_at), which serve queries and nothing else.
+
+Every write is one transaction: ``SELECT ... FOR UPDATE`` the row, decode it,
+run the contract's preconditions and effect (:mod:`jobctl.store.contract`, the
+code the file store runs), encode, ``UPDATE``. The server's clock, read inside
+that transaction, decides leases and stamps times [JOB-O4], so hosts with
+skewed clocks agree. SQL lives in ``postgres/*.sql`` as named queries; nothing
+is formatted into a statement.
+
+psycopg (the ``postgres`` extra) is imported only when a store URL asks for
+this module. It talks through libpq, so ``PGHOST``, ``PGPASSWORD``,
+``~/.pgpass`` and service files work as libpq users expect.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from typing import Any
+
+from .. import ids
+from ..errors import Exists, JobError, NotFound, Refused
+from ..record import Record, decode, encode
+from ..schedule import after_of, not_before, pipeline_of
+from ..summary import Summary
+from .base import Listing, OpenListing, Skipped, Unreadable
+from .contract import Apply, ContractStore, _claim_terms, _claiming
+from .file import is_orphan
+from .location import masked
+
+try:
+    import psycopg
+except ImportError as exc:  # pragma: no cover - exercised by hand without the extra
+    raise Refused("the PostgreSQL store needs psycopg: pip install 'jobctl[postgres]'") from exc
+
+__all__ = ["PostgresStore", "SCHEMA_VERSION", "SQL_DIR", "queries", "schema_status", "init", "migrate"]
+
+#: Rows per page of :meth:`PostgresStore.scan`.
+SCAN_PAGE = 500
+
+#: The schema version this jobctl writes and reads.
+SCHEMA_VERSION = 1
+SQL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "postgres")
+
+_NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+
+
+def queries(path: str | None = None) -> dict[str, str]:
+    """The named queries of ``queries.sql``: each ``-- name: x`` line starts query ``x``."""
+    with open(path or os.path.join(SQL_DIR, "queries.sql"), encoding="utf-8") as fh:
+        text = fh.read()
+    parts = _NAME.split(text)
+    return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+
+
+Q = queries()
+Clock = Callable[[], datetime]
+
+
+def _connect(url: str) -> psycopg.Connection[Any]:
+    try:
+        return psycopg.connect(url, autocommit=True)
+    except psycopg.Error as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        err = Refused(f"cannot connect to {masked(url)}: {reason}")
+        err.hint = "check the URL, the server, and libpq's settings (PGHOST, PGPASSWORD, ~/.pgpass)"
+        raise err from None
+
+
+@contextmanager
+def _refusing(url: str) -> Iterator[None]:
+    """A driver error (a failed statement, a lost server) becomes ``Refused`` naming the masked URL."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise Refused(f"{masked(url)}: {first}") from exc
+
+
+def schema_status(conn: psycopg.Connection[Any]) -> int:
+    """The schema version the database holds; 0 when jobctl was never initialised there."""
+    row = conn.execute(Q["schema_exists"]).fetchone()
+    if row is None or not row[0]:
+        return 0
+    row = conn.execute(Q["schema_version"]).fetchone()
+    return 0 if row is None else int(row[0])
+
+
+def _steps(sql_dir: str, target: int) -> dict[int, str]:
+    """``schema-1.sql`` creates version 1; ``migrate-<n>.sql`` moves version n-1 to n."""
+    steps = {}
+    for n in range(1, target + 1):
+        name = "schema-1.sql" if n == 1 else f"migrate-{n}.sql"
+        with open(os.path.join(sql_dir, name), encoding="utf-8") as fh:
+            steps[n] = fh.read()
+    return steps
+
+
+def init(url: str, *, sql_dir: str = SQL_DIR, target: int = SCHEMA_VERSION) -> tuple[int, int]:
+    """Create the schema in an empty database: ``(version before, version after)``.
+
+    A database already at ``target`` is left alone; an older one is refused
+    (``jobctl db migrate`` moves it), a newer one too.
+    """
+    with _connect(url) as conn, _refusing(url), conn.transaction():
+        found = schema_status(conn)
+        if found == 0:
+            for _n, script in sorted(_steps(sql_dir, target).items()):
+                conn.execute(script.encode())  # a script of our own: DDL only, no parameters
+            conn.execute(Q["first_version"], {"version": target})
+            return 0, target
+        _refuse_version(url, found, target, migrate_hint=True)
+        return found, found
+
+
+def migrate(url: str, *, sql_dir: str = SQL_DIR, target: int = SCHEMA_VERSION) -> tuple[int, int]:
+    """Move an older schema forward to ``target`` in one transaction: ``(before, after)``."""
+    with _connect(url) as conn, _refusing(url), conn.transaction():
+        found = schema_status(conn)
+        if found == 0:
+            raise _uninitialised(url)
+        if found > target:
+            _refuse_version(url, found, target, migrate_hint=False)
+        steps = _steps(sql_dir, target)
+        for n in range(found + 1, target + 1):
+            conn.execute(steps[n].encode())
+        if found != target:
+            conn.execute(Q["set_version"], {"version": target})
+        return found, target
+
+
+def _uninitialised(url: str) -> Refused:
+    err = Refused(f"{masked(url)} holds no jobctl store")
+    err.hint = f"create one with: jobctl db init --store '{masked(url)}'"
+    return err
+
+
+def _refuse_version(url: str, found: int, target: int, migrate_hint: bool) -> None:
+    if found > target:
+        err = Refused(f"{masked(url)} has schema version {found}, newer than this jobctl knows ({target})")
+        err.hint = "upgrade jobctl; an older one must not write a newer schema"
+        raise err
+    if found < target and migrate_hint:
+        err = Refused(f"{masked(url)} has schema version {found}; this jobctl needs {target}")
+        err.hint = f"move it forward with: jobctl db migrate --store '{masked(url)}'"
+        raise err
+
+
+def _columns(job_id: str, data: bytes, rec: Record) -> dict[str, Any]:
+    """The indexed columns, derived from the record the bytes hold."""
+    try:
+        after: list[str] = after_of(rec)
+        when = not_before(rec)
+        scheduled = True
+    except JobError:  # malformed scheduling data: never picked, named by claim_next
+        after, when, scheduled = [], None, False
+    pipe = pipeline_of(rec)
+    lease = rec.lease
+    return {
+        "id": job_id,
+        "data": data,
+        "state": rec.state,
+        "kind": rec.kind,
+        "epoch": lease.epoch,
+        "owner": lease.owner,
+        "expires_at": lease.expires_at,
+        "want": rec.want,
+        "not_before": when,
+        "after": after,
+        "pipeline": None if pipe is None else pipe[0],
+        "scheduled": scheduled,
+        "created_at": rec.created_at,
+    }
+
+
+class PostgresStore(ContractStore):
+    """A store in a PostgreSQL database (schema made by ``jobctl db init``).
+
+    ``clock`` replaces the server's clock; only tests that move time by hand
+    pass one. Operations are serialised on one connection per process (a
+    forked child opens its own).
+    """
+
+    def __init__(self, url: str, clock: Clock | None = None) -> None:
+        self.url = url
+        self.root = masked(url)
+        self._clock = clock
+        self.work_dir = os.path.join(os.path.expanduser("~"), ".abstraction", "work")
+        self._lock = threading.RLock()
+        self._conn: psycopg.Connection[Any] | None = None
+        self._pid = 0
+        try:
+            with self._tx() as conn:
+                found = schema_status(conn)
+            if found == 0:
+                raise _uninitialised(url)
+            if found != SCHEMA_VERSION:
+                _refuse_version(url, found, SCHEMA_VERSION, migrate_hint=True)
+        except JobError:
+            self.close()
+            raise
+        self.schema_version = found
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self.root!r})"
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None and self._pid == os.getpid():
+                self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> PostgresStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the connection ----------------------------------------------------------
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        conn = self._conn
+        # A forked child must not speak on its parent's socket; a broken
+        # connection (the server restarted) is replaced at the next call.
+        if conn is None or self._pid != os.getpid() or conn.closed or conn.broken:
+            conn = self._conn = _connect(self.url)
+            self._pid = os.getpid()
+        return conn
+
+    @contextmanager
+    def _tx(self) -> Iterator[psycopg.Connection[Any]]:
+        """One transaction on this process's connection; a driver error becomes ``Refused``."""
+        with self._lock:
+            conn = self._connection()
+            try:
+                with conn.transaction():
+                    yield conn
+            except psycopg.Error as exc:
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                raise Refused(f"{self.root}: {first}") from exc
+
+    def _now(self, conn: psycopg.Connection[Any]) -> datetime:
+        if self._clock is not None:
+            return self._clock()
+        row = conn.execute(Q["clock"]).fetchone()
+        assert row is not None
+        when: datetime = row[0]
+        return when.astimezone(timezone.utc)  # the session's time zone is the server's choice
+
+    def now(self) -> datetime:
+        """The server's clock [JOB-O4]: every lease is judged by it, whoever asks."""
+        with self._tx() as conn:
+            return self._now(conn)
+
+    def work_path(self, job_id: str) -> str:
+        """The job's scratch name on this host (``work_dir``, default ``~/.abstraction/work``); never created."""
+        return os.path.join(self.work_dir, ids.check(job_id))
+
+    # -- reads -------------------------------------------------------------------
+
+    def load_bytes(self, job_id: str) -> bytes:
+        ids.check(job_id)
+        with self._tx() as conn:
+            row = conn.execute(Q["load"], {"id": job_id}).fetchone()
+        if row is None:
+            raise NotFound(f"no job {job_id}", job_id)
+        return bytes(row[0])
+
+    def load(self, job_id: str) -> Record:
+        return decode(self.load_bytes(job_id), job_id)
+
+    def _read_epoch(self, job_id: str) -> tuple[int, bytes, bool]:
+        ids.check(job_id)
+        with self._tx() as conn:
+            row = conn.execute(Q["read_epoch"], {"id": job_id}).fetchone()
+        if row is None:
+            raise NotFound(f"no job {job_id}", job_id)
+        return int(row[0]), bytes(row[1]), True  # the column is derived from the bytes: exact
+
+    def ids(self) -> list[str]:
+        with self._tx() as conn:
+            return [row[0] for row in conn.execute(Q["ids"])]
+
+    def _listing(self, rows: Iterable[tuple[str, bytes]]) -> Listing:
+        listing = Listing()
+        for job_id, data in rows:
+            try:
+                listing.append(decode(bytes(data), job_id))
+            except JobError as exc:
+                listing.unreadable.append((job_id, exc))
+        return listing
+
+    def list(self) -> Listing:
+        with self._tx() as conn:
+            rows = conn.execute(Q["list"]).fetchall()
+        return self._listing(rows)
+
+    def list_open(self) -> OpenListing:
+        """The rows not yet ended, decoded, and every row's state, in one statement.
+
+        Finished rows are known by their ``state`` column alone [JOB-T1]: no
+        cache is needed where the server can leave their bytes where they are.
+        A row this reader cannot decode is named unreadable and left out of
+        ``states``, as the file store leaves out a record it cannot read.
+        """
+        with self._tx() as conn:
+            rows = conn.execute(Q["list_open"]).fetchall()
+        out = OpenListing()
+        for job_id, state, data in rows:
+            if data is None:
+                out.states[job_id] = state
+                continue
+            try:
+                rec = decode(bytes(data), job_id)
+            except JobError as exc:
+                out.unreadable.append((job_id, exc))
+                continue
+            out.states[job_id] = rec.state
+            out.append(rec)
+        return out
+
+    def scan(self, unreadable: Unreadable, *, summaries: bool = True) -> Iterator[Record | Summary]:
+        """Every row in id order, decoded a page at a time (``summaries`` is moot: nothing is cached here).
+
+        Each page is its own short transaction, so nothing is held while the
+        caller writes what it has; a row written meanwhile is seen as it is
+        when its page is read, as a file store's scan sees a record.
+        """
+        after = ""
+        while True:
+            with self._tx() as conn:
+                rows = conn.execute(Q["scan_after"], {"after": after, "limit": SCAN_PAGE}).fetchall()
+            for job_id, data in rows:
+                try:
+                    rec = decode(bytes(data), job_id)
+                except JobError as exc:
+                    unreadable.append((job_id, exc))
+                    continue
+                yield rec
+            if len(rows) < SCAN_PAGE:
+                return
+            after = rows[-1][0]
+
+    def orphans(self) -> Listing:
+        """As the file store's: the index narrows the rows, :func:`is_orphan` decides each."""
+        with self._tx() as conn:
+            now = self._now(conn)
+            rows = conn.execute(Q["orphan_candidates"], {"now": now}).fetchall()
+        found = self._listing(rows)
+        out = Listing(unreadable=found.unreadable)
+        out.extend(rec for rec in found if is_orphan(rec, now))
+        return out
+
+    # -- writes ------------------------------------------------------------------
+
+    def _write(self, job_id: str, apply: Apply, fresh: bool = False) -> Record:
+        ids.check(job_id)
+        try:
+            with self._tx() as conn:
+                row = conn.execute(Q["load_for_update"], {"id": job_id}).fetchone()
+                if row is None:
+                    raise NotFound(f"no job {job_id}", job_id)
+                # the server's clock, read with the row lock held, as the file store reads it under flock
+                now = self._clock() if self._clock is not None else row[1].astimezone(timezone.utc)
+                rec = decode(bytes(row[0]), job_id)
+                rec._exposed = False  # only update() hands it to outside code
+                apply(rec, now)
+                data = encode(rec, settle=True)
+                conn.execute(Q["update"], _columns(job_id, data, rec))
+        except JobError as exc:
+            if not exc.job_id:
+                exc.job_id = job_id
+            raise
+        return decode(data, job_id) if fresh else rec
+
+    def _create(self, job_id: str, data: bytes) -> None:
+        rec = decode(data, job_id)
+        with self._tx() as conn:
+            cur = conn.execute(Q["insert"], _columns(job_id, data, rec))
+            if cur.rowcount != 1:
+                raise Exists(f"job {job_id} is already in the store", job_id)
+
+    def replace_bytes(self, job_id: str, data: bytes) -> None:
+        """Overwrite a record's bytes as another writer would: the conformance driver's ``plant``.
+
+        The derived columns follow when this reader can decode the bytes, and
+        stay as they were when it cannot (a newer writer's record).
+        """
+        ids.check(job_id)
+        try:
+            columns = _columns(job_id, data, decode(data, job_id))
+        except JobError:
+            columns = None
+        with self._tx() as conn:
+            if columns is None:
+                cur = conn.execute(Q["replace_data"], {"id": job_id, "data": data})
+            else:
+                cur = conn.execute(Q["update"], columns)
+            if cur.rowcount != 1:
+                raise NotFound(f"no job {job_id}", job_id)
+
+    def lease_file(self, job_id: str) -> str | None:
+        """None: a row has no file a guardian could read; it keeps the times the supervisor reports."""
+        ids.check(job_id)
+        return None
+
+    def remove(self, job_id: str) -> bool:
+        """Delete an ended job's row; False when it is missing, unreadable or not ended (``jobctl gc``).
+
+        The row is locked and read in the transaction that deletes it, so a
+        record that changed since the caller looked is judged as it is now;
+        a terminal record never changes again [JOB-T1].
+        """
+        ids.check(job_id)
+        with self._tx() as conn:
+            row = conn.execute(Q["lock_for_remove"], {"id": job_id}).fetchone()
+            if row is None:
+                return False
+            try:
+                if not decode(bytes(row[0]), job_id).terminal:
+                    return False
+            except JobError:
+                return False
+            conn.execute(Q["remove"], {"id": job_id})
+            return True
+
+    def claim_next(
+        self,
+        owner: str,
+        ttl: float,
+        kinds: Iterable[str] | None = None,
+        *,
+        skipped: Skipped | None = None,
+        unreadable: Skipped | None = None,
+    ) -> Record | None:
+        """Claim the oldest runnable job with one indexed ``FOR UPDATE SKIP LOCKED`` pick.
+
+        Runnable as :func:`jobctl.schedule.runnable` says; pickers never wait
+        on each other. The claim runs the contract's claim code on the row
+        under its lock, in the same transaction.
+        """
+        ttl_delta = _claim_terms("", owner, ttl, self.max_ttl)
+        wanted = None if kinds is None else sorted(set(kinds))
+        passed: list[str] = []  # rows this reader cannot decode: passed over, and named in unreadable
+        claimed: Record | None = None
+        while True:
+            with self._tx() as conn:
+                now = self._now(conn)
+                params = {"now": now, "kinds": wanted, "passed": passed}
+                row = conn.execute(Q["next_runnable"], params).fetchone()
+                if row is None:
+                    break
+                job_id, data = row[0], bytes(row[1])
+                try:
+                    rec = decode(data, job_id)
+                except JobError as exc:
+                    passed.append(job_id)
+                    if unreadable is not None:
+                        unreadable.append((job_id, exc))
+                    continue
+                rec._exposed = False
+                _claiming(job_id, owner, ttl_delta, rec.lease.epoch, data, True)(rec, now)
+                written = encode(rec, settle=True)
+                conn.execute(Q["update"], _columns(job_id, written, rec))
+                claimed = rec
+                break
+        if skipped is not None:
+            self._name_unscheduled(skipped)
+        return claimed
+
+    def _name_unscheduled(self, skipped: Skipped) -> None:
+        """Jobs left out for malformed scheduling data, with the refusal reading it gives."""
+        with self._tx() as conn:
+            rows = conn.execute(Q["unscheduled"]).fetchall()
+        for job_id, data in rows:
+            try:
+                rec = decode(bytes(data), job_id)
+                after_of(rec)
+                not_before(rec)
+            except JobError as exc:
+                if not exc.job_id:
+                    exc.job_id = job_id
+                skipped.append((job_id, exc))
+
+    # -- maintenance ---------------------------------------------------------------
+
+    def sweep(self, job_id: str | None = None) -> int:
+        """Nothing to sweep: a transaction leaves no staging temporaries behind."""
+        if job_id is not None:
+            ids.check(job_id)
+        return 0

@@ -1,0 +1,85 @@
+"""A lease planted to run years ahead is flagged by list, show and doctor, and recall ends it."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from clitools import Jobctl
+
+from jobctl import FileStore, Record, limits
+from jobctl.cli import render
+from jobctl.record import encode
+
+TEN_YEARS = 10 * limits.YEAR
+
+
+def planted(jobctl: Jobctl) -> tuple[str, str]:
+    """A job held for ten years (written by a writer that ignores max_ttl) and an ordinary held one."""
+    careless = FileStore(jobctl.root, max_ttl=math.inf)
+    long = careless.submit(Record(kind="k", spec={}))
+    careless.claim(long, "planter", TEN_YEARS)
+    short = jobctl.submit()
+    assert jobctl("claim", short, "--owner", "w", "--ttl", "300").code == 0
+    return long, short
+
+
+def test_plain_list_lines_are_unchanged_and_the_warning_goes_to_stderr(jobctl: Jobctl) -> None:
+    long, short = planted(jobctl)
+    ran = jobctl("list")
+    assert ran.code == 0
+    store = jobctl.store()
+    assert ran.lines == [render.list_line(store.load(long)), render.list_line(store.load(short))]
+    warnings = ran.err.splitlines()
+    assert len(warnings) == 1, ran.err
+    assert warnings[0].startswith(f"jobctl: warning: job {long}: its lease (planter, epoch 1)")
+    assert f"jobctl recall {long}" in warnings[0] and "max_ttl (86400 s)" in warnings[0]
+
+
+def test_json_says_lease_too_long(jobctl: Jobctl) -> None:
+    long, short = planted(jobctl)
+    rows = {row["id"]: row for row in map(json.loads, jobctl("list", "--json").lines)}
+    assert (rows[long]["lease_too_long"], rows[short]["lease_too_long"]) == (True, False)
+    assert json.loads(jobctl("show", long, "--json").text)["lease_too_long"] is True
+    assert json.loads(jobctl("show", short, "--json").text)["lease_too_long"] is False
+
+
+def test_show_keeps_the_record_bytes_and_warns(jobctl: Jobctl) -> None:
+    long, _short = planted(jobctl)
+    ran = jobctl("show", long)
+    assert ran.out == encode(jobctl.store().load(long))
+    assert f"job {long}: its lease" in ran.err
+
+
+def test_the_table_marks_the_lease(jobctl: Jobctl) -> None:
+    long, _short = planted(jobctl)
+    ran = jobctl("list", terminal=True, env={"COLUMNS": "250"})
+    assert "too long: jobctl recall" in ran.text
+    assert "too long" in jobctl("show", long, terminal=True, env={"COLUMNS": "250"}).text
+
+
+def test_doctor_fails_on_a_long_lease_until_it_is_recalled(jobctl: Jobctl) -> None:
+    long, short = planted(jobctl)
+    ran = jobctl("doctor", "--json")
+    assert ran.code == 1
+    report = json.loads(ran.text)
+    assert report["healthy"] is False
+    assert report["check_leases"].startswith("FAILED: 1 lease(s)") and long in report["check_leases"]
+    assert short not in report["check_leases"]
+    # The way out the docs give: recall it; once the grace is over nobody holds it.
+    assert jobctl("recall", long, "--reason", "planted lease", "--grace", "0").code == 0
+    assert json.loads(jobctl("doctor", "--json").text)["check_leases"] == "ok"
+    assert jobctl("list").err == ""
+    assert jobctl("claim", long, "--owner", "rescuer").code == 0
+
+
+def test_max_ttl_decides_what_is_too_long(jobctl: Jobctl) -> None:
+    long, _short = planted(jobctl)
+    ceiling = {"JOBCTL_MAX_TTL": str(int(limits.YEAR))}
+    assert json.loads(jobctl("show", long, "--json", env=ceiling).text)["lease_too_long"] is True
+    two_days = FileStore(jobctl.root, max_ttl=math.inf)
+    job = two_days.submit(Record(kind="k", spec={}))
+    two_days.claim(job, "p", 2 * limits.DAY)
+    assert json.loads(jobctl("show", job, "--json").text)["lease_too_long"] is True
+    assert json.loads(jobctl("show", job, "--json", env=ceiling).text)["lease_too_long"] is False
+    assert jobctl("show", job, env=ceiling).err == ""

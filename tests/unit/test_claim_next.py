@@ -1,0 +1,168 @@
+"""``Store.claim_next``: how the next runnable job is found, on every backend.
+
+The rule is :func:`jobctl.schedule.runnable`'s; the directory finds it with a
+listing, PostgreSQL with one indexed ``FOR UPDATE SKIP LOCKED`` pick.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from jobctl import Record, Store, schedule
+from jobctl.errors import Invalid, UnknownSchema
+
+
+def submit(store: Store, kind: str = "k", **plan: Any) -> str:
+    rec = Record(kind=kind, spec={"n": 1})
+    if plan:
+        schedule.plan(rec, **plan)
+    return store.submit(rec)
+
+
+def test_oldest_first_and_each_job_once(any_store: Store, clock: Any) -> None:
+    ids = []
+    for _ in range(3):
+        ids.append(submit(any_store))
+        clock.advance(1)
+    got = [any_store.claim_next("w", 60) for _ in range(4)]
+    assert [r.id if r else None for r in got] == [*ids, None]
+    assert all(r.lease.owner == "w" and r.lease.epoch == 1 and r.state == "running" for r in got if r)
+
+
+def claimed_id(store: Store, kinds: list[str] | None = None) -> str | None:
+    """Claim the next job and finish it complete at once; its id, or None when nothing may start."""
+    rec = store.claim_next("w", 10, kinds)
+    if rec is None:
+        return None
+    store.finish(rec.id, rec.lease.epoch, "complete")
+    return rec.id
+
+
+def test_what_may_not_start_is_passed_over(any_store: Store, clock: Any) -> None:
+    s = any_store
+    first = submit(s, kind="first")
+    clock.advance(1)
+    waits = submit(s, after=[first])
+    clock.advance(1)
+    failing = submit(s, kind="failing")
+    clock.advance(1)
+    held = submit(s, hold=True)
+    clock.advance(1)
+    later = submit(s, start_after=clock.now + timedelta(seconds=100))
+    clock.advance(1)
+    other_kind = submit(s, kind="other")
+    clock.advance(1)
+    doomed = submit(s, after=[failing])
+
+    mine = s.claim_next("w", 10, ["failing"])
+    assert mine is not None and mine.id == failing
+    s.finish(failing, mine.lease.epoch, "failed")
+    # only kind k: the dependent waits, the held and the not-yet are not offered
+    assert s.claim_next("w", 10, ["k"]) is None
+    mine = s.claim_next("w", 10)
+    assert mine is not None and mine.id == first
+    assert s.claim_next("w", 10, ["k"]) is None  # first is running, not complete
+    s.finish(first, mine.lease.epoch, "complete")
+    assert claimed_id(s, ["k"]) == waits
+    assert claimed_id(s) == other_kind
+    assert claimed_id(s) is None
+    clock.advance(100)
+    assert claimed_id(s) == later
+    assert claimed_id(s) is None  # held waits for approval; doomed never starts
+    s.set_intent(held, "run", "ops")
+    assert claimed_id(s) == held
+    assert s.load(doomed).state == "pending"
+
+
+def test_a_lapsed_lease_is_adopted_and_a_live_one_is_not(any_store: Store, clock: Any) -> None:
+    job = submit(any_store)
+    first = any_store.claim_next("a", 30)
+    assert first is not None and first.id == job
+    assert any_store.claim_next("b", 30) is None
+    clock.advance(30)  # at the instant of expiry the lease is over [JOB-L5]
+    second = any_store.claim_next("b", 30)
+    assert second is not None and (second.id, second.lease.owner, second.lease.epoch) == (job, "b", 2)
+
+
+def test_the_unreadable_and_the_malformed_are_named_and_passed_over(any_store: Store, clock: Any) -> None:
+    s = any_store
+    newer = submit(s)
+    data = (
+        s.load_bytes(newer)
+        .decode()
+        .replace('  "critical": [\n', '  "critical": [\n    "abstraction.test/hovercraft@7",\n')
+    )
+    data = data.replace('  "content": [\n', '  "content": [\n    "abstraction.test/hovercraft@7",\n')
+    _overwrite(s, newer, data.encode())
+    clock.advance(1)
+    bad = s.submit(Record(kind="k", spec={}, extensions={schedule.RETRY: {"failures": "many"}}))
+    clock.advance(1)
+    good = submit(s)
+    skipped: list[Any] = []
+    unreadable: list[Any] = []
+    got = s.claim_next("w", 10, skipped=skipped, unreadable=unreadable)
+    assert got is not None and got.id == good
+    assert [(i, type(e)) for i, e in unreadable] == [(newer, UnknownSchema)]
+    assert [(i, type(e)) for i, e in skipped] == [(bad, Invalid)]
+
+
+def test_a_blank_owner_is_refused(any_store: Store) -> None:
+    from jobctl.errors import Refused
+
+    submit(any_store)
+    with pytest.raises(Refused):
+        any_store.claim_next("  ", 10)
+
+
+def _overwrite(store: Store, job_id: str, data: bytes) -> None:
+    if hasattr(store, "replace_bytes"):
+        store.replace_bytes(job_id, data)
+    else:
+        with open(store.path(job_id), "wb") as fh:  # type: ignore[attr-defined]
+            fh.write(data)
+
+
+# -- PostgreSQL: pickers never wait on each other ---------------------------------------------------
+
+
+@pytest.mark.timeout(30)
+def test_a_row_another_picker_holds_is_skipped_not_waited_for(pg_store: Any) -> None:
+    """The race SKIP LOCKED exists for: another transaction holds the oldest job's row lock."""
+    import psycopg
+
+    first = submit(pg_store)
+    second = submit(pg_store)
+    with psycopg.connect(pg_store.url) as other:  # a transaction, open until the block ends
+        locked = other.execute("SELECT id FROM jobctl_jobs WHERE id = %s FOR UPDATE", (first,)).fetchone()
+        assert locked == (first,)  # the race is on: the oldest row is held elsewhere
+        got = pg_store.claim_next("w", 30)  # a waiting pick would block here until the timeout fails the test
+        assert got is not None and got.id == second
+    # the other transaction is over: the first job is there for the next pick
+    again = pg_store.claim_next("w", 30)
+    assert again is not None and again.id == first
+
+
+def test_the_pick_uses_the_startable_index_past_many_finished_jobs(pg_store: Any) -> None:
+    """Finished jobs are outside the partial index, so a pick walks only jobs that may start."""
+    import psycopg
+
+    from jobctl.store.postgres import Q
+
+    with psycopg.connect(pg_store.url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO jobctl_jobs (id, data, state, kind, epoch, owner, want, after, scheduled, created_at) "
+            "SELECT 'done-' || n, '', 'complete', 'k', 1, '', 'run', '{}', true, now() - n * interval '1 second' "
+            "FROM generate_series(1, 20000) AS n"
+        )
+        conn.execute("ANALYZE jobctl_jobs")
+        plan = conn.execute(
+            b"EXPLAIN " + Q["next_runnable"].encode(), {"now": pg_store.now(), "kinds": None, "passed": []}
+        ).fetchall()
+    text = "\n".join(row[0] for row in plan)
+    assert "jobctl_jobs_startable" in text, text
+    job = submit(pg_store)
+    got = pg_store.claim_next("w", 30)
+    assert got is not None and got.id == job

@@ -1,0 +1,311 @@
+"""Kill campaigns against real workers, for test_double_run.py: ``python _campaign.py MODE ROOT ROUNDS``.
+
+MODE ``stop``: a pool of workers runs long jobs; each round SIGSTOPs some of
+them, holds each stop until it has outlasted the TTL and another worker has
+adopted one of the stopped worker's jobs, checks that none of the stopped
+worker's children is still alive, and SIGCONTs it.
+
+MODE ``kill``: each round starts fresh workers at ``--concurrency 8`` on a
+store full of short jobs and SIGKILLs each during its first burst of starts
+(after its first ``started`` event, while the other slots are claiming and
+starting); then checks that every child it left behind is gone once its
+guardian has acted.
+
+Every job is a shell command that takes an exclusive non-blocking ``flock``
+on a per-job file and appends ``DOUBLE`` to the runs file when it finds the
+lock taken: two runs of one job at the same time cannot both miss it. This
+process is a child subreaper (``PR_SET_CHILD_SUBREAPER``), so what a killed
+worker leaves behind becomes its child: its exit status tells a child that
+never got its go (exit 125) from one that ran, and one still alive after the
+guardian exited is a survivor. Prints one JSON object of figures.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from jobctl import FileStore, Record
+
+HERE = Path(__file__).resolve().parent
+DRIVER = str(HERE / "_driver.py")
+NO_GO = 125
+
+JOB = r"""
+exec 9>>"$LOCKS/$JOB_ID"
+if flock -n 9; then
+  echo "start $JOB_ID $JOB_EPOCH $$ $PPID" >> "$RUNS"
+  exec sleep "$HOLD"
+fi
+echo "DOUBLE $JOB_ID $JOB_EPOCH $$ $PPID" >> "$RUNS"
+"""
+
+
+class Reaper:
+    """Reaps every child of this process (its workers, and the orphans reparented to it)."""
+
+    def __init__(self) -> None:
+        self.status: dict[int, int] = {}
+        self._lock = threading.Lock()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, 0)
+            except ChildProcessError:
+                time.sleep(0.005)
+                continue
+            with self._lock:
+                self.status[pid] = status
+
+    def exited(self, pid: int) -> bool:
+        with self._lock:
+            return pid in self.status
+
+
+def children(pid: int) -> set[int]:
+    out: set[int] = set()
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return out
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as fh:
+                out.update(int(p) for p in fh.read().split())
+        except FileNotFoundError:
+            pass
+    return out
+
+
+def alive(pid: int) -> bool:
+    """Not exited (a zombie has exited: only its reaper is missing)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            stat = fh.read()
+    except FileNotFoundError:
+        return False
+    return stat[stat.rindex(")") + 2] not in "ZX"
+
+
+def cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read()
+    except FileNotFoundError:
+        return b""
+
+
+class Worker:
+    """A worker process (``_driver.py``); with ``kill_in_burst`` it is SIGKILLed just after its first start."""
+
+    def __init__(self, root: Path, reaper: Reaper, kill_in_burst: bool = False, **options: Any) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, DRIVER, str(root), "loop", json.dumps(options)],
+            stdout=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+        )
+        self.pid = self.proc.pid
+        self.reaper = reaper
+        self.kill_in_burst = kill_in_burst
+        self.started = 0
+        self.started_at_kill = -1
+        self.guardian_pid: int | None = None
+        self.ready = threading.Event()
+        self.killed = threading.Event()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            event = json.loads(line)
+            if event["what"] == "ready":
+                self.ready.set()
+            elif event["what"] == "started":
+                self.started += 1
+                if self.kill_in_burst and not self.killed.is_set():
+                    # A moment into the burst: the first start is out, the other slots are claiming and starting.
+                    time.sleep(random.uniform(0.0, 0.003))
+                    self.guardian_pid = self.guardian()
+                    self.started_at_kill = self.started
+                    send(self.pid, signal.SIGKILL)
+                    self.killed.set()
+
+    def guardian(self) -> int | None:
+        for pid in children(self.pid):
+            if b"\0-I\0-S\0-c\0" in cmdline(pid):
+                return pid
+        return None
+
+    def end(self) -> None:
+        send(self.pid, signal.SIGKILL)
+        wait(lambda: self.reaper.exited(self.pid), 10)
+        self.proc.returncode = -9  # reaped by the Reaper, not by Popen
+
+
+def send(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def read_runs(path: Path) -> list[list[str]]:
+    if not path.exists():
+        return []
+    return [line.split() for line in path.read_text().splitlines() if line.strip()]
+
+
+def wait(check: Any, limit: float) -> bool:
+    deadline = time.monotonic() + limit
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def submit(store: FileStore, n: int, locks: Path, runs: Path, hold: float) -> list[str]:
+    env = {"LOCKS": str(locks), "RUNS": str(runs), "HOLD": str(hold)}
+    return [store.submit(Record(kind="shell", spec={"argv": ["sh", "-c", JOB], "env": env})) for _ in range(n)]
+
+
+def stop_campaign(root: Path, rounds: int, ttl: float, at_once: int = 2) -> dict[str, Any]:
+    """SIGSTOP workers running jobs until another adopts one of theirs; their children must be dead by then."""
+    store = FileStore(root)
+    locks, runs = root.parent / "locks", root.parent / "runs"
+    locks.mkdir()
+    hold = 3 * ttl + 1.0  # a child left running would still run when its job is adopted
+    jobs = submit(store, 10, locks, runs, hold)
+    reaper = Reaper()
+    pool = [Worker(root, reaper, concurrency=4, ttl=ttl, grace=0.2, poll_interval=0.05) for _ in range(2 * at_once)]
+    for w in pool:
+        w.ready.wait(60)
+    figures: dict[str, Any] = {"kills": 0, "adopted": 0, "survivors": 0, "waiting_for_go": 0, "shortest_stop_s": 1e9}
+    # A stop counts toward ``rounds`` once another worker adopted one of the stopped worker's jobs.
+    while figures["adopted"] < rounds:
+        jobs += submit(store, 2 * at_once, locks, runs, hold)  # a steady supply, leaving free slots for adopters
+        lines = read_runs(runs)
+        victims: dict[Worker, dict[str, int]] = {}
+        for victim in random.sample(pool, len(pool)):
+            held = {j: int(e) for kind, j, e, pid, ppid in lines if kind == "start" and int(ppid) == victim.pid}
+            held = {j: e for j, e in held.items() if store.load(j).lease.epoch == e and not store.load(j).terminal}
+            if held and len(victims) < at_once:
+                victims[victim] = held
+        if not victims:
+            time.sleep(0.05)
+            continue
+        guardians = {v: v.guardian() for v in victims}
+        for victim in victims:
+            send(victim.pid, signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        figures["kills"] += len(victims)
+
+        def adopted(held: dict[str, int]) -> bool:
+            return any(store.load(j).lease.epoch > e for j, e in held.items())
+
+        for held in victims.values():
+            figures["adopted"] += wait(lambda held=held: adopted(held), 15.0)
+        wait(lambda at=stopped_at: time.monotonic() - at > ttl, ttl + 1)  # the stop outlasts the lease, whatever else
+        figures["shortest_stop_s"] = min(figures["shortest_stop_s"], time.monotonic() - stopped_at)
+        for victim in victims:
+            for pid in children(victim.pid):
+                if pid == guardians[victim] or not alive(pid):
+                    continue
+                if cmdline(pid).startswith(b"/bin/sh\0-c\0IFS= read -r go"):
+                    # Started just before the stop and still waiting for its go: it has run nothing, and
+                    # gets no go once its worker sees the lease's time has passed.
+                    figures["waiting_for_go"] += 1
+                else:
+                    figures["survivors"] += 1
+        for victim in victims:
+            send(victim.pid, signal.SIGCONT)
+    for w in pool:
+        w.end()
+    return finish(figures, jobs, locks, runs)
+
+
+def kill_campaign(root: Path, rounds: int, ttl: float, at_once: int = 4) -> dict[str, Any]:
+    """SIGKILL workers at --concurrency 8 in their first burst of starts; nothing they started may live on."""
+    store = FileStore(root)
+    locks, runs = root.parent / "locks", root.parent / "runs"
+    locks.mkdir()
+    jobs = submit(store, 40 + 2 * rounds, locks, runs, hold=0.3)
+    reaper = Reaper()
+    figures: dict[str, Any] = {"kills": 0, "survivors": 0, "no_go": 0, "in_burst": 0}
+    workers: set[int] = set()
+    guardians: set[int] = set()
+    while figures["kills"] < rounds:
+        batch = [
+            Worker(root, reaper, kill_in_burst=True, concurrency=8, ttl=ttl, grace=0.2, poll_interval=0.05)
+            for _ in range(min(at_once, rounds - figures["kills"]))
+        ]
+        for w in batch:
+            workers.add(w.pid)
+            if not w.killed.wait(60):
+                raise SystemExit(f"worker {w.pid} started nothing")
+            wait(lambda w=w: reaper.exited(w.pid), 10)
+            w.proc.returncode = -9  # reaped by the Reaper, not by Popen
+            figures["kills"] += 1
+            figures["in_burst"] += w.started_at_kill < 8
+            if w.guardian_pid is not None:
+                guardians.add(w.guardian_pid)
+        # Their children are this process's now. Once every guardian has acted, none may be left.
+        for g in guardians:
+            wait(lambda g=g: reaper.exited(g), 10)
+        wait(lambda: not any(alive(p) for p in children(os.getpid())), 1.0)
+        left = [p for p in children(os.getpid()) if alive(p)]
+        figures["survivors"] += len(left)
+        for pid in left:
+            send(pid, signal.SIGKILL)
+    figures["no_go"] = sum(
+        1
+        for pid, status in list(reaper.status.items())
+        if pid not in workers and pid not in guardians and os.WIFEXITED(status) and os.WEXITSTATUS(status) == NO_GO
+    )
+    return finish(figures, jobs, locks, runs)
+
+
+def finish(figures: dict[str, Any], jobs: list[str], locks: Path, runs: Path) -> dict[str, Any]:
+    lines = read_runs(runs)
+    figures["jobs"] = len(jobs)
+    figures["runs"] = sum(1 for line in lines if line[0] == "start")
+    figures["doubles"] = [" ".join(line) for line in lines if line[0] == "DOUBLE"]
+    # Every worker is gone: a lock still held is a process of some run still alive.
+    held = 0
+    for name in os.listdir(locks):
+        fd = os.open(locks / name, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            held += 1
+        finally:
+            os.close(fd)
+    figures["locks_held_at_end"] = held
+    return figures
+
+
+def main() -> None:
+    mode, root, rounds = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
+    ttl = float(sys.argv[4])
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(36, 1, 0, 0, 0) != 0:  # PR_SET_CHILD_SUBREAPER
+        raise SystemExit("cannot become a child subreaper")
+    figures = stop_campaign(root, rounds, ttl) if mode == "stop" else kill_campaign(root, rounds, ttl)
+    sys.stdout.write(json.dumps(figures) + "\n")
+
+
+if __name__ == "__main__":
+    main()
