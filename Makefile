@@ -29,6 +29,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/startup_bench.py
 	$(BIN)/python bench/worker_bench.py
 	$(BIN)/python bench/pg_bench.py
+	$(BIN)/python bench/scale_bench.py
 
 docs: $(STAMP)
 	$(BIN)/python -m jobctl.cli.docgen

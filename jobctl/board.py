@@ -27,12 +27,6 @@ refused claim (``lease_held``/``terminal``) and a re-read of that one record.
 from __future__ import annotations
 
 import bisect
-import contextlib
-import ctypes
-import ctypes.util
-import os
-import struct
-import sys
 import time
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
@@ -40,8 +34,10 @@ from datetime import datetime
 from typing import Protocol
 
 from .errors import JobError, NotFound
+from .notices import notices_for
 from .record import TERMINAL, ZERO_TIME, Record, held
 from .schedule import blocked_by, not_before
+from .store.base import OpenListing
 
 __all__ = ["Board", "BoardStore", "Pick"]
 
@@ -51,6 +47,7 @@ RESCAN_EVERY = 60.0
 
 class BoardStore(Protocol):
     def ids(self) -> list[str]: ...
+    def list_open(self) -> OpenListing: ...
     def load(self, job_id: str) -> Record: ...
     def now(self) -> datetime: ...
 
@@ -62,83 +59,6 @@ class Pick:
     record: Record | None
     doomed: list[tuple[Record, str]]
     wake: datetime | None
-
-
-# -- inotify ---------------------------------------------------------------------
-
-_IN_CLOSE_WRITE = 0x008
-_IN_MOVED_FROM = 0x040
-_IN_MOVED_TO = 0x080
-_IN_DELETE = 0x200
-_IN_DELETE_SELF = 0x400
-_IN_MOVE_SELF = 0x800
-_IN_Q_OVERFLOW = 0x4000
-_IN_IGNORED = 0x8000
-_MASK = _IN_CLOSE_WRITE | _IN_MOVED_FROM | _IN_MOVED_TO | _IN_DELETE | _IN_DELETE_SELF | _IN_MOVE_SELF
-_EVENT = struct.Struct("iIII")
-
-
-class _Notices:
-    """inotify on one directory: the names of record files replaced, written or removed since the last read."""
-
-    def __init__(self, directory: str) -> None:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-        init = libc.inotify_init1
-        init.argtypes = [ctypes.c_int]
-        init.restype = ctypes.c_int
-        add = libc.inotify_add_watch
-        add.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
-        add.restype = ctypes.c_int
-        fd = init(os.O_NONBLOCK | os.O_CLOEXEC)
-        if fd < 0:
-            raise OSError(ctypes.get_errno(), "inotify_init1")
-        if add(fd, os.fsencode(directory), _MASK) < 0:
-            err = ctypes.get_errno()
-            os.close(fd)
-            raise OSError(err, f"inotify_add_watch {directory}")
-        self.fd = fd
-
-    def read(self) -> tuple[set[str], set[str]] | None:
-        """``(written, removed)`` ids since the last read; None when notices were lost (rescan)."""
-        written: set[str] = set()
-        removed: set[str] = set()
-        lost = False
-        while True:
-            try:
-                buf = os.read(self.fd, 1 << 16)
-            except BlockingIOError:
-                break
-            off = 0
-            while off + _EVENT.size <= len(buf):
-                _wd, mask, _cookie, length = _EVENT.unpack_from(buf, off)
-                off += _EVENT.size
-                name = buf[off : off + length].rstrip(b"\0")
-                off += length
-                if mask & (_IN_Q_OVERFLOW | _IN_IGNORED | _IN_DELETE_SELF | _IN_MOVE_SELF):
-                    lost = True
-                elif name.endswith(b".json") and not name.startswith(b"."):
-                    job_id = os.fsdecode(name[:-5])
-                    if mask & (_IN_DELETE | _IN_MOVED_FROM):
-                        removed.add(job_id)
-                        written.discard(job_id)
-                    else:
-                        written.add(job_id)
-                        removed.discard(job_id)
-        return None if lost else (written, removed)
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            os.close(self.fd)
-
-
-def _notices(store: BoardStore) -> _Notices | None:
-    directory = getattr(store, "jobs_dir", None)
-    if not sys.platform.startswith("linux") or not isinstance(directory, str):
-        return None
-    try:
-        return _Notices(directory)
-    except (OSError, AttributeError):
-        return None
 
 
 # -- the board -------------------------------------------------------------------
@@ -162,11 +82,11 @@ class Board:
         # (ids minted in one millisecond sort by their random part). created_at never moves [JOB-M1].
         self._order: list[tuple[datetime, str]] = []
         # Notices first, then the scan: a write between the two is seen twice, never missed.
-        self._notices = _notices(store) if notices else None
+        self._notices = notices_for(store) if notices else None
         self._scanned = 0.0
         self.rescans = 0
         self.reads = 0
-        self.rescan()
+        self._start()
 
     @property
     def watching(self) -> bool:
@@ -212,6 +132,25 @@ class Board:
             if job_id in skip or self.states.get(job_id) in TERMINAL:
                 continue  # ours (its run reports the end), or final: nothing to learn [JOB-T1]
             self.reload(job_id)
+
+    def _start(self) -> None:
+        """The first scan: the open records, and the states of the finished ones without reading them.
+
+        ``list_open`` is the store's own way to that answer (the file store's
+        summary cache stats a finished record instead of decoding it) [JOB-T1].
+        """
+        self._scanned = time.monotonic()
+        self.rescans += 1
+        listing = self.store.list_open()
+        self.reads += len(listing) + len(listing.unreadable)
+        for job_id, state in listing.states.items():
+            if state in TERMINAL:
+                self.states[job_id] = state
+        for job_id, exc in listing.unreadable:
+            self.states[job_id] = UNREADABLE
+            self.unreadable[job_id] = exc
+        for rec in listing:
+            self.note(rec)
 
     def rescan(self) -> None:
         """List the ids; read every one not known terminal; forget the ones that are gone."""

@@ -36,6 +36,7 @@ __all__ = [
     "open_dir",
     "opened_dir",
     "read_file",
+    "read_file_stat",
     "open_lock",
     "create_file",
     "open_append",
@@ -216,6 +217,19 @@ def read_file(at: Dir, name: str, job_id: str = "", limit: int | None = None) ->
     waiting, and so is a file over ``limit`` bytes (default
     :func:`max_record_bytes`) -- before a byte of it is read.
     """
+    got = read_file_stat(at, name, job_id, limit)
+    return None if got is None else got[0]
+
+
+def read_file_stat(
+    at: Dir, name: str, job_id: str = "", limit: int | None = None
+) -> tuple[bytes, os.stat_result] | None:
+    """:func:`read_file`, with the ``fstat`` of the very descriptor read.
+
+    The summary cache (:mod:`jobctl.summary`) keys a record by its file's
+    identity: a ``stat`` of the name after the read could pair new bytes with
+    the identity of a replacement.
+    """
     limit = max_record_bytes() if limit is None else limit
     try:
         fd = os.open(name, _READ_FLAGS, dir_fd=at.fd)
@@ -237,7 +251,7 @@ def read_file(at: Dir, name: str, job_id: str = "", limit: int | None = None) ->
         try:
             data = os.read(fd, _CHUNK)
             if len(data) < _CHUNK:
-                return data  # a regular file reads whole up to EOF: one call for a record
+                return data, st  # a regular file reads whole up to EOF: one call for a record
             chunks = [data]
             size = len(data)
             while True:
@@ -248,7 +262,7 @@ def read_file(at: Dir, name: str, job_id: str = "", limit: int | None = None) ->
                 if size > limit:  # grew while read
                     raise Invalid(f"{at.join(name)} is over the {limit}-byte limit on a record", job_id)
                 chunks.append(chunk)
-            return b"".join(chunks)
+            return b"".join(chunks), st
         except OSError as exc:
             raise refusal(at.join(name), exc, job_id) from None
     finally:

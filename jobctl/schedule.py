@@ -28,13 +28,11 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from .errors import Invalid, JobError, LeaseHeld, NotFound, Terminal, Untrusted
-
-if TYPE_CHECKING:
-    from .store.base import Listing
 from .record import AFTER, PIPELINE, RETRY, ZERO_TIME, Intent, Record, format_time, parse_time
+from .store.base import Listing, OpenListing
 
 __all__ = [
     "RETRY",
@@ -295,20 +293,23 @@ def runnable(
     now: datetime,
     kinds: Iterable[str] | None = None,
     skipped: list[tuple[str, JobError]] | None = None,
+    states: Mapping[str, str] | None = None,
 ) -> list[Record]:
     """The records a worker may claim now, oldest first.
 
     Orphans [JOB-I11] [JOB-I12] whose dependencies are all complete, whose
     not-before time has passed, not paused, and (when ``kinds`` is given) of
-    one of those kinds. ``records`` should be the whole store, so that
-    dependency states can be looked up. A record whose scheduling data is
+    one of those kinds. Dependency states are looked up in ``states`` (every
+    record's, as :meth:`Store.list_open` gives them), else among ``records``,
+    which should then be the whole store. A record whose scheduling data is
     malformed is left out -- it must not stop every other job -- and named in
     ``skipped`` when a list is given; its dependents wait.
     """
     from .store.file import is_orphan
 
     recs = list(records)
-    states = {r.id: r.state for r in recs}
+    if states is None:
+        states = {r.id: r.state for r in recs}
     wanted = None if kinds is None else set(kinds)
     out = []
     for rec in recs:
@@ -333,7 +334,7 @@ class Claimer(Protocol):
     """What :func:`claim_next` needs of a store."""
 
     def now(self) -> datetime: ...
-    def list(self) -> Listing: ...
+    def list_open(self) -> OpenListing: ...
     def claim(self, job_id: str, owner: str, ttl_seconds: float) -> Record: ...
 
 
@@ -343,18 +344,20 @@ def claim_next(
     ttl: float,
     kinds: Iterable[str] | None = None,
     *,
-    records: Iterable[Record] | None = None,
+    records: Listing | None = None,
     skipped: list[tuple[str, JobError]] | None = None,
 ) -> Record | None:
     """Claim the oldest runnable job (of ``kinds``); None when nothing may start now.
 
-    Reads the whole store once (or takes ``records``, the caller's listing):
-    this is ``jobctl claim --next`` and ``jobctl run --next``, not the
-    worker's loop. A job somebody else claims in the meantime is passed over.
-    ``skipped`` is as for :func:`runnable`.
+    Reads the open records once (or takes ``records``, the caller's
+    :meth:`list_open`, or a whole :meth:`list`): this is ``jobctl claim --next`` and ``jobctl run
+    --next``, not the worker's loop. Finished records are known by their
+    states only [JOB-T1]. A job somebody else claims in the meantime is
+    passed over. ``skipped`` is as for :func:`runnable`.
     """
-    listing = store.list() if records is None else records
-    for rec in runnable(listing, store.now(), kinds, skipped):
+    listing = store.list_open() if records is None else records
+    states = listing.states if isinstance(listing, OpenListing) else None
+    for rec in runnable(listing, store.now(), kinds, skipped, states):
         try:
             return store.claim(rec.id, owner, ttl)
         except (LeaseHeld, Terminal, NotFound):

@@ -6,8 +6,12 @@ record of the kind, ``id|state|done/total|owner|error`` -- so a renewal, which
 moves nothing but ``expires_at``, is not a change. Changes between two calls
 to :meth:`Watch.next` coalesce into one notice carrying the latest records.
 With a budget, ``quiet`` is reported once nothing visible changed for that
-long, again every budget while silent. The file binding polls: on entry to
-``next`` and then every 0.75 s (or every budget, when shorter).
+long, again every budget while silent. The file binding reads the store on
+entry to ``next`` and then whenever a record file changes: on Linux it learns
+that from inotify (:mod:`jobctl.notices`, as the worker does) and reads again
+at once, and at least every 5 s as insurance; elsewhere, and when the
+caller drives time with its own ``sleep``, it polls every 0.75 s (or every
+budget, when shorter).
 """
 
 from __future__ import annotations
@@ -16,12 +20,15 @@ import time
 from collections.abc import Callable
 
 from .errors import JobError
+from .notices import Changes
 from .record import Record
 from .store.base import Store
 
 __all__ = ["Notice", "Watch", "watch", "fingerprint", "POLL_SECONDS"]
 
 POLL_SECONDS = 0.75
+#: With notices, the longest time without reading the store: insurance against a notice that never came.
+INSURANCE_SECONDS = 5.0
 
 
 def fingerprint(records: list[Record]) -> tuple[str, ...]:
@@ -51,21 +58,26 @@ class Watch:
         kind: str | None,
         budget: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] | None = None,
     ) -> None:
         self.store = store
         self.kind = kind
         self.budget = max(0.0, float(budget))
         self._clock = clock
-        self._sleep = sleep
+        self._sleep = time.sleep if sleep is None else sleep
+        # Notices first, then the first read: a write between the two is seen twice, never missed.
+        # A caller that brings its own sleep drives time itself, and is polled.
+        self._changes = Changes(store) if sleep is None else None
         self._seen: tuple[str, ...] | None = None
         self._records: list[Record] = []
         #: The records the last poll could not read, with why: ``(id, error)``.
         self.unreadable: list[tuple[str, JobError]] = []
         self._mark = 0.0
+        self._polled = 0.0
         self.closed = False
 
     def _poll(self) -> None:
+        self._polled = self._clock()
         try:
             listing = self.store.list()
         except OSError:
@@ -80,15 +92,27 @@ class Watch:
     def next(self, timeout: float | None = None) -> Notice | None:
         """Wait for the next notice. With ``timeout``, None when it passes first."""
         if self.closed:
-            return Notice("closed")
-        self._poll()
+            return self._closed()
+        changes = self._changes
+        watching = changes is not None and changes.watching
+        # With notices, an unchanged store need not be read again (a large one costs seconds).
+        if (
+            self._seen is None
+            or changes is None
+            or not watching
+            or changes.wait(0)
+            or self._clock() - self._polled >= INSURANCE_SECONDS
+        ):
+            self._poll()
         now = self._clock()
         seen = self._visible()
         if self._seen is None or seen != self._seen:
             self._seen = seen
             self._mark = now
             return Notice("changed", list(self._records))
-        interval = min(POLL_SECONDS, self.budget) if self.budget else POLL_SECONDS
+        interval = INSURANCE_SECONDS if watching else POLL_SECONDS
+        if self.budget:
+            interval = min(interval, self.budget)
         give_up = None if timeout is None else now + timeout
         while True:
             now = self._clock()
@@ -102,15 +126,31 @@ class Watch:
                 if now >= give_up:
                     return None
                 wait = min(wait, give_up - now)
-            self._sleep(max(wait, 0.0))
+            if watching:
+                assert self._changes is not None
+                insurance = self._polled + INSURANCE_SECONDS - now
+                moved = self._changes.wait(max(min(wait, insurance), 0.0))
+                if self.closed:
+                    return self._closed()
+                if not moved and insurance > wait:
+                    continue  # the timeout or the budget came first: nothing to read
+                # a change, or the insurance read after INSURANCE_SECONDS without one
+            else:
+                self._sleep(max(wait, 0.0))
             if self.closed:
-                return Notice("closed")
+                return self._closed()
             self._poll()
             seen = self._visible()
             if seen != self._seen:
                 self._seen = seen
                 self._mark = self._clock()
                 return Notice("changed", list(self._records))
+
+    def _closed(self) -> Notice:
+        if self._changes is not None:
+            self._changes.close()  # here, not in close(): another thread may be waiting on it
+            self._changes = None
+        return Notice("closed")
 
     def close(self) -> None:
         self.closed = True

@@ -211,3 +211,9 @@ def any_store(request: pytest.FixtureRequest, store_root: Path, clock: FakeClock
 def pg_store(request: pytest.FixtureRequest) -> jobctl.Store:
     """An initialised PostgreSQL store in a fresh schema, on the server's clock."""
     return _postgres_store(request, None)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_summary_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The summary cache (jobctl.summary) of the tests' stores lives with them, not in the user's home."""
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("cache"))

@@ -1,9 +1,10 @@
 """Following jobs over time: ``watch`` and ``wait``.
 
-Both poll the store (the file binding has nothing to subscribe to): ``watch``
-through :class:`jobctl.watch.Watch`, whose notices carry only visible
-changes -- a renewal is not one [JOB-N1] -- and ``wait`` by reading the
-awaited records, which is cheaper than listing a large store.
+Both learn of changes as the worker does -- inotify on Linux
+(:mod:`jobctl.notices`), polling elsewhere: ``watch`` through
+:class:`jobctl.watch.Watch`, whose notices carry only visible changes -- a
+renewal is not one [JOB-N1] -- and ``wait`` by reading the awaited records
+again after each change, which is cheaper than listing a large store.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from typing import Any
 import click
 
 from .. import limits
+from ..notices import Changes
 from ..record import Record
 from ..store.base import Store
 from ..store.file import FileStore
-from ..watch import POLL_SECONDS, Watch
+from ..watch import INSURANCE_SECONDS, POLL_SECONDS, Watch
 from . import render
 from .main import (
     EXIT_CANCELLED,
@@ -292,6 +294,8 @@ def wait(
     """
     store = state.store()
     screen = state.screen()
+    changes = Changes(store)  # before the first read: a change in between is seen, never missed
+    ctx.call_on_close(changes.close)
     order = list(dict.fromkeys(ids))
     deadline = None if timeout is None else time.monotonic() + timeout
     # Every id is read once before anything is printed: an unknown one ends the
@@ -338,8 +342,11 @@ def wait(
                     err=True,
                 )
                 ctx.exit(EXIT_TIMEOUT)
-            pause = POLL_SECONDS if deadline is None else min(POLL_SECONDS, deadline - now)
-            time.sleep(max(pause, 0.0))
+            # A terminal view ticks (lease time left); a piped one waits for a change.
+            pause = POLL_SECONDS if screen.terminal or not changes.watching else INSURANCE_SECONDS
+            if deadline is not None:
+                pause = min(pause, deadline - now)
+            changes.wait(max(pause, 0.0))
     ended = [settled[job_id] for job_id in order]
     code = wait_code(ended, goal)
     if code:

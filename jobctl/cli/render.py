@@ -24,6 +24,7 @@ import click
 from ..errors import JobError
 from ..record import ZERO_TIME, Record, format_time, held, is_zero
 from ..store.file import is_orphan
+from ..summary import Summary
 from ..wire import Raw, dumps_compact
 
 if TYPE_CHECKING:  # pragma: no cover - typing only; rich is imported where it draws
@@ -113,6 +114,37 @@ def out_json(obj: Mapping[str, Any]) -> None:
     out(dumps_compact({"v": JSON_VERSION, **obj}))
 
 
+class Lines:
+    """Lines of data as :func:`out` writes them, for a long listing: the first at once, the rest in blocks.
+
+    A reader sees the first line as soon as it exists; 100,000 more cost a
+    write per 64 KiB instead of one per line. :meth:`flush` before anything
+    else is written (stderr, an exit).
+    """
+
+    def __init__(self) -> None:
+        self._pending: list[bytes] = []
+        self._size = 0
+        self._first = True
+
+    def out(self, line: str) -> None:
+        data = line.encode("utf-8", "surrogateescape") + b"\n"
+        self._pending.append(data)
+        self._size += len(data)
+        if self._first or self._size >= 1 << 16:
+            self._first = False
+            self.flush()
+
+    def out_json(self, obj: Mapping[str, Any]) -> None:
+        self.out(dumps_compact({"v": JSON_VERSION, **obj}))
+
+    def flush(self) -> None:
+        if self._pending:
+            click.echo(b"".join(self._pending), nl=False)  # as out() writes, flushed
+            self._pending.clear()
+            self._size = 0
+
+
 # -- plain lines (upstream's, byte for byte) ----------------------------------
 
 
@@ -158,6 +190,12 @@ def renew_line(rec: Record) -> str:
 
 def list_line(rec: Record) -> str:
     return f"{rec.id} kind={rec.kind} state={rec.state} done={rec.progress.done} checkpoint={checkpoint_word(rec)}"
+
+
+def summary_line(summary: Summary) -> str:
+    """:func:`list_line` of a finished record known by its summary (jobctl.summary)."""
+    checkpoint = "none" if summary.checkpoint is None else summary.checkpoint
+    return f"{summary.id} kind={summary.kind} state={summary.state} done={summary.done} checkpoint={checkpoint}"
 
 
 def orphan_line(rec: Record) -> str:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from datetime import datetime
 
 import click
 
 from ..errors import JobError
-from ..record import Record, encode
+from ..record import TERMINAL, Record, encode
 from ..store.base import Listing
 from ..store.file import is_orphan
+from ..summary import Summary, micros, moment
 from . import render
 from .main import EXIT_FAILURE, STATE_CHOICE, STATES_HELP, TEXT, JobCommand, State, common, job_id_argument, pass_state
 
@@ -36,16 +38,25 @@ def _dependency_states(state: State, rec: Record) -> dict[str, str]:
 
 def _warn_long_leases(state: State, records: Iterable[Record], flagged: set[str]) -> None:
     """One stderr line per lease that runs further ahead than jobctl grants: nobody renews it."""
-    from ..record import format_time
-
     for rec in records:
         if rec.id in flagged:
-            click.echo(
-                f"jobctl: warning: job {rec.id}: its lease ({rec.lease.owner or 'no owner'}, epoch {rec.lease.epoch}) "
-                f"runs until {format_time(rec.lease.expires_at)}, more than max_ttl ({state.max_ttl():g} s) ahead; "
-                f"end it with jobctl recall {rec.id} --reason ... (docs/howto/recovery.md)",
-                err=True,
-            )
+            _warn_long_lease(state, rec)
+
+
+def _warn_long_lease(state: State, item: Record | Summary) -> None:
+    from ..record import format_time
+
+    expires: datetime | None
+    if isinstance(item, Summary):
+        owner, epoch, expires = item.owner, item.epoch, moment(item.expires)
+    else:
+        owner, epoch, expires = item.lease.owner, item.lease.epoch, item.lease.expires_at
+    click.echo(
+        f"jobctl: warning: job {item.id}: its lease ({owner or 'no owner'}, epoch {epoch}) "
+        f"runs until {format_time(expires)}, more than max_ttl ({state.max_ttl():g} s) ahead; "
+        f"end it with jobctl recall {item.id} --reason ... (docs/howto/recovery.md)",
+        err=True,
+    )
 
 
 @click.command(cls=JobCommand, short_help="Print one job: its record, or a readable view on a terminal.")
@@ -166,22 +177,116 @@ def list_jobs(
       jobctl list --json | jq -r 'select(.orphan) | .id'
     """
     store = state.store()
-    listing = store.list()
     now = store.now()
-    every = {rec.id: rec.state for rec in listing}
     belongs = pipeline_filter(pipeline)
-    chosen = [
-        rec
-        for rec in listing
-        if (not kind or rec.kind in kind)
-        and (not states or rec.state in states)
-        and (not active or not rec.terminal)
-        and belongs(rec)
-        and (owner is None or rec.lease.owner == owner)
-        and (not only_orphans or is_orphan(rec, now))
-    ]
-    chosen = render.view_order(chosen, newest)[:limit]
-    _print_records(state, chosen, render.list_line, every, listing)
+
+    def wanted(rec: Record) -> bool:
+        return (
+            (not kind or rec.kind in kind)
+            and (not states or rec.state in states)
+            and (not active or not rec.terminal)
+            and belongs(rec)
+            and (owner is None or rec.lease.owner == owner)
+            and (not only_orphans or is_orphan(rec, now))
+        )
+
+    if state.screen().terminal:  # a table is drawn whole, fitted to its rows: read everything first
+        listing = store.list()
+        every = {rec.id: rec.state for rec in listing}
+        chosen = render.view_order([rec for rec in listing if wanted(rec)], newest)[:limit]
+        _print_records(state, chosen, render.list_line, every, listing)
+        return
+    _list_piped(state, wanted, kind, states, owner, pipeline, active or only_orphans, newest, limit)
+
+
+def _list_piped(
+    state: State,
+    wanted: Callable[[Record], bool],
+    kind: tuple[str, ...],
+    states: tuple[str, ...],
+    owner: str | None,
+    pipeline: str | None,
+    open_only: bool,
+    newest: bool,
+    limit: int | None,
+) -> None:
+    """``list`` piped or ``--json``: the order of the table, read in two steps (docs/reference/cache.md).
+
+    The active jobs come from :meth:`Store.list_open` and are written before
+    any finished record is read. The ended ones then come from
+    :meth:`Store.scan` -- a finished record the summary cache vouches for as
+    its summary, undecoded [JOB-T1] -- and are written once all are in,
+    because they are shown by creation time, which their ids need not follow.
+    """
+    store = state.store()
+    now = store.now()
+    opened = store.list_open()
+    every = opened.states  # what dependencies are in, for the JSON
+    unreadable = {job_id: exc for job_id, exc in opened.unreadable}
+    lines = render.Lines()
+    shown: list[Record | Summary] = []
+    flagged: set[str] = set()
+
+    def emit(item: Record | Summary) -> None:
+        shown.append(item)
+        if isinstance(item, Summary):
+            lines.out(render.summary_line(item))
+        elif state.json:
+            lines.out_json(render.job_json(item, now, every, item.id in flagged))
+        else:
+            lines.out(render.list_line(item))
+
+    try:
+        chosen = render.view_order([rec for rec in opened if wanted(rec)], newest)[:limit]
+        flagged |= state.long_leases(chosen)
+        for rec in chosen:
+            emit(rec)
+        left = None if limit is None else limit - len(chosen)
+        if not open_only and (not states or any(s in TERMINAL for s in states)) and (left is None or left > 0):
+            # Ended jobs: a summary serves unless the JSON or --pipeline needs the whole record.
+            ended: list[tuple[int, str, Record | Summary]] = []
+            skip = {rec.id for rec in opened} | set(unreadable)  # in the snapshot of the active ones
+            scanned: list[tuple[str, JobError]] = []
+            for item in store.scan(scanned, summaries=not state.json and pipeline is None):
+                if item.id in skip:
+                    continue
+                if isinstance(item, Summary):
+                    if (kind and item.kind not in kind) or (states and item.state not in states):
+                        continue
+                    if owner is not None and item.owner != owner:
+                        continue
+                    ended.append((item.created, item.id, item))
+                elif item.terminal and wanted(item):
+                    ended.append((micros(item.created_at), item.id, item))
+            for job_id, exc in scanned:
+                unreadable.setdefault(job_id, exc)
+            ended.sort(key=lambda entry: entry[:2])
+            if newest:
+                ended.reverse()
+            picked = [item for _, _, item in ended[:left]]
+            flagged |= state.long_leases([item for item in picked if isinstance(item, Record)])
+            flagged |= _long_summaries(state, [item for item in picked if isinstance(item, Summary)], now)
+            for item in picked:
+                emit(item)
+    finally:
+        lines.flush()
+    for item in shown:
+        if item.id in flagged:
+            _warn_long_lease(state, item)
+    if unreadable:
+        click.echo(render.unreadable_line(sorted(unreadable.items())), err=True)
+        click.get_current_context().exit(EXIT_FAILURE)
+
+
+def _long_summaries(state: State, items: list[Summary], now: datetime) -> set[str]:
+    """:meth:`State.long_leases` for finished records known by their summaries."""
+    from .. import limits
+
+    ahead = [s for s in items if s.expires and limits.lease_too_long(moment(s.expires), now, limits.MAX_TTL.low)]
+    if not ahead:
+        return set()
+    ceiling = state.max_ttl()
+    return {s.id for s in ahead if limits.lease_too_long(moment(s.expires), now, ceiling)}
 
 
 @click.command(cls=JobCommand, short_help="List jobs nobody holds that a worker may adopt.")
@@ -201,8 +306,9 @@ def orphans(state: State, kind: tuple[str, ...]) -> None:
       jobctl orphans --kind backup | while read -r id rest; do echo "stranded: $id"; done
     """
     store = state.store()
-    listing = store.list()  # the whole store: the states of what orphans wait for are shown too
+    # The open records, and every record's state: the states of what orphans
+    # wait for are shown too, without decoding the finished records [JOB-T1].
+    listing = store.list_open()
     now = store.now()
-    every = {rec.id: rec.state for rec in listing}
     chosen = [rec for rec in listing if is_orphan(rec, now) and (not kind or rec.kind in kind)]
-    _print_records(state, chosen, render.orphan_line, every, listing)
+    _print_records(state, chosen, render.orphan_line, listing.states, listing)

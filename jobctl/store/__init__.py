@@ -2,11 +2,11 @@
 
 from typing import TYPE_CHECKING
 
-from .base import UNSET, Listing, Store
+from .base import UNSET, Listing, OpenListing, Store
 from .file import FileStore, is_orphan
 from .location import open_store
 
-__all__ = ["Store", "Listing", "FileStore", "UNSET", "is_orphan", "open_store"]
+__all__ = ["Store", "Listing", "OpenListing", "FileStore", "UNSET", "is_orphan", "open_store"]
 
 if TYPE_CHECKING:  # mypy proves each store keeps the whole protocol
     from .postgres import PostgresStore

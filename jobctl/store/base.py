@@ -6,14 +6,15 @@ returned is the caller's own copy [JOB-M2]. ``now`` is the store's own clock.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import Any, Protocol
 
 from ..errors import JobError
 from ..record import Record
+from ..summary import Summary
 
-__all__ = ["Store", "Listing", "UNSET", "Skipped"]
+__all__ = ["Store", "Listing", "OpenListing", "Unreadable", "UNSET", "Skipped"]
 
 
 class _Unset:
@@ -24,6 +25,9 @@ class _Unset:
 #: "Leave this field as it is" for optional arguments where None is a value.
 UNSET: Any = _Unset()
 
+
+#: Where a scan names the records it could not read: ``(id, verdict)`` pairs.
+Unreadable = list[tuple[str, JobError]]
 
 #: ``(id, verdict)`` pairs of jobs a pick passed over because it could not read them.
 Skipped = list[tuple[str, JobError]]
@@ -42,6 +46,24 @@ class Listing(list[Record]):
     ) -> None:
         super().__init__(records or [])
         self.unreadable: list[tuple[str, JobError]] = unreadable or []
+
+
+class OpenListing(Listing):
+    """The open (not terminal) records, sorted by id, and the state of every record.
+
+    ``states`` maps the id of every readable record -- open or finished -- to
+    its state, so that dependencies can be judged without the finished
+    records themselves. ``unreadable`` is as for :class:`Listing`.
+    """
+
+    def __init__(
+        self,
+        records: list[Record] | None = None,
+        unreadable: list[tuple[str, JobError]] | None = None,
+        states: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(records, unreadable)
+        self.states: dict[str, str] = states or {}
 
 
 class Store(Protocol):
@@ -92,6 +114,25 @@ class Store(Protocol):
 
     def list(self) -> Listing:
         """Every record, sorted by id, with the unreadable ones named."""
+        ...
+
+    def list_open(self) -> OpenListing:
+        """The records not yet ended, sorted by id, with every record's state and the unreadable named.
+
+        What picking and ``orphans`` need: a finished record never changes
+        state again [JOB-T1], so a store may answer this without decoding
+        them (the file store keeps a per-user cache of their summaries).
+        """
+        ...
+
+    def scan(self, unreadable: Unreadable, *, summaries: bool = True) -> Iterator[Record | Summary]:
+        """Every record sorted by id, one at a time, for output that starts before the end.
+
+        With ``summaries``, a store may give a finished record as its
+        :class:`jobctl.summary.Summary` (what a listing line shows) instead of
+        decoding it; without, every record comes whole. The unreadable ones
+        are appended to ``unreadable`` as they are met.
+        """
         ...
 
     def claim(self, job_id: str, owner: str, ttl_seconds: float) -> Record:

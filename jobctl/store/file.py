@@ -23,10 +23,11 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from collections.abc import Callable, Iterable
+import stat
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timezone
 
-from .. import fsio, ids, limits, lock
+from .. import fsio, ids, limits, lock, summary
 from ..errors import Exists, JobError, NoStore, NotFound, Untrusted
 from ..record import (
     Record,
@@ -35,7 +36,7 @@ from ..record import (
     held,
 )
 from ..wire import lazy_pattern
-from .base import Listing, Skipped
+from .base import Listing, OpenListing, Skipped, Unreadable
 from .contract import ContractStore
 
 __all__ = ["FileStore", "Clock"]
@@ -55,6 +56,8 @@ _EPOCH: re.Pattern[bytes] = lazy_pattern(
     rb'\n  "lease": \{\n    "owner": "[^"\\\n]*(?:\\.[^"\\\n]*)*",\n    "epoch": (\d+),\n',
 )
 _TEMP: re.Pattern[str] = lazy_pattern(globals(), "_TEMP", r"(.+\.json)\.[A-Za-z0-9_]+\.tmp\Z")
+_S_IFMT = 0o170000
+_S_IFREG = stat.S_IFREG
 
 
 class FileStore(ContractStore):
@@ -69,6 +72,10 @@ class FileStore(ContractStore):
     the ``max_ttl`` setting, default one day): a longer TTL is refused
     ``Invalid``, so that no lease jobctl writes can keep a job ``running`` for
     years with nobody working on it (:func:`jobctl.limits.lease_too_long`).
+
+    ``summaries`` is where the per-user cache of finished records' summaries
+    lives (:mod:`jobctl.summary`): True for the user's cache directory, a
+    path for another one, False for none (every scan then decodes every record).
     """
 
     def __init__(
@@ -78,8 +85,10 @@ class FileStore(ContractStore):
         max_ttl: float = limits.DEFAULT_MAX_TTL,
         *,
         create: bool = True,
+        summaries: bool | str = True,
     ) -> None:
         self.root = os.fspath(root)
+        self.summaries = summaries
         self.max_ttl = float(max_ttl)
         #: When set, ``claim`` (and every other write) takes only records whose file this uid owns
         #: (``Untrusted`` otherwise): ``jobctl worker --owned-only``, on by default for root (docs/security.md).
@@ -205,6 +214,145 @@ class FileStore(ContractStore):
                     listing.unreadable.append((job_id, exc))
         return listing
 
+    def _summaries_dir(self) -> str | None:
+        if self.summaries is False:
+            return None
+        if self.summaries is True:
+            return summary.default_dir()
+        return os.fspath(self.summaries)
+
+    def list_open(self) -> OpenListing:
+        """The open records and every record's state, decoding only what the cache cannot vouch for.
+
+        A record file whose identity matches its cached summary is taken as
+        summarised (finished records only); every other one is read and
+        decoded. When ``jobs/`` itself is unchanged since the cache was
+        written, the finished records are not even statted: a conforming
+        writer replaces a record by rename, which changes the directory
+        [JOB-W3]. A record edited in place by hand is noticed only once the
+        directory changes; open records are read on every call regardless.
+
+        Everything in ``jobs/`` is statted and read relative to the kept
+        ``jobs/`` descriptor without following links (:mod:`jobctl.fsio`):
+        a link or odd file at a record's name is never cached, and is named
+        unreadable on every call, as :meth:`list` names it.
+        """
+        jobs = self._jobs()
+        try:
+            jobs_stat: os.stat_result | None = os.fstat(jobs.fd)
+        except OSError:
+            jobs_stat = None
+        cache = summary.Summaries.load(self._summaries_dir(), self.jobs_dir, jobs_stat)
+        out = OpenListing()
+        states = out.states
+        if jobs_stat is not None and cache.fresh(jobs_stat):
+            states.update(cache.states())
+            for job_id in cache.others:
+                self._take_open(jobs, job_id, out, None)
+            out.sort(key=_by_id)
+            out.unreadable.sort(key=lambda pair: pair[0])
+            return out
+        cache.begin()
+        # The loop every record file passes through: one lstat, one lookup.
+        known = cache.table.get
+        seen = cache.seen.append
+        for entry in fsio.scan(jobs):
+            name = entry.name
+            if name[-5:] != ".json" or name[0] == ".":
+                continue
+            job_id = name[:-5]
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if st.st_mode & _S_IFMT != _S_IFREG:
+                # A link, FIFO or directory at a record's name: fsio refuses it, on every call.
+                cache.other(job_id)
+                self._take_open(jobs, job_id, out, None)
+                continue
+            key = f"{job_id} {st.st_ino} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns}"  # summary.key
+            state = known(key)
+            if state is not None:
+                states[job_id] = state
+                seen((key, state))
+                continue
+            self._take_open(jobs, job_id, out, cache)
+        if jobs_stat is not None:
+            cache.finish(jobs_stat)
+            cache.save()
+        out.sort(key=_by_id)
+        out.unreadable.sort(key=lambda pair: pair[0])
+        return out
+
+    def scan(self, unreadable: Unreadable, *, summaries: bool = True) -> Iterator[Record | summary.Summary]:
+        """Every record in id order, one at a time, for a listing that prints as it reads.
+
+        A finished record the summary cache vouches for (same file identity)
+        comes as its :class:`jobctl.summary.Summary` (unless ``summaries`` is
+        False); every other one is read (through :mod:`jobctl.fsio`, no link
+        followed) and decoded. The unreadable ones are appended to
+        ``unreadable`` as they are met. Memory holds the ids and the
+        summaries, never the records.
+        """
+        jobs = self._jobs()
+        try:
+            jobs_stat: os.stat_result | None = os.fstat(jobs.fd)
+        except OSError:
+            jobs_stat = None
+        cache = summary.Summaries.load(self._summaries_dir(), self.jobs_dir, jobs_stat)
+        listed = summary.Listed.of(cache)
+        if not summaries:
+            listed.directory = None  # neither believed nor written
+            listed.table = {}
+        lookup = listed.lookup
+        fd = jobs.fd
+        for job_id in self._ids(jobs):
+            name = job_id + ".json"
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                unreadable.append((job_id, fsio.refusal(jobs.join(name), exc, job_id)))
+                continue
+            if st.st_mode & _S_IFMT == _S_IFREG:
+                known = lookup(job_id, st)
+                if known is not None:
+                    yield known
+                    continue
+            try:
+                got = fsio.read_file_stat(jobs, name, job_id)
+                if got is None:
+                    continue  # removed since the directory was read
+                data, fst = got
+                rec = decode(data, job_id)
+            except JobError as exc:
+                unreadable.append((job_id, exc))
+                continue
+            if rec.terminal:
+                listed.remember(_summary_of(rec), fst)
+            yield rec
+        listed.save()
+
+    def _take_open(self, jobs: fsio.Dir, job_id: str, out: OpenListing, cache: summary.Summaries | None) -> None:
+        """Read and decode one record into ``out``; tell ``cache`` what it was."""
+        try:
+            got = fsio.read_file_stat(jobs, job_id + ".json", job_id)
+            if got is None:
+                return  # removed since the directory was read
+            data, st = got
+            rec = decode(data, job_id)
+        except JobError as exc:
+            out.unreadable.append((job_id, exc))
+            if cache is not None:
+                cache.other(job_id)
+            return
+        out.states[job_id] = rec.state
+        if not rec.terminal:
+            out.append(rec)
+        if cache is not None:
+            cache.remember(job_id, st, rec.state if rec.terminal else None)
+
     def orphans(self) -> Listing:
         """Records a sweep may adopt: not terminal, not held, and stranded.
 
@@ -214,7 +362,7 @@ class FileStore(ContractStore):
         records are orphans. Records this reader cannot read are reported in
         ``unreadable``, never offered.
         """
-        listing = self.list()
+        listing = self.list_open()
         now = self.now()
         out = Listing(unreadable=listing.unreadable)
         for rec in listing:
@@ -231,10 +379,14 @@ class FileStore(ContractStore):
         skipped: Skipped | None = None,
         unreadable: Skipped | None = None,
     ) -> Record | None:
-        """The oldest runnable job, claimed: :func:`jobctl.schedule.claim_next` over a listing."""
+        """The oldest runnable job, claimed: :func:`jobctl.schedule.claim_next` over :meth:`list_open`.
+
+        Finished records are known by their states only [JOB-T1]: the summary
+        cache spares decoding them.
+        """
         from ..schedule import claim_next
 
-        listing = self.list()
+        listing = self.list_open()
         if unreadable is not None:
             unreadable.extend(listing.unreadable)
         return claim_next(self, owner, ttl, kinds, records=listing, skipped=skipped)
@@ -374,6 +526,26 @@ class FileStore(ContractStore):
             if refusals:
                 raise refusals[0]
             return removed
+
+
+def _summary_of(rec: Record) -> summary.Summary:
+    return summary.Summary(
+        rec.id,
+        rec.kind,
+        rec.state,
+        rec.progress.done,
+        rec.progress.total,
+        rec.lease.owner,
+        rec.lease.epoch,
+        rec.error,
+        rec.checkpoint_text(),
+        summary.micros(rec.created_at),
+        summary.micros(rec.lease.expires_at),
+    )
+
+
+def _by_id(rec: Record) -> str:
+    return rec.id
 
 
 def is_orphan(rec: Record, now: datetime) -> bool:

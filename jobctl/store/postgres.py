@@ -31,7 +31,8 @@ from .. import ids
 from ..errors import Exists, JobError, NotFound, Refused
 from ..record import Record, decode, encode
 from ..schedule import after_of, not_before, pipeline_of
-from .base import Listing, Skipped
+from ..summary import Summary
+from .base import Listing, OpenListing, Skipped, Unreadable
 from .contract import Apply, ContractStore, _claim_terms, _claiming
 from .file import is_orphan
 from .location import masked
@@ -42,6 +43,9 @@ except ImportError as exc:  # pragma: no cover - exercised by hand without the e
     raise Refused("the PostgreSQL store needs psycopg: pip install 'jobctl[postgres]'") from exc
 
 __all__ = ["PostgresStore", "SCHEMA_VERSION", "SQL_DIR", "queries", "schema_status", "init", "migrate"]
+
+#: Rows per page of :meth:`PostgresStore.scan`.
+SCAN_PAGE = 500
 
 #: The schema version this jobctl writes and reads.
 SCHEMA_VERSION = 1
@@ -299,6 +303,52 @@ class PostgresStore(ContractStore):
         with self._tx() as conn:
             rows = conn.execute(Q["list"]).fetchall()
         return self._listing(rows)
+
+    def list_open(self) -> OpenListing:
+        """The rows not yet ended, decoded, and every row's state, in one statement.
+
+        Finished rows are known by their ``state`` column alone [JOB-T1]: no
+        cache is needed where the server can leave their bytes where they are.
+        A row this reader cannot decode is named unreadable and left out of
+        ``states``, as the file store leaves out a record it cannot read.
+        """
+        with self._tx() as conn:
+            rows = conn.execute(Q["list_open"]).fetchall()
+        out = OpenListing()
+        for job_id, state, data in rows:
+            if data is None:
+                out.states[job_id] = state
+                continue
+            try:
+                rec = decode(bytes(data), job_id)
+            except JobError as exc:
+                out.unreadable.append((job_id, exc))
+                continue
+            out.states[job_id] = rec.state
+            out.append(rec)
+        return out
+
+    def scan(self, unreadable: Unreadable, *, summaries: bool = True) -> Iterator[Record | Summary]:
+        """Every row in id order, decoded a page at a time (``summaries`` is moot: nothing is cached here).
+
+        Each page is its own short transaction, so nothing is held while the
+        caller writes what it has; a row written meanwhile is seen as it is
+        when its page is read, as a file store's scan sees a record.
+        """
+        after = ""
+        while True:
+            with self._tx() as conn:
+                rows = conn.execute(Q["scan_after"], {"after": after, "limit": SCAN_PAGE}).fetchall()
+            for job_id, data in rows:
+                try:
+                    rec = decode(bytes(data), job_id)
+                except JobError as exc:
+                    unreadable.append((job_id, exc))
+                    continue
+                yield rec
+            if len(rows) < SCAN_PAGE:
+                return
+            after = rows[-1][0]
 
     def orphans(self) -> Listing:
         """As the file store's: the index narrows the rows, :func:`is_orphan` decides each."""

@@ -1304,3 +1304,56 @@ def test_independent_watchers_share_nothing(any_store: Store) -> None:
     b = jobctl.Watch(any_store, "download", 0, clock=mono, sleep=mono.sleep)
     assert a.next().what == "changed"  # type: ignore[union-attr]
     assert b.next().what == "changed"  # type: ignore[union-attr]
+
+
+# -- list_open and scan (every backend) ------------------------------------------------------------
+
+
+def _ended(store: Store, job_id: str, state: str) -> None:
+    rec = store.claim(job_id, "w", 30)
+    store.finish(job_id, rec.lease.epoch, state, error="boom" if state == "failed" else None)
+
+
+def test_list_open_gives_the_open_records_and_every_state(any_store: Store) -> None:
+    done = submit(any_store, id="a-done")
+    failed = submit(any_store, id="b-failed")
+    pending = submit(any_store, id="c-pending")
+    running = submit(any_store, id="d-running")
+    _ended(any_store, done, "complete")
+    _ended(any_store, failed, "failed")
+    any_store.claim(running, "w", 30)
+    listing = any_store.list_open()
+    assert [rec.id for rec in listing] == [pending, running]
+    assert listing.states == {done: "complete", failed: "failed", pending: "pending", running: "running"}
+    assert listing.unreadable == []
+
+
+def test_scan_gives_every_record_in_id_order_across_pages(any_store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    if not isinstance(any_store, jobctl.FileStore):
+        from jobctl.store import postgres
+
+        monkeypatch.setattr(postgres, "SCAN_PAGE", 2)  # pages of 2: the boundaries are crossed
+    made = [submit(any_store, id=f"job-{n}") for n in (3, 1, 4, 5, 2)]
+    _ended(any_store, made[0], "complete")
+    unreadable: list[tuple[str, errors.JobError]] = []
+    got = list(any_store.scan(unreadable, summaries=False))
+    assert [item.id for item in got] == sorted(made)
+    assert all(isinstance(item, Record) for item in got)
+    assert [item.state for item in got] == [rec.state for rec in any_store.list()]
+    assert unreadable == []
+
+
+def test_postgres_list_open_and_scan_name_a_row_this_reader_cannot_decode(pg_store: Store) -> None:
+    from jobctl.store.postgres import PostgresStore
+
+    assert isinstance(pg_store, PostgresStore)
+    good = submit(pg_store, id="a-good")
+    bad = submit(pg_store, id="b-bad")
+    pg_store.replace_bytes(bad, b"{")  # another writer's bytes; the derived columns stay
+    listing = pg_store.list_open()
+    assert [rec.id for rec in listing] == [good]
+    assert [job_id for job_id, _ in listing.unreadable] == [bad]
+    assert bad not in listing.states
+    unreadable: list[tuple[str, errors.JobError]] = []
+    assert [item.id for item in pg_store.scan(unreadable)] == [good]
+    assert [job_id for job_id, _ in unreadable] == [bad]

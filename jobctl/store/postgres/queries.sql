@@ -35,6 +35,18 @@ SELECT id FROM jobctl_jobs ORDER BY id;
 -- name: list
 SELECT id, data FROM jobctl_jobs ORDER BY id;
 
+-- name: list_open
+-- Every row's state, and the bytes of the rows not yet ended: one statement,
+-- so one snapshot. A finished row never changes state again [JOB-T1]; its
+-- state column, derived from its bytes when they were written, stands for it.
+SELECT id, state, CASE WHEN state IN ('complete', 'failed', 'cancelled') THEN NULL ELSE data END
+FROM jobctl_jobs ORDER BY id;
+
+-- name: scan_after
+-- One page of a scan, by id after the last one seen: no cursor (and no lock)
+-- is held between pages while the caller prints what it has.
+SELECT id, data FROM jobctl_jobs WHERE id > %(after)s ORDER BY id LIMIT %(limit)s;
+
 -- name: orphan_candidates
 -- Not terminal, not transferred, not held, not paused unless running [JOB-I11] [JOB-I12] [JOB-T2];
 -- the shared is_orphan rule has the last word on each row.

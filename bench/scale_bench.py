@@ -1,0 +1,302 @@
+"""What the commands that look at a whole store cost at 1,000 / 10,000 / 100,000 records.
+
+Run with ``make bench`` (``.venv/bin/python bench/scale_bench.py``). For each
+size a store is built with 99% of its records ``complete`` and 1% ``pending``
+(written directly from two encoded templates, each with its ``.lock`` beside
+it, as a store that grew by submits has), in a temporary directory inside the
+repository. Then, interleaved, each of these is timed as a whole process
+(``python -m jobctl ...``, interpreter start-up included) or in process:
+
+* ``floor``: a bare ``os.scandir`` + ``stat`` of every record file of the store
+  in this process -- the least any answer that looks at every file costs;
+* ``list``, ``orphans``, ``claim --next`` (the claim released again, in
+  process, so each sample sees the same store), ``worker --once`` (with
+  ``--kind none``: it scans and picks, and finds nothing of that kind to run);
+* ``pick``: the board's start-up scan plus one pick, in process;
+
+each with the summary cache absent (``cold``: removed before every sample) and
+present (``warm``: the store has not changed since the cache was written),
+plus ``claim --next`` ``changing``: one pending record is replaced before each
+sample, so the directory fast path cannot apply and every file is statted.
+Each figure is the median of a few samples; ratios are to the floor measured
+in the same run. ``start-up`` is ``python -m jobctl --version``.
+
+Last, the watch notice latency: a ``jobctl watch --json`` subprocess on a store
+of 100 and of 1,000 records, and the time from a submit's return to its
+notice's line (a notice includes reading the watched records again).
+
+Timing is reported, never asserted; the exit code is 0. About three minutes
+on 2 CPUs (the 100,000-record store dominates).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import select
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # the working tree, even without an editable install
+
+from jobctl import FileStore, Record, summary  # noqa: E402 -- after the path fix above
+from jobctl.board import Board  # noqa: E402
+from jobctl.record import encode  # noqa: E402
+
+SIZES = (1_000, 10_000, 100_000)
+SAMPLES = {1_000: 3, 10_000: 3, 100_000: 2}
+LATENCY_SAMPLES = 15
+LATENCY_SIZES = (100, 1_000)  # a notice costs a read of the watched store: shown at two sizes
+TARGET_UNCHANGED = 0.15  # claim --next / orphans at 100,000 when nothing changed, seconds
+TARGET_RATIO = 1.5  # ... when records keep changing: floor x 1.5 + start-up
+TARGET_LIST = 1.0  # list at 100,000, warm cache, seconds
+TARGET_FIRST_LINE = 0.2
+TARGET_GROWTH = 10.0  # cost from 10,000 to 100,000 records
+TARGET_LATENCY = 0.05
+
+
+def make_id(n: int, base_ms: int) -> str:
+    return f"{base_ms + n // 1000:013d}-{n:020x}"
+
+
+def build(root: str, n: int) -> list[str]:
+    """A store of ``n`` records, 1% pending, from two encoded templates; returns the pending ids."""
+    store = FileStore(root, summaries=False)
+    created = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    template = Record(kind="backup", spec={"argv": ["rsync", "-a", "/srv/data/", "backup:/vol/"]})
+    template.id = "0000000000000-" + "0" * 20
+    template.created_at = template.updated_at = created
+    template.progress.updated_at = created
+    pending = encode(template)
+    template.state = "complete"
+    template.lease.owner = "host-1:4242"
+    template.lease.epoch = 1
+    template.lease.expires_at = created + timedelta(seconds=60)
+    template.progress.done = 1
+    complete = encode(template)
+    placeholder = template.id.encode()
+    base_ms = int(created.timestamp() * 1000) - n
+    open_ids = []
+    jobs = store.jobs_dir
+    for k in range(n):
+        job_id = make_id(k, base_ms)
+        is_open = k % 100 == 99
+        data = (pending if is_open else complete).replace(placeholder, job_id.encode())
+        path = os.path.join(jobs, job_id + ".json")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, data)
+        os.close(fd)
+        os.close(os.open(path + ".lock", os.O_WRONLY | os.O_CREAT, 0o600))
+        if is_open:
+            open_ids.append(job_id)
+    return open_ids
+
+
+def floor(jobs: str) -> float:
+    t = time.perf_counter()
+    with os.scandir(jobs) as entries:
+        for entry in entries:
+            if entry.name.endswith(".json"):
+                entry.stat(follow_symlinks=False)
+    return time.perf_counter() - t
+
+
+def run(args: list[str], env: dict[str, str], ok: tuple[int, ...] = (0,)) -> float:
+    t = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "jobctl", *args], env=env, capture_output=True)
+    elapsed = time.perf_counter() - t
+    if proc.returncode not in ok:
+        raise SystemExit(f"{args}: exit {proc.returncode}: {proc.stderr.decode()[:300]}")
+    return elapsed
+
+
+def first_line(args: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(seconds to the first line of stdout, seconds to the end)."""
+    t = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "jobctl", *args], env=env, stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    proc.stdout.readline()
+    first = time.perf_counter() - t
+    proc.stdout.read()
+    proc.wait()
+    return first, time.perf_counter() - t
+
+
+def median(f: Callable[[], float], samples: int, before: Callable[[], None] | None = None) -> float:
+    out = []
+    for _ in range(samples):
+        if before is not None:
+            before()
+        out.append(f())
+    return statistics.median(out)
+
+
+def measure(n: int, work: str) -> dict[str, float]:
+    root = os.path.join(work, f"store-{n}")
+    cache = os.path.join(work, "cache")
+    t = time.perf_counter()
+    open_ids = build(root, n)
+    built = time.perf_counter() - t
+    env = dict(os.environ, XDG_CACHE_HOME=cache, JOB_STORE=root, PYTHONPATH=str(REPO))
+    quiet = FileStore(root, summaries=False)  # the bench's own housekeeping never touches the cache
+    cached = FileStore(root, summaries=os.path.join(cache, "jobctl", "summaries"))
+    jobs = quiet.jobs_dir
+    samples = SAMPLES[n]
+
+    def cold() -> None:
+        shutil.rmtree(cache, ignore_errors=True)
+
+    def warm() -> None:
+        # The racy-timestamp guard trusts a directory only once it is 2 s old: let the
+        # last change age, then let a command write the cache (list writes its own part).
+        time.sleep(summary.RACY_NS / 1e9 + 0.1)
+        run(["orphans"], env)
+        run(["list"], env)
+
+    def release() -> None:
+        for rec in quiet.list_open():
+            if rec.lease.owner == "bench":
+                quiet.release(rec.id, rec.lease.epoch)
+
+    def replace_one() -> None:
+        release()
+        path = os.path.join(jobs, open_ids[0] + ".json")
+        data = Path(path).read_bytes()
+        Path(path + ".bench.tmp").write_bytes(data)
+        os.replace(path + ".bench.tmp", path)
+
+    claim = ["claim", "--next", "--owner", "bench", "--ttl", "60"]
+    worker = ["worker", "--once", "--kind", "none", "--name", "bench", "-q"]
+    out: dict[str, float] = {"build": built}
+    out["floor"] = median(lambda: floor(jobs), samples)
+    for mode, before in (("cold", cold), ("warm", None)):
+        if mode == "warm":
+            warm()
+        out[f"list {mode}"] = median(lambda: run(["list"], env), samples, before)
+        out[f"orphans {mode}"] = median(lambda: run(["orphans"], env), samples, before)
+        out[f"worker --once {mode}"] = median(lambda: run(worker, env), samples, before)
+        out[f"pick {mode}"] = median(lambda: pick(cached), samples, before)
+    out["claim --next cold"] = median(lambda: run(claim, env), samples, lambda: (release(), cold()))
+    out["claim --next warm"] = median(lambda: run(claim, env), samples, lambda: (release(), warm()))
+    out["claim --next changing"] = median(lambda: run(claim, env), samples, replace_one)
+    release()
+    warm()
+    out["list first line"], out["list total"] = min(first_line(["list"], env) for _ in range(samples))
+    shutil.rmtree(root)
+    cold()
+    return out
+
+
+def pick(store: FileStore) -> float:
+    t = time.perf_counter()
+    board = Board(store, notices=False)
+    board.pick(store.now())
+    board.close()
+    return time.perf_counter() - t
+
+
+def startup(env: dict[str, str]) -> float:
+    return median(lambda: run(["--version"], env), 5)
+
+
+def latency(work: str, n: int) -> list[float]:
+    """Seconds from a submit's return to the matching line of a running ``watch --json`` on ``n`` records."""
+    root = os.path.join(work, f"store-watch-{n}")
+    build(root, n)
+    env = dict(os.environ, XDG_CACHE_HOME=os.path.join(work, "cache"), JOB_STORE=root, PYTHONPATH=str(REPO))
+    store = FileStore(root, summaries=False)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jobctl", "watch", "--json", "--kind", "probe"], env=env, stdout=subprocess.PIPE
+    )
+    assert proc.stdout is not None
+    out = []
+    try:
+        fd = proc.stdout.fileno()
+        time.sleep(1.0)  # the present-first notice (empty for kind probe) and the watch settled
+        for _ in range(LATENCY_SAMPLES):
+            job_id = store.submit(Record(kind="probe", spec={}))
+            t = time.perf_counter()
+            line = b""
+            while job_id.encode() not in line:
+                ready, _, _ = select.select([fd], [], [], 5.0)
+                if not ready:
+                    raise SystemExit("watch gave no notice within 5 s")
+                line = proc.stdout.readline()
+            out.append(time.perf_counter() - t)
+            time.sleep(0.1)
+    finally:
+        proc.terminate()
+        proc.wait()
+    return out
+
+
+def main() -> None:
+    work = tempfile.mkdtemp(prefix="scale-bench-", dir=REPO)
+    try:
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        start = startup(env)
+        print(f"scale bench: python {platform.python_version()}, {os.cpu_count()} cpus; start-up {start:.3f} s")
+        rows = ["list", "orphans", "claim --next", "worker --once", "pick"]
+        results = {}
+        for n in SIZES:
+            results[n] = measure(n, work)
+            r = results[n]
+            print(f"\n{n:,} records (99% finished; built in {r['build']:.1f} s), floor {r['floor']:.3f} s")
+            print(f"  {'':<16}{'cold s':>9}{'x floor':>9}{'warm s':>9}{'x floor':>9}")
+            for name in rows:
+                c, w = r[f"{name} cold"], r[f"{name} warm"]
+                print(f"  {name:<16}{c:9.3f}{c / r['floor']:9.1f}{w:9.3f}{w / r['floor']:9.1f}")
+            ch = r["claim --next changing"]
+            print(f"  {'claim changing':<16}{ch:9.3f}{ch / r['floor']:9.1f}   (one record replaced before each sample)")
+            print(f"  list first line {r['list first line']:.3f} s, total {r['list total']:.3f} s (warm)")
+        lats = {}
+        for size in LATENCY_SIZES:
+            lat = lats[size] = latency(work, size)
+            print(
+                f"\nwatch notice latency, {size:,} records (submit returned -> line read):"
+                f" median {statistics.median(lat) * 1000:.1f} ms, max {max(lat) * 1000:.1f} ms over {len(lat)}"
+            )
+        big, mid = results[100_000], results[10_000]
+        print("\ntargets:")
+
+        def verdict(ok: bool) -> str:
+            return "met" if ok else "NOT met"
+
+        for name in ("claim --next", "orphans"):
+            w = big[f"{name} warm"]
+            print(f"  {name} at 100,000 unchanged <= {TARGET_UNCHANGED} s: {w:.3f} s {verdict(w <= TARGET_UNCHANGED)}")
+        limit = TARGET_RATIO * big["floor"] + start
+        ch = big["claim --next changing"]
+        print(
+            f"  claim --next at 100,000 changing <= {TARGET_RATIO}x floor + start-up ({limit:.3f} s):"
+            f" {ch:.3f} s {verdict(ch <= limit)}"
+        )
+        w = big["list warm"]
+        print(f"  list at 100,000 warm <= {TARGET_LIST} s: {w:.3f} s {verdict(w <= TARGET_LIST)}")
+        f1 = big["list first line"]
+        print(f"  list first line <= {TARGET_FIRST_LINE} s: {f1:.3f} s {verdict(f1 <= TARGET_FIRST_LINE)}")
+        for mode in ("cold", "warm"):
+            growth = max(big[f"{name} {mode}"] / mid[f"{name} {mode}"] for name in rows)
+            print(
+                f"  growth 10,000 -> 100,000 ({mode}) <= {TARGET_GROWTH}x:"
+                f" worst {growth:.1f}x {verdict(growth <= TARGET_GROWTH)}"
+            )
+        med = statistics.median(lats[LATENCY_SIZES[0]])
+        print(
+            f"  watch notice latency at {LATENCY_SIZES[0]:,} records < {TARGET_LATENCY * 1000:.0f} ms:"
+            f" {med * 1000:.1f} ms {verdict(med < TARGET_LATENCY)}"
+        )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

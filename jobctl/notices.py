@@ -1,0 +1,142 @@
+"""Learning that a store changed: inotify on a file store's ``jobs/`` directory (Linux).
+
+Every conforming write of a record is a rename onto ``<id>.json`` [JOB-W3],
+so a watch on the directory sees each one. Where inotify is missing (another
+OS, a store that is not a directory) :func:`notices_for` gives None and the
+caller polls; when the kernel's queue overflowed, :meth:`Notices.read` says
+so and the caller looks at everything again.
+
+:class:`Changes` is the waiting half for ``watch`` and ``wait``: block until
+a record file changed or a timeout passed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import struct
+import sys
+import time
+
+__all__ = ["Notices", "notices_for", "Changes"]
+
+_IN_CLOSE_WRITE = 0x008
+_IN_MOVED_FROM = 0x040
+_IN_MOVED_TO = 0x080
+_IN_DELETE = 0x200
+_IN_DELETE_SELF = 0x400
+_IN_MOVE_SELF = 0x800
+_IN_Q_OVERFLOW = 0x4000
+_IN_IGNORED = 0x8000
+_MASK = _IN_CLOSE_WRITE | _IN_MOVED_FROM | _IN_MOVED_TO | _IN_DELETE | _IN_DELETE_SELF | _IN_MOVE_SELF
+_EVENT = struct.Struct("iIII")
+
+
+class Notices:
+    """inotify on one directory: the names of record files replaced, written or removed since the last read."""
+
+    def __init__(self, directory: str) -> None:
+        import ctypes  # deferred: ctypes.util imports subprocess, which a submit must not pay for
+        import ctypes.util
+
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        init = libc.inotify_init1
+        init.argtypes = [ctypes.c_int]
+        init.restype = ctypes.c_int
+        add = libc.inotify_add_watch
+        add.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+        add.restype = ctypes.c_int
+        fd = init(os.O_NONBLOCK | os.O_CLOEXEC)
+        if fd < 0:
+            raise OSError(ctypes.get_errno(), "inotify_init1")
+        if add(fd, os.fsencode(directory), _MASK) < 0:
+            err = ctypes.get_errno()
+            os.close(fd)
+            raise OSError(err, f"inotify_add_watch {directory}")
+        self.fd = fd
+
+    def read(self) -> tuple[set[str], set[str]] | None:
+        """``(written, removed)`` ids since the last read; None when notices were lost (rescan)."""
+        written: set[str] = set()
+        removed: set[str] = set()
+        lost = False
+        while True:
+            try:
+                buf = os.read(self.fd, 1 << 16)
+            except BlockingIOError:
+                break
+            off = 0
+            while off + _EVENT.size <= len(buf):
+                _wd, mask, _cookie, length = _EVENT.unpack_from(buf, off)
+                off += _EVENT.size
+                name = buf[off : off + length].rstrip(b"\0")
+                off += length
+                if mask & (_IN_Q_OVERFLOW | _IN_IGNORED | _IN_DELETE_SELF | _IN_MOVE_SELF):
+                    lost = True
+                elif name.endswith(b".json") and not name.startswith(b"."):
+                    job_id = os.fsdecode(name[:-5])
+                    if mask & (_IN_DELETE | _IN_MOVED_FROM):
+                        removed.add(job_id)
+                        written.discard(job_id)
+                    else:
+                        written.add(job_id)
+                        removed.discard(job_id)
+        return None if lost else (written, removed)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
+def notices_for(store: object) -> Notices | None:
+    """Notices on a file store's ``jobs/`` on Linux; None elsewhere (the caller polls)."""
+    directory = getattr(store, "jobs_dir", None)
+    if not sys.platform.startswith("linux") or not isinstance(directory, str):
+        return None
+    try:
+        return Notices(directory)
+    except (OSError, AttributeError):
+        return None
+
+
+class Changes:
+    """Wait until a store's records change, or a timeout passes.
+
+    With notices, :meth:`wait` returns as soon as a record file was written,
+    replaced or removed; without, it sleeps the whole timeout and reports a
+    possible change (the caller looks again, as a poll does).
+    """
+
+    def __init__(self, store: object) -> None:
+        self._notices = notices_for(store)
+
+    @property
+    def watching(self) -> bool:
+        return self._notices is not None
+
+    def wait(self, seconds: float) -> bool:
+        """True when a record may have changed within ``seconds``; False when none did."""
+        if self._notices is None:
+            time.sleep(max(seconds, 0.0))
+            return True
+        deadline = time.monotonic() + max(seconds, 0.0)
+        while True:
+            try:
+                changed = self._notices.read()
+            except OSError:
+                return True
+            if changed is None or changed[0] or changed[1]:
+                return True  # a record moved, or notices were lost: look again
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            try:
+                select.select([self._notices.fd], [], [], left)
+            except (OSError, ValueError):
+                return True  # closed under us: let the caller look
+
+    def close(self) -> None:
+        if self._notices is not None:
+            self._notices.close()
+            self._notices = None

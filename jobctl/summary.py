@@ -1,0 +1,376 @@
+"""A per-user cache of what the finished records of a file store say.
+
+A terminal record never changes state again [JOB-T1], yet a store of
+100,000 records would otherwise be decoded whole by every ``claim --next``,
+``orphans`` and worker start-up. This cache keeps, per store, a small
+:class:`Summary` of each finished record beside that record file's
+*identity* -- ``(st_ino, st_size, st_mtime_ns, st_ctime_ns)`` -- so a reader
+``stat``\\ s the file instead of parsing it. Identity decides, always: the
+file of a finished record can still be replaced (a renewal on a terminal
+record is allowed [JOB-T6], and other implementations write the directory
+knowing nothing of this cache), and a replaced file is read again.
+
+Timestamps too coarse to see two changes in one tick are git's "racy index"
+problem: a file whose change time is within :data:`RACY_NS` of the moment
+the scan began is not remembered, because a second replacement in the same
+tick (with a recycled inode and the same size) would look identical. The
+kernel sets ``st_ctime`` on every rename and write and no caller can set it
+back, so any change made after the scan began shows in it.
+
+The store's ``jobs/`` directory has an identity too. When it is unchanged
+(and was not racy when remembered), no entry was added, removed or renamed,
+so the finished records are known without statting them (:meth:`Summaries.fresh`).
+
+The cache is optional and per user: ``<user cache dir>/summaries/<key>``
+(platformdirs: ``~/.cache/jobctl`` on Linux), the key hashing the real path
+and device/inode of the store's ``jobs/``. Directories are 0700 and files
+0600, and a directory or file that is a link, not ours, or open to others
+is not used -- nobody else can poison what we believe. A missing, unreadable,
+corrupt or read-only cache costs speed, never an error or a wrong answer.
+Writes are atomic (a temporary renamed into place).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import marshal
+import os
+import stat
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+from typing import Any, NamedTuple
+
+__all__ = [
+    "Summary",
+    "Summaries",
+    "Listed",
+    "Identity",
+    "RACY_NS",
+    "default_dir",
+    "identity",
+    "key",
+    "micros",
+    "moment",
+]
+
+#: A change this close to the start of a scan may share a timestamp tick with a
+#: later one; such a file is read every time until it is older. Two seconds
+#: covers FAT's granularity and modest clock skew on a network filesystem.
+RACY_NS = 2_000_000_000
+_VERSION = 2
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+#: ``(st_ino, st_size, st_mtime_ns, st_ctime_ns)`` of a record file.
+Identity = tuple[int, int, int, int]
+
+
+class Summary(NamedTuple):
+    """What ``jobctl list`` shows of a finished record, without its spec or scheduling data."""
+
+    id: str
+    kind: str
+    state: str
+    done: int
+    total: int
+    owner: str
+    epoch: int
+    error: str
+    checkpoint: str | None  # the compact text as read; None when absent
+    created: int  # created_at in microseconds since 1970 (1970 itself when absent): list orders by it
+    expires: int  # lease.expires_at likewise (0 when unset): list names a lease run too far ahead
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def micros(when: datetime | None) -> int:
+    """``when`` in whole microseconds since 1970 UTC; 0 for None. Orders exactly as the datetimes do."""
+    return 0 if when is None else (when - _EPOCH) // _MICROSECOND
+
+
+def moment(us: int) -> datetime:
+    """The inverse of :func:`micros`."""
+    return _EPOCH + us * _MICROSECOND
+
+
+def identity(st: os.stat_result) -> Identity:
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def key(job_id: str, st: os.stat_result) -> str:
+    """``"<id> <st_ino> <st_size> <st_mtime_ns> <st_ctime_ns>"``: a record file as the cache knows it."""
+    return f"{job_id} {st.st_ino} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns}"
+
+
+def _dir_identity(st: os.stat_result) -> tuple[int, ...]:
+    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_nlink, st.st_size)
+
+
+def default_dir() -> str:
+    """``<user cache dir>/jobctl/summaries``: per user, never shared.
+
+    On Linux and the BSDs the XDG rule platformdirs follows, spelt out here:
+    platformdirs costs a cron job tens of milliseconds to import, more than
+    the cache saves on a small store. Elsewhere, platformdirs decides.
+    """
+    if sys.platform.startswith(("linux", "freebsd", "openbsd", "netbsd")):
+        base = os.environ.get("XDG_CACHE_HOME", "").strip() or os.path.expanduser("~/.cache")
+        return os.path.join(base, "jobctl", "summaries")
+    import platformdirs
+
+    return os.path.join(platformdirs.user_cache_dir("jobctl", appauthor=False), "summaries")
+
+
+def _private_dir(path: str, create: bool) -> bool:
+    """True when ``path`` is a real directory of ours that nobody else may enter."""
+    if create:
+        try:
+            os.makedirs(path, mode=0o700, exist_ok=True)
+        except OSError:
+            return False
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077
+
+
+def _load_file(path: str) -> Any:
+    """The unmarshalled content of a cache file of ours alone; None for anything else."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _O_CLOEXEC | _O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+            return None  # not ours alone: never believed
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return marshal.loads(b"".join(chunks))
+    except (OSError, ValueError, EOFError, TypeError):
+        return None
+    finally:
+        os.close(fd)
+
+
+def _save_file(path: str, value: Any) -> bool:
+    """Replace ``path`` atomically with ``value`` marshalled, 0600; False when that failed."""
+    tmp = f"{path}.{os.urandom(5).hex()}.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC | _O_NOFOLLOW, 0o600)
+    except OSError:
+        return False
+    try:
+        try:
+            view = memoryview(marshal.dumps(value))
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        return True
+    except (OSError, ValueError):
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        return False
+
+
+class Summaries:
+    """What the last full scan of one store learnt, and what the current one learns.
+
+    Two files per store, written by one scan with the same random ``token``:
+
+    ``<key>.open``
+        the directory's identity (None when it was racy), the finished
+        records' ids grouped by state, and ``others``: every other record
+        file (open, unreadable, or too recent to trust) -- all a call needs
+        when the directory is unchanged;
+    ``<key>.stat``
+        each finished record's :func:`key` (its id and its file's identity)
+        grouped by state,
+        for a scan that must stat every file. Believed only beside a
+        ``.open`` of the same token.
+
+    Nothing here raises: a cache that cannot be read is empty, one that
+    cannot be written is not.
+    """
+
+    def __init__(self, directory: str | None, jobs_dir: str) -> None:
+        self.directory = directory
+        self.jobs_dir = jobs_dir
+        self.real = ""
+        self.base = ""
+        self.token = ""
+        self.dir_id: tuple[int, ...] | None = None
+        self.others: list[str] = []
+        self.table: dict[str, str] = {}
+        self.seen: list[tuple[str, str]] = []
+        self._by_state: dict[str, str] = {}
+        self.dirty = False
+
+    @classmethod
+    def load(cls, directory: str | None, jobs_dir: str, jobs_stat: os.stat_result | None) -> Summaries:
+        """The ``.open`` part of the cache for the store whose ``jobs/`` is ``jobs_dir``."""
+        self = cls(directory, jobs_dir)
+        if directory is None or jobs_stat is None:
+            self.directory = None
+            return self
+        try:
+            self.real = os.path.realpath(jobs_dir)
+        except OSError:
+            self.directory = None
+            return self
+        key = f"{self.real}\0{jobs_stat.st_dev}\0{jobs_stat.st_ino}".encode("utf-8", "surrogateescape")
+        self.base = os.path.join(directory, hashlib.sha256(key).hexdigest()[:32])
+        if not _private_dir(directory, create=False):
+            return self
+        data = _load_file(self.base + ".open")
+        try:
+            version, real, token, dir_id, by_state, others = data
+            if version != _VERSION or real != self.real or type(by_state) is not dict or type(others) is not list:
+                return self
+            if not all(type(k) is str and type(v) is str for k, v in by_state.items()):
+                return self
+            self.token, self._by_state, self.others = token, by_state, others
+            self.dir_id = tuple(dir_id) if dir_id is not None else None
+        except (TypeError, ValueError):
+            pass
+        return self
+
+    def fresh(self, jobs_stat: os.stat_result) -> bool:
+        """True when ``jobs/`` has not changed since the cache was written (no entry added, removed, renamed)."""
+        return self.dir_id is not None and self.dir_id == _dir_identity(jobs_stat)
+
+    def states(self) -> dict[str, str]:
+        """Every finished record's state as the cache knows it."""
+        out: dict[str, str] = {}
+        for state, ids in self._by_state.items():
+            if ids:
+                out.update(dict.fromkeys(ids.split("\n"), state))
+        return out
+
+    def begin(self) -> None:
+        """Start a full scan: load the ``.stat`` part into :attr:`table`; note in :attr:`seen` what is confirmed.
+
+        ``table`` maps the :func:`key` of each finished record's file, as
+        last summarised, to its state: one string built and one lookup per
+        file. A scan appends every ``(key, state)`` it confirms to ``seen``.
+        """
+        self._started = time.time_ns()
+        self.table = {}
+        if self.token and self.directory is not None:
+            data = _load_file(self.base + ".stat")
+            try:
+                version, real, token, by_state = data
+                if version == _VERSION and real == self.real and token == self.token and type(by_state) is dict:
+                    for state, lines in by_state.items():
+                        if lines:
+                            self.table.update(dict.fromkeys(lines.split("\n"), state))
+            except (TypeError, ValueError, AttributeError):
+                self.table = {}
+        self.seen = []
+        self._others: list[str] = []
+
+    def remember(self, job_id: str, st: os.stat_result, state: str | None) -> None:
+        """What was just read of ``job_id`` (``st`` from the open file; ``state`` None unless finished)."""
+        if state is None or max(st.st_mtime_ns, st.st_ctime_ns) >= self._started - RACY_NS:
+            self._others.append(job_id)
+            return
+        self.seen.append((key(job_id, st), state))
+        self.dirty = True
+
+    def other(self, job_id: str) -> None:
+        """A record file to read on every call."""
+        self._others.append(job_id)
+
+    def finish(self, jobs_stat: os.stat_result) -> None:
+        """End a full scan; ``jobs_stat`` is the directory as statted before it began."""
+        dir_id: tuple[int, ...] | None = _dir_identity(jobs_stat)
+        if max(jobs_stat.st_mtime_ns, jobs_stat.st_ctime_ns) >= self._started - RACY_NS:
+            dir_id = None  # changed within a tick of the scan: the next call must look
+        self._others.sort()
+        # Every entry of seen is a hit in table or was remembered (which sets dirty):
+        # as many as in table and nothing remembered means the very same entries.
+        if len(self.seen) != len(self.table) or self._others != self.others or dir_id != self.dir_id:
+            self.dirty = True
+        self.others, self.dir_id = self._others, dir_id
+        del self._others
+
+    def save(self) -> None:
+        """Write both parts when they changed: ``.stat`` first, then the ``.open`` that vouches for it."""
+        if not self.dirty or self.directory is None or not self.base:
+            return
+        if not _private_dir(self.directory, create=True):
+            return
+        grouped: dict[str, list[str]] = {}
+        for line, state in self.seen:
+            grouped.setdefault(state, []).append(line)
+        lines = {state: "\n".join(group) for state, group in grouped.items()}
+        by_state = {state: "\n".join(line[: line.index(" ")] for line in group) for state, group in grouped.items()}
+        token = os.urandom(8).hex()
+        if _save_file(self.base + ".stat", (_VERSION, self.real, token, lines)):
+            _save_file(self.base + ".open", (_VERSION, self.real, token, self.dir_id, by_state, self.others))
+            self.dirty = False
+
+
+_make = Summary._make
+
+
+class Listed:
+    """The ``<key>.list`` part: a :class:`Summary` of each finished record, by :func:`key`, for a whole listing.
+
+    Kept apart from the ``.open``/``.stat`` parts (which picking reads on
+    every call) because it is larger. Self-contained: each entry is vouched
+    for by the identity in its key alone.
+    """
+
+    def __init__(self, base: str, directory: str | None, real: str) -> None:
+        self.base, self.directory, self.real = base, directory, real
+        self.table: dict[str, tuple[Any, ...]] = {}
+        self.seen: dict[str, tuple[Any, ...]] = {}
+        self.dirty = False
+        self._started = time.time_ns()
+        if directory is None or not base or not _private_dir(directory, create=False):
+            self.directory = None if directory is None or not base else directory
+            return
+        data = _load_file(base + ".list")
+        try:
+            version, real_path, table = data
+            if version == _VERSION and real_path == real and type(table) is dict:
+                self.table = table
+        except (TypeError, ValueError):
+            pass
+
+    @classmethod
+    def of(cls, summaries: Summaries) -> Listed:
+        return cls(summaries.base, summaries.directory, summaries.real)
+
+    def lookup(self, job_id: str, st: os.stat_result) -> Summary | None:
+        """The summary of ``job_id`` when its file (``lstat``) is still the one summarised."""
+        k = f"{job_id} {st.st_ino} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns}"  # key(job_id, st)
+        got = self.table.get(k)
+        if got is None or type(got) is not tuple or len(got) != len(Summary._fields) - 1:
+            return None
+        self.seen[k] = got
+        return _make((job_id, *got))
+
+    def remember(self, summary: Summary, st: os.stat_result) -> None:
+        """A finished record just read (``st`` from the open file); racy ones are not kept."""
+        if max(st.st_mtime_ns, st.st_ctime_ns) >= self._started - RACY_NS:
+            return
+        self.seen[key(summary.id, st)] = tuple(summary[1:])
+        self.dirty = True
+
+    def save(self) -> None:
+        """Write what this listing saw, when it differs from what was loaded."""
+        if self.directory is None or not (self.dirty or len(self.seen) != len(self.table)):
+            return
+        if _private_dir(self.directory, create=True):
+            _save_file(self.base + ".list", (_VERSION, self.real, self.seen))

@@ -1,0 +1,156 @@
+"""Commands over a whole store with the summary cache warm: the same output, fewer records decoded."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from jobctl import Record, summary
+from jobctl.store import file as file_store
+
+from .support.clitools import Jobctl
+
+
+@pytest.fixture
+def later(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Scans believe they start 10 s from now: nothing written by the test looks racy."""
+    real = time.time_ns
+    monkeypatch.setattr(summary.time, "time_ns", lambda: real() + 10 * 10**9)
+
+
+@pytest.fixture
+def decoded(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    seen: list[str] = []
+    real = file_store.decode
+
+    def counting(data: bytes, job_id: str = "") -> Record:
+        seen.append(job_id)
+        return real(data, job_id)
+
+    monkeypatch.setattr(file_store, "decode", counting)
+    return seen
+
+
+def populate(jobctl: Jobctl) -> tuple[list[str], str]:
+    store = jobctl.store()
+    finished = []
+    for n, state in enumerate(["complete", "failed", "cancelled", "complete"]):
+        job_id = jobctl.submit("--kind", "backup" if n % 2 else "test")
+        rec = store.claim(job_id, f"w{n}", 30)
+        store.progress(job_id, rec.lease.epoch, n, checkpoint={"at": n})
+        store.finish(job_id, rec.lease.epoch, state, error="boom" if state == "failed" else None)
+        finished.append(job_id)
+    waiting = jobctl.submit("--after", finished[0])
+    jobctl.submit("--kind", "backup")
+    return finished, waiting
+
+
+COMMANDS = [
+    ("list",),
+    ("list", "--state", "complete"),
+    ("list", "--kind", "backup"),
+    ("list", "--owner", "w1"),
+    ("list", "--orphans"),
+    ("list", "--json"),
+    ("orphans",),
+    ("orphans", "--json"),
+]
+
+
+@pytest.mark.parametrize("args", COMMANDS, ids=" ".join)
+def test_warm_output_is_the_cold_output(jobctl: Jobctl, later: None, decoded: list[str], args: tuple[str, ...]) -> None:
+    finished, _ = populate(jobctl)
+    cold = jobctl(*args)
+    decoded.clear()
+    warm = jobctl(*args)
+    assert (warm.code, warm.out, warm.err) == (cold.code, cold.out, cold.err)
+    assert cold.out  # every command here has something to say
+    if "--json" not in args or args[0] == "orphans":
+        assert not set(decoded) & set(finished), "a finished record was decoded again"
+
+
+def test_list_json_carries_dependency_states_from_the_cache(jobctl: Jobctl, later: None) -> None:
+    finished, waiting = populate(jobctl)
+    jobctl("list")
+    jobs = {obj["id"]: obj for obj in map(json.loads, jobctl("list", "--json").lines)}
+    assert set(finished) <= set(jobs)
+    assert jobs[waiting]["after"] == [finished[0]] and jobs[waiting]["blocked"] is None  # not "doomed"
+
+
+def test_claim_next_with_a_warm_cache_takes_the_oldest_runnable(
+    jobctl: Jobctl, later: None, decoded: list[str]
+) -> None:
+    finished, waiting = populate(jobctl)
+    jobctl("orphans")
+    decoded.clear()
+    ran = jobctl("claim", "--next", "--owner", "me", "--format", "env")
+    assert ran.code == 0, ran.err
+    assert f"JOB_ID={waiting}" in ran.text  # its dependency is complete: known from the cache alone
+    assert not set(decoded) & set(finished)
+
+
+def test_list_prints_unreadable_records_last_and_exits_1(jobctl: Jobctl, later: None) -> None:
+    populate(jobctl)
+    (jobctl.root / "jobs" / "1-broken.json").write_bytes(b"{")
+    jobctl("list")
+    ran = jobctl("list")
+    assert ran.code == 1 and "1-broken" in ran.err and "1-broken" not in ran.text
+
+
+def test_a_scan_hands_out_each_record_as_it_reads_it(jobctl: Jobctl, decoded: list[str]) -> None:
+    ids = [jobctl.submit() for _ in range(5)]
+    decoded.clear()
+    scan = jobctl.store().scan([])
+    first = next(scan)
+    assert first.id == ids[0] and decoded == [ids[0]]  # the others not read yet
+    assert [item.id for item in scan] == ids[1:]
+
+
+def test_streamed_lines_show_the_first_at_once_and_the_rest_in_blocks(
+    capsysbinary: pytest.CaptureFixture[bytes],
+) -> None:
+    from jobctl.cli import render
+
+    lines = render.Lines()
+    lines.out("first")
+    assert capsysbinary.readouterr().out == b"first\n"
+    lines.out("second")
+    lines.out_json({"id": "x"})
+    assert capsysbinary.readouterr().out == b""
+    lines.flush()
+    assert capsysbinary.readouterr().out == b'second\n{"v":1,"id":"x"}\n'
+
+
+def test_piped_list_keeps_the_view_order_with_the_cache_warm(jobctl: Jobctl, later: None, decoded: list[str]) -> None:
+    """Active first, then ended; each group by creation, not by id: the cache changes nothing of that."""
+    store = jobctl.store()
+    ended = [jobctl.submit("--id", name) for name in ("z-first", "m-second", "a-third")]
+    for job_id in ended:
+        rec = store.claim(job_id, "w", 30)
+        store.finish(job_id, rec.lease.epoch, "complete")
+    pending = jobctl.submit("--id", "y-pending")
+    running = jobctl.submit("--id", "b-running")
+    jobctl("claim", running, "--owner", "w")
+    cold = {args: jobctl(*args) for args in LIST_ORDERS}
+    decoded.clear()
+    for args, was in cold.items():
+        warm = jobctl(*args)
+        assert (warm.code, warm.out, warm.err) == (was.code, was.out, was.err), args
+    assert not set(decoded) & set(ended), "a finished record was decoded again"
+    ids = [line.split()[0] for line in jobctl("list").lines]
+    assert ids == [running, pending, *ended]
+    assert [line.split()[0] for line in jobctl("list", "--newest").lines] == [running, pending, *ended[::-1]]
+    assert [line.split()[0] for line in jobctl("list", "--limit", "3").lines] == [running, pending, ended[0]]
+    assert [line.split()[0] for line in jobctl("list", "--active").lines] == [running, pending]
+
+
+LIST_ORDERS = [
+    ("list",),
+    ("list", "--newest"),
+    ("list", "--limit", "3"),
+    ("list", "--newest", "--limit", "4"),
+    ("list", "--active"),
+    ("list", "--state", "complete", "--newest"),
+]

@@ -1,0 +1,338 @@
+"""The summary cache (jobctl.summary) behind FileStore.list_open: faster, never different."""
+
+from __future__ import annotations
+
+import os
+import random
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+import jobctl
+from jobctl import FileStore, Record, summary
+from jobctl.record import decode, encode
+from jobctl.store import file as file_store
+
+
+def answer(listing: jobctl.store.OpenListing) -> tuple[list[str], dict[str, str], list[str]]:
+    return [r.id for r in listing], dict(listing.states), [job_id for job_id, _ in listing.unreadable]
+
+
+def reference(store: FileStore) -> tuple[list[str], dict[str, str], list[str]]:
+    """What list_open must say, from a whole list()."""
+    whole = store.list()
+    return (
+        [r.id for r in whole if not r.terminal],
+        {r.id: r.state for r in whole},
+        [job_id for job_id, _ in whole.unreadable],
+    )
+
+
+def finish(store: FileStore, job_id: str, state: str = "complete") -> None:
+    rec = store.claim(job_id, "w", 30)
+    store.finish(job_id, rec.lease.epoch, state)
+
+
+@pytest.fixture
+def later(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Scans believe they start 10 s from now: nothing written by the test looks racy."""
+    real = time.time_ns
+    monkeypatch.setattr(summary.time, "time_ns", lambda: real() + 10 * 10**9)
+
+
+def cache_files(cache: Path) -> list[Path]:
+    return sorted(p for p in cache.iterdir() if not p.name.endswith(".tmp")) if cache.exists() else []
+
+
+def test_list_open_answers_as_a_whole_listing_does(tmp_path: Path, later: None) -> None:
+    cache = tmp_path / "cache"
+    store = FileStore(tmp_path / "root", summaries=str(cache))
+    ids = [store.submit(Record(kind="k", spec={})) for _ in range(8)]
+    finish(store, ids[0])
+    finish(store, ids[1], "failed")
+    finish(store, ids[2], "cancelled")
+    (Path(store.jobs_dir) / "1-broken.json").write_bytes(b"{not json")
+    expected = reference(store)
+    assert answer(FileStore(store.root, summaries=False).list_open()) == expected  # no cache
+    assert answer(store.list_open()) == expected  # cold: writes the cache
+    assert [p.suffix for p in cache_files(cache)] == [".open", ".stat"]
+    assert answer(store.list_open()) == expected  # warm, directory unchanged
+    assert store.orphans()[0].id == ids[3]
+
+
+def test_a_warm_scan_decodes_no_finished_record(tmp_path: Path, later: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = FileStore(tmp_path / "root", summaries=str(tmp_path / "cache"))
+    ids = [store.submit(Record(kind="k", spec={})) for _ in range(6)]
+    for job_id in ids[:5]:
+        finish(store, job_id)
+    store.list_open()
+    decoded: list[str] = []
+
+    def counting(data: bytes, job_id: str = "") -> Record:
+        decoded.append(job_id)
+        return decode(data, job_id)
+
+    monkeypatch.setattr(file_store, "decode", counting)
+    store.list_open()  # directory unchanged: not even a stat of the finished ones
+    assert decoded == [ids[5]]
+    os.utime(store.jobs_dir)  # the directory looks changed: every file is statted, none decoded again
+    decoded.clear()
+    got = answer(store.list_open())
+    assert decoded == [ids[5]]
+    assert got == reference(store)
+
+
+def test_an_unchanged_directory_is_answered_without_listing_it(
+    tmp_path: Path, later: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = FileStore(tmp_path / "root", summaries=str(tmp_path / "cache"))
+    ids = [store.submit(Record(kind="k", spec={})) for _ in range(3)]
+    finish(store, ids[0])
+    expected = answer(store.list_open())
+
+    def refuse(path: object) -> object:
+        raise AssertionError("scandir on the fast path")
+
+    monkeypatch.setattr(file_store.os, "scandir", refuse)
+    assert answer(store.list_open()) == expected
+    monkeypatch.undo()
+    store.submit(Record(kind="k", spec={}))  # the directory changed: the scan must look
+    monkeypatch.setattr(file_store.os, "scandir", refuse)
+    with pytest.raises(AssertionError, match="scandir"):
+        store.list_open()
+
+
+def test_a_racy_entry_is_not_trusted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file changed within RACY_NS of the scan is not remembered, nor is the directory (git's racy index)."""
+    store = FileStore(tmp_path / "root", summaries=str(tmp_path / "cache"))
+    job_id = store.submit(Record(kind="k", spec={}))
+    finish(store, job_id)
+    changed = os.stat(store.path(job_id)).st_ctime_ns
+    monkeypatch.setattr(summary.time, "time_ns", lambda: changed + 1_000_000)  # the same tick, near enough
+    store.list_open()
+    cache = summary.Summaries.load(str(tmp_path / "cache"), store.jobs_dir, os.stat(store.jobs_dir))
+    assert cache.others == [job_id] and cache.dir_id is None
+    monkeypatch.setattr(summary.time, "time_ns", lambda: changed + summary.RACY_NS + 1)
+    store.list_open()
+    cache = summary.Summaries.load(str(tmp_path / "cache"), store.jobs_dir, os.stat(store.jobs_dir))
+    assert cache.others == [] and cache.states() == {job_id: "complete"} and cache.dir_id is not None
+
+
+def test_the_cache_is_private_and_written_atomically(tmp_path: Path, later: None) -> None:
+    cache = tmp_path / "cache" / "jobctl" / "summaries"
+    store = FileStore(tmp_path / "root", summaries=str(cache))
+    finish(store, store.submit(Record(kind="k", spec={})))
+    store.list_open()
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o700
+    files = cache_files(cache)
+    assert files and all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in files)
+    assert not [p for p in cache.iterdir() if p.name.endswith(".tmp")]
+
+
+def poison(store: FileStore, cache: Path, state: str) -> None:
+    """A cache that says every finished record is ``state``."""
+    st = os.stat(store.jobs_dir)
+    c = summary.Summaries.load(str(cache), store.jobs_dir, st)
+    c.begin()
+    c.table = {k: state for k in c.table}
+    c.seen = list(c.table.items())
+    c.dirty = True
+    c.finish(st)
+    c.save()
+
+
+@pytest.mark.parametrize("how", ["group-writable", "a link", "another owner", "a directory open to others"])
+def test_a_cache_not_ours_alone_is_never_believed(tmp_path: Path, later: None, how: str) -> None:
+    cache = tmp_path / "cache"
+    store = FileStore(tmp_path / "root", summaries=str(cache))
+    job_id = store.submit(Record(kind="k", spec={}))
+    finish(store, job_id)
+    store.list_open()
+    poison(store, cache, "failed")
+    assert store.list_open().states[job_id] == "failed"  # the poison works when the file is trusted
+    opened = next(p for p in cache_files(cache) if p.suffix == ".open")
+    if how == "group-writable":
+        opened.chmod(0o660)
+    elif how == "a link":
+        target = tmp_path / "elsewhere"
+        opened.rename(target)
+        opened.symlink_to(target)
+    elif how == "another owner":
+        if os.geteuid() != 0:
+            pytest.skip("only root can give a file away")
+        os.chown(opened, 4242, -1)
+    else:
+        cache.chmod(0o777)
+    assert answer(store.list_open()) == reference(store)
+
+
+def test_a_missing_or_unwritable_cache_only_costs_time(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    for where in (str(blocker / "cache"), str(tmp_path / "absent" / "cache")):
+        store = FileStore(tmp_path / "root", summaries=where)
+        finish(store, store.submit(Record(kind="k", spec={})))
+        assert answer(store.list_open()) == reference(store)
+    corrupt = tmp_path / "corrupt"
+    store = FileStore(tmp_path / "root", summaries=str(corrupt))
+    store.list_open()
+    for p in cache_files(corrupt):
+        p.write_bytes(b"\x00garbage")
+    assert answer(store.list_open()) == reference(store)
+
+
+def test_the_default_directory_is_the_user_cache_directory(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import platformdirs
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert summary.default_dir() == os.path.join(platformdirs.user_cache_dir("jobctl", appauthor=False), "summaries")
+
+
+# -- the randomized comparison -------------------------------------------------------------------
+
+
+def foreign_replace(path: str, data: bytes, keep_mtime: bool) -> None:
+    """Another implementation's write: bytes renamed into place, nothing of ours involved."""
+    old = os.stat(path).st_mtime_ns if keep_mtime and os.path.exists(path) else None
+    tmp = path + ".foreign"
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+    if old is not None:
+        os.utime(tmp, ns=(old, old))
+    os.replace(tmp, path)
+
+
+def same_size(rec: Record, state: str, size: int) -> bytes:
+    """``rec`` in ``state``, its error padded so the file is ``size`` bytes long when that is possible."""
+    rec.state = state
+    rec.error = ""
+    data = encode(rec)
+    if len(data) < size:
+        rec.error = "x" * max(0, size - len(data) - len(b'\n  "error": "",'))
+        data = encode(rec)
+    return data
+
+
+def test_cached_answers_equal_uncached_ones_under_interleaved_writers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Library writes and raw foreign replacements (same size, same mtime too) between cached and uncached reads.
+
+    The racy window is shrunk to 30 ms (still several kernel timestamp ticks)
+    and the test sleeps past it now and then, so that cached entries and the
+    directory fast path are really used -- which the counters prove.
+    """
+    monkeypatch.setattr(summary, "RACY_NS", 30_000_000)
+    fresh_hits = 0
+    real_fresh = summary.Summaries.fresh
+
+    def fresh(self: summary.Summaries, st: os.stat_result) -> bool:
+        nonlocal fresh_hits
+        got = real_fresh(self, st)
+        fresh_hits += got
+        return got
+
+    monkeypatch.setattr(summary.Summaries, "fresh", fresh)
+    decoded = 0
+    real_decode = file_store.decode
+
+    def counting(data: bytes, job_id: str = "") -> Record:
+        nonlocal decoded
+        decoded += 1
+        return real_decode(data, job_id)
+
+    monkeypatch.setattr(file_store, "decode", counting)
+    rng = random.Random(1212)
+    cached = FileStore(tmp_path / "root", summaries=str(tmp_path / "cache"))
+    plain = FileStore(tmp_path / "root", summaries=False)
+    ids = [cached.submit(Record(kind="k", spec={"n": n})) for n in range(12)]
+    for job_id in ids[:8]:
+        finish(cached, job_id, rng.choice(["complete", "failed", "cancelled"]))
+    time.sleep(0.05)
+    compared = 0
+    scanned_files = 0
+    decoded_total = 0
+    for step in range(160):
+        op = rng.random()
+        job_id = rng.choice(ids)
+        path = cached.path(job_id)
+        try:
+            if op < 0.15:
+                ids.append(cached.submit(Record(kind="k", spec={"step": step})))
+            elif op < 0.3:
+                finish(cached, job_id, rng.choice(["complete", "failed", "cancelled"]))
+            elif op < 0.4:
+                rec = cached.load(job_id)
+                cached.renew(job_id, rec.lease.epoch, 30)  # allowed on a terminal record [JOB-T6]
+            elif op < 0.7 and os.path.exists(path):
+                rec = cached.load(job_id)
+                size = os.path.getsize(path)
+                state = rng.choice(["pending", "running", "complete", "failed", "cancelled"])
+                foreign_replace(path, same_size(rec, state, size), keep_mtime=rng.random() < 0.7)
+            elif op < 0.75 and os.path.exists(path):
+                foreign_replace(path, b'{"broken": ', keep_mtime=False)
+            elif op < 0.8 and os.path.exists(path):
+                os.unlink(path)
+            elif op < 0.85:
+                rec = Record(id=f"9{step:012d}-{'f' * 20}", kind="k", spec={}, state="complete")
+                rec.created_at = rec.updated_at = cached.now()
+                foreign_replace(os.path.join(cached.jobs_dir, rec.id + ".json"), encode(rec), keep_mtime=False)
+                ids.append(rec.id)
+        except jobctl.JobError:
+            pass  # refused (terminal, held, broken, gone): the store said no, nothing changed
+        if rng.random() < 0.25:
+            time.sleep(0.04)  # past the racy window: what was just written may now be cached
+        before = decoded
+        got = answer(cached.list_open())
+        decoded_total += decoded - before
+        scanned_files += len(got[1]) + len(got[2])
+        assert got == answer(plain.list_open()) == reference(cached), f"step {step}"
+        compared += 1
+    assert compared == 160
+    assert fresh_hits > 0, "the directory fast path was never taken"
+    assert decoded_total < scanned_files / 2, "the cache hardly ever answered"
+
+
+def test_a_worker_board_starts_from_the_cache(tmp_path: Path, later: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    from jobctl import schedule
+    from jobctl.board import Board
+
+    store = FileStore(tmp_path / "root", summaries=str(tmp_path / "cache"))
+    done = [store.submit(Record(kind="k", spec={})) for _ in range(5)]
+    for job_id in done:
+        finish(store, job_id)
+    waiting = store.submit(schedule.plan(Record(kind="k", spec={}), after=[done[0]]))
+    store.list_open()  # an earlier command wrote the cache
+    decoded: list[str] = []
+
+    def counting(data: bytes, job_id: str = "") -> Record:
+        decoded.append(job_id)
+        return decode(data, job_id)
+
+    monkeypatch.setattr(file_store, "decode", counting)
+    board = Board(store, None, notices=False)
+    assert decoded == [waiting]
+    assert all(board.states[job_id] == "complete" for job_id in done)
+    picked = board.pick(store.now()).record
+    assert picked is not None and picked.id == waiting  # its dependency is complete, by the cache's word
+    board.close()
+
+
+def test_a_link_at_a_record_name_is_never_followed_nor_cached(tmp_path: Path, later: None) -> None:
+    """Main's rule for every open under a store (jobctl.fsio): list_open and scan refuse the link, every call."""
+    store = FileStore(tmp_path / "root", summaries=str(tmp_path / "cache"))
+    kept = store.submit(Record(kind="k", spec={}))
+    finish(store, kept)
+    outside = FileStore(tmp_path / "elsewhere", summaries=False)
+    target = outside.submit(Record(kind="k", spec={}, id="planted"))
+    finish(outside, target)
+    os.symlink(outside.path(target), store.path("planted"))
+    for _ in range(2):  # cold, then warm
+        listing = store.list_open()
+        assert answer(listing) == ([], {kept: "complete"}, ["planted"])
+        assert "symbolic link" in listing.unreadable[0][1].message
+        unreadable: list[tuple[str, jobctl.errors.JobError]] = []
+        assert [item.id for item in store.scan(unreadable)] == [kept]
+        assert [job_id for job_id, _ in unreadable] == ["planted"]
