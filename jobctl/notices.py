@@ -29,6 +29,10 @@ _IN_DELETE_SELF = 0x400
 _IN_MOVE_SELF = 0x800
 _IN_Q_OVERFLOW = 0x4000
 _IN_IGNORED = 0x8000
+# Flags of the watch itself, not events: never follow a link planted at the
+# directory's name, and watch only a directory (a shared store is hostile ground).
+_IN_ONLYDIR = 0x01000000
+_IN_DONT_FOLLOW = 0x02000000
 _MASK = _IN_CLOSE_WRITE | _IN_MOVED_FROM | _IN_MOVED_TO | _IN_DELETE | _IN_DELETE_SELF | _IN_MOVE_SELF
 _EVENT = struct.Struct("iIII")
 
@@ -50,7 +54,7 @@ class Notices:
         fd = init(os.O_NONBLOCK | os.O_CLOEXEC)
         if fd < 0:
             raise OSError(ctypes.get_errno(), "inotify_init1")
-        if add(fd, os.fsencode(directory), _MASK) < 0:
+        if add(fd, os.fsencode(directory), _MASK | _IN_ONLYDIR | _IN_DONT_FOLLOW) < 0:
             err = ctypes.get_errno()
             os.close(fd)
             raise OSError(err, f"inotify_add_watch {directory}")

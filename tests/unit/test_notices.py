@@ -72,3 +72,15 @@ def test_a_renewal_wakes_the_watch_but_is_no_notice(tmp_path: Path) -> None:
     store.renew(job_id, epoch, 60)
     assert w.next(timeout=0.5) is None
     w.close()
+
+
+def test_notices_never_watch_through_a_link(tmp_path: Path) -> None:
+    """A link planted at the watched name is refused, not followed to the directory it names."""
+    from jobctl.notices import Notices
+
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "jobs").symlink_to(real)
+    with pytest.raises(OSError):
+        Notices(str(tmp_path / "jobs"))
+    Notices(str(real)).close()
