@@ -114,7 +114,11 @@ def test_a_racy_entry_is_not_trusted(tmp_path: Path, monkeypatch: pytest.MonkeyP
     store.list_open()
     cache = summary.Summaries.load(str(tmp_path / "cache"), store.jobs_dir, os.stat(store.jobs_dir))
     assert cache.others == [job_id] and cache.dir_id is None
-    monkeypatch.setattr(summary.time, "time_ns", lambda: changed + summary.RACY_NS + 1)
+    # Past the racy window of the record and of jobs/ (whose rename came after the record's temporary
+    # was written and fsynced: on a busy machine, milliseconds later).
+    jobs = os.stat(store.jobs_dir)
+    settled = max(changed, jobs.st_mtime_ns, jobs.st_ctime_ns)
+    monkeypatch.setattr(summary.time, "time_ns", lambda: settled + summary.RACY_NS + 1)
     store.list_open()
     cache = summary.Summaries.load(str(tmp_path / "cache"), store.jobs_dir, os.stat(store.jobs_dir))
     assert cache.others == [] and cache.states() == {job_id: "complete"} and cache.dir_id is not None
