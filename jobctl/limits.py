@@ -24,7 +24,6 @@ Leaf module: the standard library only (the CLI imports it on every start).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from .errors import Invalid
@@ -68,15 +67,38 @@ DEFAULT_MAX_TTL = DAY
 LEASE_SLACK = 60.0
 
 
-@dataclass(frozen=True)
 class Range:
-    """``low <= value <= high`` (``low < value`` when ``open_low``); ``whole`` for integers only."""
+    """``low <= value <= high`` (``low < value`` when ``open_low``); ``whole`` for integers only.
 
-    name: str
-    low: float
-    high: float
-    open_low: bool = False
-    whole: bool = False
+    Written out rather than a dataclass: ``dataclasses`` imports ``inspect``,
+    about 15 ms on every command's start-up, for a class of five fields.
+    """
+
+    __slots__ = ("name", "low", "high", "open_low", "whole")
+
+    def __init__(self, name: str, low: float, high: float, open_low: bool = False, whole: bool = False) -> None:
+        self.name = name
+        self.low = low
+        self.high = high
+        self.open_low = open_low
+        self.whole = whole
+
+    def __repr__(self) -> str:
+        return f"Range({self.name!r}, {self.low!r}, {self.high!r}, open_low={self.open_low}, whole={self.whole})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Range):
+            return NotImplemented
+        return (self.name, self.low, self.high, self.open_low, self.whole) == (
+            other.name,
+            other.low,
+            other.high,
+            other.open_low,
+            other.whole,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.low, self.high, self.open_low, self.whole))
 
     def text(self) -> str:
         """The range as the help text and the refusal say it: ``0 < SECONDS <= 31536000``."""

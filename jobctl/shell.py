@@ -10,8 +10,7 @@ imports this, and its start-up is a cron job's latency.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from .errors import Invalid
 
@@ -21,13 +20,12 @@ __all__ = ["SHELL", "ShellSpec", "parse"]
 SHELL = "shell"
 
 
-@dataclass(frozen=True)
-class ShellSpec:
-    """A checked ``shell`` spec."""
+class ShellSpec(NamedTuple):
+    """A checked ``shell`` spec. (A NamedTuple, not a dataclass: ``dataclasses`` costs ``submit`` its start-up.)"""
 
     argv: list[str]
     cwd: str | None = None
-    env: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = {}  # noqa: RUF012 -- never mutated: parse() always passes a fresh dict
     timeout: float | None = None
 
 

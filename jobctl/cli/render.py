@@ -24,12 +24,13 @@ import click
 from ..errors import JobError
 from ..record import ZERO_TIME, Record, format_time, held, is_zero
 from ..store.file import is_orphan
-from ..summary import Summary
 from ..wire import Raw, dumps_compact
 
 if TYPE_CHECKING:  # pragma: no cover - typing only; rich is imported where it draws
     from rich.console import Console, RenderableType
     from rich.table import Table
+
+    from ..summary import Summary
 
 __all__ = [
     "JSON_VERSION",

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import JobError
 from ..record import Record
-from ..summary import Summary
+
+if TYPE_CHECKING:  # the summary cache loads only when a listing asks for it
+    from ..summary import Summary
 
 __all__ = ["Store", "Listing", "OpenListing", "Unreadable", "UNSET", "Skipped"]
 

@@ -26,8 +26,9 @@ import re
 import stat
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
-from .. import fsio, ids, limits, lock, summary
+from .. import fsio, ids, limits, lock
 from ..errors import Exists, JobError, NoStore, NotFound, Untrusted
 from ..record import (
     Record,
@@ -38,6 +39,9 @@ from ..record import (
 from ..wire import lazy_pattern
 from .base import Listing, OpenListing, Skipped, Unreadable
 from .contract import ContractStore
+
+if TYPE_CHECKING:  # the summary cache (hashlib and all) loads only when a listing asks for it
+    from .. import summary
 
 __all__ = ["FileStore", "Clock"]
 
@@ -149,12 +153,7 @@ class FileStore(ContractStore):
     # -- reads ---------------------------------------------------------------
 
     def load(self, job_id: str) -> Record:
-        name = ids.check(job_id) + ".json"
-        with self._jobs() as jobs:
-            data = lock.read(jobs, name, job_id)
-        if data is None:
-            raise NotFound(f"no job {job_id}", job_id)
-        return decode(data, job_id)
+        return decode(self.load_bytes(job_id), job_id)
 
     def load_bytes(self, job_id: str) -> bytes:
         name = ids.check(job_id) + ".json"
@@ -218,6 +217,8 @@ class FileStore(ContractStore):
         if self.summaries is False:
             return None
         if self.summaries is True:
+            from .. import summary
+
             return summary.default_dir()
         return os.fspath(self.summaries)
 
@@ -237,6 +238,8 @@ class FileStore(ContractStore):
         a link or odd file at a record's name is never cached, and is named
         unreadable on every call, as :meth:`list` names it.
         """
+        from .. import summary
+
         jobs = self._jobs()
         try:
             jobs_stat: os.stat_result | None = os.fstat(jobs.fd)
@@ -294,6 +297,8 @@ class FileStore(ContractStore):
         ``unreadable`` as they are met. Memory holds the ids and the
         summaries, never the records.
         """
+        from .. import summary
+
         jobs = self._jobs()
         try:
             jobs_stat: os.stat_result | None = os.fstat(jobs.fd)
@@ -529,6 +534,8 @@ class FileStore(ContractStore):
 
 
 def _summary_of(rec: Record) -> summary.Summary:
+    from .. import summary
+
     return summary.Summary(
         rec.id,
         rec.kind,
