@@ -81,6 +81,7 @@ MODELS: dict[str, bool] = {
 RETRY = "jobctl.run/retry@1"
 AFTER = "jobctl.run/after@1"
 PIPELINE = "jobctl.run/pipeline@1"
+RESULT = "jobctl.run/result@1"
 _NEVER_CRITICAL = frozenset(name for name, ok in MODELS.items() if not ok)
 _CARRIED = (RANGES,)
 # Extension names this process understands well enough to honour when they are

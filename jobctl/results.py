@@ -1,0 +1,66 @@
+"""A job's result: the JSON value a finished run leaves for whoever asked.
+
+A result is stored in the record itself, under the extension key
+``jobctl.run/result@1``, in the same fenced write that completes the job, so
+a job is never complete without its result nor carries a result from a run
+that did not complete it. Other implementations keep the key as opaque
+extension data [JOB-D3]; nothing in the contract depends on it.
+
+Python processors return it (``Result.data``); shell commands write it as
+JSON to the file named by ``$JOB_RESULT``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .errors import Invalid
+from .record import RESULT, Record
+
+__all__ = ["RESULT", "RESULT_MAX_BYTES", "has_result", "result_of", "set_result", "parse_result"]
+
+#: The largest result, as compact JSON, a record will carry. A record is read
+#: whole by every reader; bulk output belongs in a file the result names.
+RESULT_MAX_BYTES = 1 << 20
+
+
+def has_result(rec: Record) -> bool:
+    """Whether the record carries a result (``null`` is a result)."""
+    return RESULT in rec.extensions
+
+
+def result_of(rec: Record) -> Any:
+    """The stored result, or None when there is none (see :func:`has_result`)."""
+    return rec.extensions.get(RESULT)
+
+
+def _check(value: Any, job_id: str) -> None:
+    try:
+        text = json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise Invalid(f"result is not JSON: {exc}", job_id) from None
+    if len(text.encode("utf-8")) > RESULT_MAX_BYTES:
+        raise Invalid(f"result is larger than {RESULT_MAX_BYTES} bytes", job_id)
+
+
+def set_result(rec: Record, value: Any) -> None:
+    """Put ``value`` in the record as its result; refuses what JSON cannot carry."""
+    _check(value, rec.id)
+    rec.extensions[RESULT] = value
+
+
+def parse_result(data: bytes, job_id: str = "") -> Any:
+    """Decode a result written as JSON text (what a shell job leaves in ``$JOB_RESULT``)."""
+    if len(data) > RESULT_MAX_BYTES:
+        raise Invalid(f"result is larger than {RESULT_MAX_BYTES} bytes", job_id)
+    try:
+        value = json.loads(data.decode("utf-8"), parse_constant=_no_constant)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise Invalid(f"result is not JSON: {exc}", job_id) from None
+    _check(value, job_id)
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
