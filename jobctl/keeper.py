@@ -81,7 +81,8 @@ class Outcome:
     stop), or the state somebody else left when the run was fenced or its
     final write refused (``""`` when unknown). ``reason`` says why the work
     stopped: ``exit``, ``cancel``, ``pause``, ``recall``, ``stop``,
-    ``timeout``, ``fenced``, or ``not-started``.
+    ``timeout``, ``fenced``, ``not-started``, or ``result`` (the work ended
+    well but what it left as its result could not be stored: a failed attempt).
     """
 
     job_id: str
@@ -107,6 +108,8 @@ class Outcome:
         """An exit status mirroring the child's (128+N for signal N); a verdict's code when fenced."""
         if self.fenced and self.verdict is not None:
             return self.verdict.exit_code
+        if self.reason == "result":
+            return 1  # the child's exit 0 did not complete the job
         if self.exit_code is None:
             if self.verdict is not None:
                 return self.verdict.exit_code
@@ -329,7 +332,7 @@ class Keeper:
             try:
                 extra = work.completing(out)
             except Invalid as exc:
-                out.error = exc.message
+                out.reason, out.error = "result", exc.message
                 return self._failed(out, None)
             except (JobError, OSError) as exc:
                 # What must exist before the job completes could not be written:
@@ -553,4 +556,3 @@ class Keeper:
 
 def _io(exc: OSError, job_id: str) -> JobError:
     return Refused(f"job {job_id}: {exc}", job_id)
-

@@ -65,7 +65,7 @@ from datetime import datetime
 from typing import IO, Any, Protocol
 
 from . import fsio
-from .errors import JobError, LeaseExpired, NotFound
+from .errors import Invalid, JobError, LeaseExpired, NotFound
 from .jobenv import JobEnvironment
 from .keeper import Keeper, Outcome, Work
 from .record import Record, format_time
@@ -88,6 +88,7 @@ __all__ = [
     "log_open",
     "log_read",
     "log_size",
+    "result_path",
     "child_env",
     "SHELL",
     "ClaimStore",
@@ -277,6 +278,20 @@ def log_size(store: RunStore, job_id: str, attempt: int) -> int | None:
         os.close(fd)
 
 
+def result_name(attempt: int, epoch: int) -> str:
+    """The name of the file a child leaves its result in (``$JOB_RESULT``), beside its attempt's log.
+
+    The epoch is in the name: an adopter runs the same attempt number as the
+    holder it replaced, and must never store a result that holder left.
+    """
+    return f"attempt-{attempt}.epoch-{epoch}.result.json"
+
+
+def result_path(store: RunStore, job_id: str, attempt: int, epoch: int) -> str:
+    """``<root>/work/.jobctl/logs/<id>/attempt-<N>.epoch-<E>.result.json``: what ``$JOB_RESULT`` names."""
+    return os.path.join(log_dir(store, job_id), result_name(attempt, epoch))
+
+
 def _cut_short(store: RunStore, job_id: str, attempt: int) -> str | None:
     """Whether attempt ``attempt``'s log was left open by a holder that died: None if not, else what ends its last line.
 
@@ -300,7 +315,16 @@ def _cut_short(store: RunStore, job_id: str, attempt: int) -> str | None:
 
 # -- the child's environment ----------------------------------------------------
 
-_CHILD_VARS = ("JOB_STORE", "JOB_ID", "JOB_EPOCH", "JOB_KIND", "JOB_WORK", "JOB_CHECKPOINT", "JOB_ATTEMPT")
+_CHILD_VARS = (
+    "JOB_STORE",
+    "JOB_ID",
+    "JOB_EPOCH",
+    "JOB_KIND",
+    "JOB_WORK",
+    "JOB_CHECKPOINT",
+    "JOB_ATTEMPT",
+    "JOB_RESULT",
+)
 
 
 def child_env(
@@ -847,6 +871,8 @@ class ChildWork(Work):
         self._sent_term = False
         self._guarded_at = math.inf
         self._ttl = 30.0
+        #: Where the child may leave its result (``$JOB_RESULT``): the name, in the directory the path names.
+        self.result_file: str | None = None
 
     def prepare(self, keeper: Keeper) -> None:
         rec = keeper.rec
@@ -898,6 +924,13 @@ class ChildWork(Work):
                 out.error = f"cannot start the guardian: {exc.strerror or exc}"
                 self._footer(out.error)
                 return False
+        try:
+            self.result_file = self._result_ready(keeper)
+        except JobError as exc:
+            out.exit_code = 126
+            out.error = f"cannot offer $JOB_RESULT: {exc.message}"
+            self._footer(out.error)
+            return False
         started = self._start(keeper, command, log, out, self._guardian)
         if started is None:
             return False
@@ -923,6 +956,8 @@ class ChildWork(Work):
         store = keeper.store
         env = child_env(store, keeper.rec, self._env, self._environment)
         env.update(command.env)
+        if self.result_file is not None:
+            env["JOB_RESULT"] = os.path.abspath(self.result_file)
         expiry = keeper.lease_expiry()
         try:
             _check_executable(command.argv[0], env, command.cwd)
@@ -1008,6 +1043,72 @@ class ChildWork(Work):
         else:
             os.close(go_w)
         return proc, tee_r, spec, expiry
+
+    # -- the result -----------------------------------------------------------------
+
+    def _result_ready(self, keeper: Keeper) -> str:
+        """Make the directory ``$JOB_RESULT`` lives in and clear its name; returns the path.
+
+        Every directory below the store's is opened without following a link
+        (:mod:`jobctl.fsio`): a link planted there refuses the attempt rather
+        than send the job's result out of the store. Whatever is at the name
+        (left by a holder of the same epoch: there is none) is removed, so the
+        only result stored is one this child wrote.
+        """
+        at = _log_dir_open(keeper.store, keeper.job_id, create=True)
+        assert at is not None  # created
+        name = result_name(keeper.attempt, keeper.epoch)
+        with at:
+            try:
+                fsio.unlink(at, name)
+            except OSError as exc:
+                raise fsio.refusal(at.join(name), exc, keeper.job_id, "remove") from None
+            return at.join(name)
+
+    def completing(self, out: Outcome) -> Callable[[Record], None] | None:
+        """The result the child left at ``$JOB_RESULT``, stored with the completion; nothing when it left none.
+
+        The file is read without following a link and must hold one JSON
+        value of at most :data:`jobctl.results.RESULT_MAX_BYTES`; anything
+        else fails the attempt (``Invalid``) with an error naming the job and
+        the file, counted under the retry policy like a non-zero exit.
+        """
+        if self.result_file is None or self.keeper is None:
+            return None
+        from .results import RESULT_MAX_BYTES, parse_result, set_result
+
+        keeper = self.keeper
+        job_id = keeper.job_id
+        where = f"job {job_id}: $JOB_RESULT ({self.result_file})"
+        try:
+            at = _log_dir_open(keeper.store, job_id)
+            if at is None:
+                return None
+            with at:
+                data = fsio.read_file(at, os.path.basename(self.result_file), job_id, limit=RESULT_MAX_BYTES)
+        except JobError as exc:
+            raise Invalid(f"{where}: {exc.message}", job_id) from None
+        if data is None:
+            return None
+        try:
+            value = parse_result(data, job_id)
+        except Invalid as exc:
+            raise Invalid(f"{where}: {exc.message}", job_id) from None
+
+        def store_result(rec: Record) -> None:
+            set_result(rec, value)
+
+        return store_result
+
+    def _result_gone(self) -> None:
+        """Remove the result file once the attempt is over: the record holds the result now."""
+        if self.result_file is None or self.keeper is None:
+            return
+        with contextlib.suppress(OSError, JobError):
+            at = _log_dir_open(self.keeper.store, self.keeper.job_id)
+            if at is not None:
+                with at:
+                    fsio.unlink(at, os.path.basename(self.result_file))
 
     def _not_started(self, out: Outcome, command: Command, exc: OSError) -> None:
         out.exit_code = 127 if isinstance(exc, FileNotFoundError) else 126
@@ -1120,6 +1221,7 @@ class ChildWork(Work):
             out.error = _describe_status(code)
 
     def after(self, out: Outcome) -> None:
+        self._result_gone()
         if self._tee_r is not None:
             os.close(self._tee_r)
             self._tee_r = None
@@ -1202,7 +1304,6 @@ class Run:
 
     def execute(self) -> Outcome:
         return self.keeper.execute(self.work)
-
 
 
 class ClaimStore(RunStore, Protocol):

@@ -198,8 +198,10 @@ _RUN_HELP = """Run a command under a job's lease, which jobctl keeps alive.
 
 Claims job ID (or, with --next, the oldest runnable job) and runs CMD with
 JOB_STORE, JOB_ID, JOB_EPOCH, JOB_KIND, JOB_WORK, JOB_CHECKPOINT (the
-predecessor's checkpoint as JSON; null when none) and JOB_ATTEMPT in its
-environment, so it can call `jobctl checkpoint` with no flags and resume.
+predecessor's checkpoint as JSON; null when none), JOB_ATTEMPT and
+JOB_RESULT in its environment, so it can call `jobctl checkpoint` with no
+flags and resume. JSON that CMD leaves in the file $JOB_RESULT names is
+stored as the job's result when it completes (not JSON: the attempt fails).
 Without CMD the job's kind decides: a `shell` job runs its spec's argv;
 another kind runs its handler (--handler KIND=CMD, or the config file).
 
