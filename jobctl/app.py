@@ -203,5 +203,5 @@ def load(target: str) -> Worker:
         except AttributeError:
             raise Invalid(f"--app {target}: {module_name} has no attribute {attribute}") from None
     if not isinstance(obj, Worker):
-        raise Invalid(f"--app {target}: {attribute} is a {type(obj).__name__}, not a jobctl.Worker")
+        raise Invalid(f"--app {target}: {attribute} is not a jobctl.Worker (it is of type {type(obj).__name__})")
     return obj
