@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import sys
 import threading
 import time
@@ -392,9 +393,24 @@ def test_one_processor_per_kind(store: FileStore) -> None:
 
 
 def test_the_processor_api_is_not_imported_by_import_jobctl() -> None:
-    import subprocess
-
     heavy = "('asyncio', 'jobctl.processor', 'jobctl.app', 'jobctl.worker')"
     code = f"import sys, jobctl; print(sorted(m for m in sys.modules if m in {heavy}))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_python_api_pages_processor_example_runs(tmp_path: Path) -> None:
+    """The example in docs/reference/python-api.md, as written (its store moved under the test's directory)."""
+    import re
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "reference" / "python-api.md").read_text(encoding="utf-8")
+    section = page[page.index("## Python processors") :]
+    code = re.search(r"```python\n(.*?)```", section, re.S)
+    assert code is not None
+    script = code.group(1).replace("/srv/jobs", str(tmp_path / "jobs"))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    store = FileStore(tmp_path / "jobs")
+    kinds = sorted(store.load(i).kind for i in store.ids())
+    assert kinds == ["image_generation", "script_generation", "video_generation", "voice_synthesis"]
+    assert all(store.load(i).state == "complete" for i in store.ids())
