@@ -18,11 +18,13 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from workertools import gone, wait_until
 
 from jobctl import FileStore, Record, results, schedule
+from jobctl.store.location import address
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -131,7 +133,7 @@ KINDS = ["script_generation", "voice_synthesis", "image_generation", "video_gene
 
 
 class Pipeline:
-    def __init__(self, tmp_path: Path, store: FileStore) -> None:
+    def __init__(self, tmp_path: Path, store: Any) -> None:
         self.dir = tmp_path
         self.store = store
         self.marks = tmp_path / "marks"
@@ -140,7 +142,7 @@ class Pipeline:
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def worker(self, **env: str) -> subprocess.Popen[bytes]:
-        full = dict(os.environ, GV_STORE=str(self.store.root), GV_MARKS=str(self.marks), **env)
+        full = dict(os.environ, GV_STORE=address(self.store), GV_MARKS=str(self.marks), **env)
         proc = subprocess.Popen(
             [sys.executable, "-m", "jobctl", "worker", "--app", "gv_app:worker", "--quiet"],
             cwd=self.dir,
@@ -202,9 +204,10 @@ class Pipeline:
                 proc.wait()
 
 
-@pytest.fixture
-def pipeline(tmp_path: Path, store: FileStore) -> Iterator[Pipeline]:
-    p = Pipeline(tmp_path, store)
+@pytest.fixture(params=["file", "postgres"])
+def pipeline(request: pytest.FixtureRequest, tmp_path: Path, store: FileStore) -> Iterator[Pipeline]:
+    """On the directory store, then on PostgreSQL (the workers open it from its URL)."""
+    p = Pipeline(tmp_path, store if request.param == "file" else request.getfixturevalue("pg_store"))
     yield p
     p.stop()
 
