@@ -411,6 +411,11 @@ class FunctionWork(Work):
                 self._log.write(f"--- jobctl: {text} ---\n".encode())
                 self._log.flush()
 
+    @property
+    def left_running(self) -> bool:
+        """Whether the processor was given up at the grace and its thread still runs."""
+        return self._given_up and self._future is not None and not self._future.done()
+
     def done(self) -> bool:
         return self._given_up or (self._future is not None and self._future.done())
 

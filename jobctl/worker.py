@@ -63,7 +63,7 @@ from .store.base import OpenListing
 from .store.location import address
 
 if TYPE_CHECKING:
-    from .processor import AsyncLoop, ProcessorFunction
+    from .processor import AsyncLoop, FunctionWork, ProcessorFunction
 
 __all__ = ["Worker", "WorkerStore", "Event", "Summary", "MODES", "default_owner"]
 
@@ -89,8 +89,9 @@ class Event:
     or claim refused for another reason), ``untrusted`` (a record not owned by
     the worker's user, with the store's ``owned_by`` set: said once, then left
     alone), ``alert`` / ``alert-failed``, ``stopping``; ``waiting`` (``drain``
-    waits for a retry of a job it ran), ``unreadable`` (a record that cannot
-    be read, once per record), ``blocked`` (a job waits for an unreadable
+    waits for a retry of a job it ran; or a job is not started again while
+    the processor of its earlier attempt, given up at the grace, still runs),
+    ``unreadable`` (a record that cannot be read, once per record), ``blocked`` (a job waits for an unreadable
     record, once per job), ``unhandled`` (``drain``/``once`` leaves pending
     jobs of a kind nothing here can run, once per kind).
     """
@@ -211,6 +212,10 @@ class Worker:
         # Shared with the slots.
         self._lock = threading.Lock()
         self._runs: dict[str, Run | Keeper] = {}
+        # Python processors given up at the grace whose thread still runs: the
+        # job is not started again here until it ends (said once per job).
+        self._left: dict[str, FunctionWork] = {}
+        self._said_left: set[str] = set()
         self._async: AsyncLoop | None = None
         self._work: queue.SimpleQueue[Record | None] = queue.SimpleQueue()
         self._done: queue.SimpleQueue[_Report] = queue.SimpleQueue()
@@ -405,6 +410,21 @@ class Worker:
         if self._stop_level:
             self._post(_Report(rec.id))
             return
+        with self._lock:
+            left = self._left.get(rec.id)
+            if left is not None and not left.left_running:
+                del self._left[rec.id]
+                left = None
+            say = left is not None and rec.id not in self._said_left
+            if say:
+                self._said_left.add(rec.id)
+        if left is not None:
+            # Its processor, given up at the grace of an earlier attempt, still
+            # runs on its thread: a second one here would run the job twice at once.
+            detail = "its processor from an earlier attempt is still running here; not started again until it ends"
+            event = Event("waiting", rec.id, rec.kind, detail) if say else None
+            self._post(_Report(rec.id, skip=True, event=event))
+            return
         try:
             claimed = store.claim(rec.id, self.owner, self.ttl)
         except (LeaseHeld, Terminal, NotFound):
@@ -431,15 +451,16 @@ class Worker:
             return
         function = self.functions.get(claimed.kind)
         run: Run | Keeper
+        work: FunctionWork | None = None
         if function is not None:
             # A Python processor: the same lease keeping, a function as the work.
             from .processor import FunctionWork
 
             keeper = run = Keeper(store, claimed, ttl=self.ttl, grace=self.grace)
-            work = FunctionWork(function, loop=self._async_loop)
+            work = python = FunctionWork(function, loop=self._async_loop)
 
             def execute() -> Outcome:
-                return keeper.execute(work)
+                return keeper.execute(python)
 
         else:
             run = Run(
@@ -467,6 +488,8 @@ class Worker:
         finally:
             with self._lock:
                 self._runs.pop(claimed.id, None)
+                if work is not None and work.left_running:
+                    self._left[claimed.id] = work
         self._post(_Report(rec.id, outcome=outcome))
 
     def _async_loop(self) -> AsyncLoop:

@@ -327,6 +327,46 @@ def test_a_plain_processor_that_ignores_the_stop_is_left_behind_and_the_job_rele
     assert summary.ran == {one: "pending"}
 
 
+def test_a_job_whose_left_behind_processor_still_runs_is_not_started_again_here(store: FileStore) -> None:
+    """Given up at the grace, a plain processor runs on: this worker waits for it before the job's next attempt."""
+    events: list[Any] = []
+    worker = jobctl.Worker(store, poll_interval=0.05, ttl=5.0, grace=0.2, on_event=events.append)
+    lock = threading.Lock()
+    active, most, calls = [0], [0], [0]
+    first_in = threading.Event()
+    release = threading.Event()
+
+    @worker.processor("stubborn")
+    def stubborn(j: jobctl.Job) -> Any:
+        with lock:
+            active[0] += 1
+            calls[0] += 1
+            most[0] = max(most[0], active[0])
+        try:
+            if calls[0] == 1:
+                first_in.set()
+                release.wait(30)  # ignores the stop request
+            return {"call": calls[0]}
+        finally:
+            with lock:
+                active[0] -= 1
+
+    one = job(store, "stubborn")
+    loop = in_thread(worker.run)
+    first_in.wait(10)
+    store.set_intent(one, "pause", "tester")
+    wait_until(lambda: store.load(one).state == "pending", what="the job released without its processor")
+    store.set_intent(one, "run", "tester")  # runnable again while the first call still runs
+    said = wait_until(lambda: [e for e in events if e.what == "waiting" and e.job_id == one], what="the wait")
+    assert "still running" in said[0].detail and calls[0] == 1
+    release.set()
+    wait_until(lambda: store.load(one).state == "complete", what="the second attempt")
+    worker.stop()
+    loop.join(30)
+    assert most[0] == 1 and calls[0] == 2
+    assert results.result_of(store.load(one)) == {"call": 2}
+
+
 def test_stopping_the_worker_stops_the_processors(store: FileStore) -> None:
     worker = app(store, shutdown_grace=0.0, grace=5.0)
     running = threading.Event()
