@@ -233,6 +233,7 @@ class Keeper:
         self.renew_every = self.ttl / 3
         self.check_every = min(max(0.05, float(check_every)), self.renew_every)
         self.attempt = attempt_of(rec)
+        self.ending = Ending(store, rec, self.attempt)
         #: What the loop decided to stop the work for ("" while it runs on), and why.
         self.disposition = ""
         self.detail = ""
@@ -286,14 +287,14 @@ class Keeper:
         rec = self.rec
         # Check the intent before starting [JOB-I8]: the claim keeps it as found.
         if rec.want == "cancel":
-            return self._cancel(self.outcome(reason="not-started"), rec)
+            return self.ending.cancel(self.outcome(reason="not-started"), rec)
         if rec.want == "pause":
-            return self._release(self.outcome(reason="pause", error=""))
+            return self.ending.release(self.outcome(reason="pause", error=""))
         try:
             work.prepare(self)
         except Invalid as exc:
             # A spec this kind cannot run will not run on a retry either.
-            return self._finish(self.outcome(reason="not-started", error=f"cannot run: {exc.message}"), "failed")
+            return self.ending.finish(self.outcome(reason="not-started", error=f"cannot run: {exc.message}"), "failed")
         out = self.outcome()
         try:
             if not work.start(self, out):
@@ -302,7 +303,7 @@ class Keeper:
                     with contextlib.suppress(JobError):
                         out.state = self.store.load(self.job_id).state
                     return out
-                return self._failed(out, out.exit_code)
+                return self.ending.failed(out, out.exit_code)
             fenced = self._watch(work)
             disposition, detail = self.disposition, self.detail
             work.end(out, disposition, detail, fenced)
@@ -319,29 +320,29 @@ class Keeper:
             return out
         if disposition == "cancel":
             out.reason = "cancel"
-            return self._cancel(out, None, detail)
+            return self.ending.cancel(out, None, detail)
         if disposition in ("pause", "recall", "stop"):
             out.reason = disposition
-            return self._release(out)
+            return self.ending.release(out)
         if disposition == "timeout":
             out.reason = "timeout"
             out.error = detail
-            return self._failed(out, None)
+            return self.ending.failed(out, None)
         if work.succeeded:
             out.error = ""
             try:
                 extra = work.completing(out)
             except Invalid as exc:
                 out.reason, out.error = "result", exc.message
-                return self._failed(out, None)
+                return self.ending.failed(out, None)
             except (JobError, OSError) as exc:
                 # What must exist before the job completes could not be written:
                 # the job stays this holder's, released for another attempt.
                 verdict = exc if isinstance(exc, JobError) else _io(exc, self.job_id)
                 out.error = f"{verdict.verdict}: {verdict.message}"
-                return self._failed(out, None)
-            return self._finish(out, "complete", extra)
-        return self._failed(out, out.exit_code, retryable=work.retryable)
+                return self.ending.failed(out, None)
+            return self.ending.finish(out, "complete", extra)
+        return self.ending.failed(out, out.exit_code, retryable=work.retryable)
 
     # -- the loop ---------------------------------------------------------------
 
@@ -485,9 +486,22 @@ class Keeper:
             fenced.job_id = self.job_id
         return fenced
 
-    # -- final writes ---------------------------------------------------------
 
-    def _refused(self, out: Outcome, exc: JobError) -> Outcome:
+class Ending:
+    """The final writes of one attempt: each one update, fenced by the attempt's epoch.
+
+    Each returns the outcome with the record's state after the write, or,
+    when the write is refused, the verdict and the state somebody else left.
+    """
+
+    def __init__(self, store: KeeperStore, rec: Record, attempt: int) -> None:
+        self.store = store
+        self.rec = rec
+        self.job_id = rec.id
+        self.epoch = rec.lease.epoch
+        self.attempt = attempt
+
+    def refused(self, out: Outcome, exc: JobError) -> Outcome:
         out.verdict = exc
         if isinstance(exc, (StaleEpoch, LeaseExpired)):
             out.reason = "fenced"
@@ -495,7 +509,7 @@ class Keeper:
             out.state = self.store.load(self.job_id).state
         return out
 
-    def _finish(self, out: Outcome, state: str, extra: Callable[[Record], None] | None = None) -> Outcome:
+    def finish(self, out: Outcome, state: str, extra: Callable[[Record], None] | None = None) -> Outcome:
         """The final state, the error and ``extra``'s part in one update; checkpoint and done as found [JOB-T4]."""
         error = out.error
 
@@ -508,11 +522,11 @@ class Keeper:
         try:
             rec = self.store.update(self.job_id, self.epoch, mutate)
         except (JobError, OSError) as exc:
-            return self._refused(out, exc if isinstance(exc, JobError) else _io(exc, self.job_id))
+            return self.refused(out, exc if isinstance(exc, JobError) else _io(exc, self.job_id))
         out.state = rec.state
         return out
 
-    def _failed(self, out: Outcome, code: int | None, *, retryable: bool = True) -> Outcome:
+    def failed(self, out: Outcome, code: int | None, *, retryable: bool = True) -> Outcome:
         """Count the failure under the retry policy: back to pending with a not-before time, or failed."""
         now = self.store.now()
         error = f"attempt {self.attempt}: {out.error}"
@@ -528,30 +542,30 @@ class Keeper:
         try:
             rec = self.store.update(self.job_id, self.epoch, mutate)
         except (JobError, OSError) as exc:
-            return self._refused(out, exc if isinstance(exc, JobError) else _io(exc, self.job_id))
+            return self.refused(out, exc if isinstance(exc, JobError) else _io(exc, self.job_id))
         out.error = error
         if not decided.get("again"):
             out.state = rec.state
             return out
         out.retried = True
         out.not_before = not_before(rec)
-        return self._release(out)
+        return self.release(out)
 
-    def _release(self, out: Outcome) -> Outcome:
+    def release(self, out: Outcome) -> Outcome:
         try:
             rec = self.store.release(self.job_id, self.epoch)
         except (JobError, OSError) as exc:
-            return self._refused(out, exc if isinstance(exc, JobError) else _io(exc, self.job_id))
+            return self.refused(out, exc if isinstance(exc, JobError) else _io(exc, self.job_id))
         out.state = rec.state
         return out
 
-    def _cancel(self, out: Outcome, rec: Record | None, reason: str = "") -> Outcome:
+    def cancel(self, out: Outcome, rec: Record | None, reason: str = "") -> Outcome:
         if not reason:
             current = rec if rec is not None else self.rec
             by = current.intent.by if current.intent is not None else ""
             reason = f"cancelled at the request of {by}" if by else "cancelled on request"
         out.error = reason
-        return self._finish(out, "cancelled")
+        return self.finish(out, "cancelled")
 
 
 def _io(exc: OSError, job_id: str) -> JobError:

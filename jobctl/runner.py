@@ -923,6 +923,7 @@ class ChildWork(Work):
                 out.exit_code = 126
                 out.error = f"cannot start the guardian: {exc.strerror or exc}"
                 self._footer(out.error)
+                self._close()
                 return False
         try:
             self.result_file = self._result_ready(keeper)
@@ -930,9 +931,11 @@ class ChildWork(Work):
             out.exit_code = 126
             out.error = f"cannot offer $JOB_RESULT: {exc.message}"
             self._footer(out.error)
+            self._close()
             return False
         started = self._start(keeper, command, log, out, self._guardian)
         if started is None:
+            self._close()  # before the write that records it, as a child that ran
             return False
         proc, tee_r, spec, expiry = started
         self._proc, self._tee_r = proc, tee_r
@@ -1219,16 +1222,23 @@ class ChildWork(Work):
         self.succeeded = code == 0
         if not self.succeeded:
             out.error = _describe_status(code)
+        self._close()  # before the final write, as ever: its latency is not the record's
 
     def after(self, out: Outcome) -> None:
+        self._close()  # a child that never started leaves them open
         self._result_gone()
+
+    def _close(self) -> None:
+        """Close the tee pipe, the attempt's own guardian and the log (each once)."""
         if self._tee_r is not None:
             os.close(self._tee_r)
             self._tee_r = None
         if self._own_guardian and self._guardian is not None:
             self._guardian.close()
+            self._own_guardian = False
         if self._logfile is not None:
             self._logfile.close()
+            self._logfile = None
 
     def _pump(self, fd: int) -> None:
         """Copy what the child wrote to the terminal and the log (tee mode)."""
