@@ -79,3 +79,53 @@ def test_an_app_that_cannot_be_loaded_is_one_line_and_an_exit_code(
     done = jobctl_worker(tmp_path, "--app", target, "--drain", APP_STORE=str(tmp_path / "s"))
     assert done.returncode == code
     assert says in done.stderr and "Traceback" not in done.stderr
+
+
+RUNNER = textwrap.dedent(
+    """
+    import os
+    import sys
+    import jobctl
+
+    worker = jobctl.Worker(sys.argv[1], poll_interval=0.05, ttl=5, grace=5, shutdown_grace=0.2)
+
+    @worker.processor("long")
+    def long(job):
+        open(sys.argv[2], "w").close()  # running: the test may signal now
+        job.wait_stop(60)
+        return "stopped early"
+
+    summary = worker.run()
+    print(sorted(summary.ran.items()))
+    """
+)
+
+
+def test_sigterm_stops_worker_run_gracefully(tmp_path: Path) -> None:
+    import signal
+
+    from workertools import wait_until
+
+    store = FileStore(tmp_path / "s")
+    job = store.submit(Record(kind="long", spec={}))
+    (tmp_path / "runner.py").write_text(RUNNER)
+    running = tmp_path / "running"
+    proc = subprocess.Popen(
+        [sys.executable, "runner.py", str(store.root), str(running)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until(running.exists, what="the processor to start")
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert out.strip() == str([(job, "pending")])  # released for somebody else, not failed
+    rec = store.load(job)
+    assert rec.state == "pending" and rec.lease.owner == "" and not results.has_result(rec)
