@@ -230,12 +230,15 @@ def submit_next(store: Any, parent: Record, next_jobs: Sequence[NewJob]) -> list
             else:
                 raise Invalid(f"job {parent.id}: a next job's after names {dep!r}, not a job", parent.id)
         deps[id(job)] = names
+    for job in next_jobs:  # every one checked before any is submitted
+        if not isinstance(job.spec, dict):
+            raise Invalid(f"job {parent.id}: the spec of next job {job.kind} is not a JSON object", parent.id)
+        _check_json(job.spec, parent.id, f"the spec of next job {job.kind}")
     order = _in_dependency_order(next_jobs, ids, deps, parent.id)
     membership = schedule.pipeline_of(parent)
     inherited = schedule.retry_of(parent)
     for job in order:
         rec = Record(id=ids[id(job)], kind=job.kind, spec=job.spec)
-        _check_json(job.spec, rec.id, "spec")
         schedule.plan(
             rec,
             retries=job.retries,

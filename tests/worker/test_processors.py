@@ -152,6 +152,15 @@ def test_next_jobs_that_wait_in_a_cycle_or_for_a_stranger_are_refused_before_any
     assert store.ids() == [parent.id]
 
 
+def test_a_next_job_whose_spec_is_not_an_object_submits_none_of_them(store: FileStore) -> None:
+    parent = store.load(job(store, "script"))
+    with pytest.raises(Invalid, match="spec of next job b is not a JSON object"):
+        submit_next(store, parent, [NewJob("a"), NewJob("b", [1, 2])])
+    with pytest.raises(Invalid, match="spec of next job c is not JSON"):
+        submit_next(store, parent, [NewJob("a"), NewJob("c", {"when": object()})])
+    assert store.ids() == [parent.id]
+
+
 def test_a_processor_whose_next_jobs_are_wrong_fails_its_attempt(store: FileStore) -> None:
     worker = app(store)
     worker.add_processor("bad", lambda j: jobctl.Result(next_jobs=[NewJob("x", after=[NewJob("y")])]))
