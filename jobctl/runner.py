@@ -1,27 +1,22 @@
 """Run one command under a lease that jobctl keeps alive.
 
 A :class:`Run` takes a record its caller has just claimed and a
-:class:`Command`, starts the command as a child process and supervises it
-from the same thread, without blocking on it: a ``poll`` loop waits on the
-child's exit (a pidfd on Linux), on a wake-up pipe and on the next deadline.
+:class:`Command`, and runs the command as a :class:`ChildWork` under a
+:class:`jobctl.keeper.Keeper`: the keeper keeps the lease (renewal every
+third of the TTL, the intent and recall checks, fencing, the final write) and
+asks the child to stop when the record says so; this module starts the child
+and supervises it from the keeper's thread, without blocking on it: the
+keeper's ``poll`` loop waits on the child's exit (a pidfd on Linux), on its
+output and on the next deadline. What the keeper does at each deadline is
+told in :mod:`jobctl.keeper`; for a child it means:
 
-At every deadline the run moves toward what the record asks [JOB-I8]:
-
-* every third of the TTL it renews the lease; the renewal returns the record,
-  so the intent and the recall are read in the same write. Between renewals a
-  plain read checks them about once a second, so a cancel is noticed quickly;
-* ``cancel`` -> SIGTERM to the child's process group, SIGKILL after the grace,
-  the record ends ``cancelled`` with the reason [JOB-I9] [JOB-S3];
-* ``pause`` -> the child is stopped and the job released: it becomes
-  ``pending`` and stays paused, so no sweep adopts it [JOB-I10] [JOB-I11];
-* a recall -> the child is stopped before ``until`` and the job released,
-  keeping whatever checkpoint the child wrote [JOB-R3] [JOB-R6];
-* a write refused ``stale_epoch`` or ``lease_expired`` (or a read showing that
-  somebody else claimed) means the job is somebody else's now: the child is
-  SIGKILLed at once and the run ends fenced, writing nothing more [JOB-L5].
-  If renewals keep failing for another reason, the child is killed just
-  before the lease the run last obtained runs out, so an adopter never starts
-  while this child still runs.
+* ``cancel``, ``pause``, a recall, :meth:`Run.stop` -> SIGTERM to the child's
+  process group, SIGKILL after the grace (a recall: before ``until``);
+* the lease lost (``stale_epoch``, ``lease_expired``, or a read showing that
+  somebody else claimed) -> SIGKILL at once, and nothing more is written
+  [JOB-L5]; the same just before the lease runs out when renewals keep
+  failing for another reason, so an adopter never starts while this child
+  still runs.
 
 The child starts in its own process group under a :class:`Guardian`, a
 small process of its own that the supervisor tells each group's deadline (a
@@ -70,11 +65,11 @@ from datetime import datetime
 from typing import IO, Any, Protocol
 
 from . import fsio
-from .errors import Invalid, JobError, LeaseExpired, NotFound, Refused, StaleEpoch
+from .errors import Invalid, JobError, LeaseExpired, NotFound
 from .jobenv import JobEnvironment
+from .keeper import Keeper, Outcome, Work
 from .record import Record, format_time
 from .schedule import attempt as attempt_of
-from .schedule import not_before, record_failure
 from .store.location import address
 
 __all__ = [
@@ -82,6 +77,7 @@ __all__ = [
     "Outcome",
     "Processor",
     "Run",
+    "ChildWork",
     "RunStore",
     "shell_command",
     "handler_command",
@@ -92,6 +88,7 @@ __all__ = [
     "log_open",
     "log_read",
     "log_size",
+    "result_path",
     "child_env",
     "SHELL",
     "ClaimStore",
@@ -281,6 +278,20 @@ def log_size(store: RunStore, job_id: str, attempt: int) -> int | None:
         os.close(fd)
 
 
+def result_name(attempt: int, epoch: int) -> str:
+    """The name of the file a child leaves its result in (``$JOB_RESULT``), beside its attempt's log.
+
+    The epoch is in the name: an adopter runs the same attempt number as the
+    holder it replaced, and must never store a result that holder left.
+    """
+    return f"attempt-{attempt}.epoch-{epoch}.result.json"
+
+
+def result_path(store: RunStore, job_id: str, attempt: int, epoch: int) -> str:
+    """``<root>/work/.jobctl/logs/<id>/attempt-<N>.epoch-<E>.result.json``: what ``$JOB_RESULT`` names."""
+    return os.path.join(log_dir(store, job_id), result_name(attempt, epoch))
+
+
 def _cut_short(store: RunStore, job_id: str, attempt: int) -> str | None:
     """Whether attempt ``attempt``'s log was left open by a holder that died: None if not, else what ends its last line.
 
@@ -304,7 +315,16 @@ def _cut_short(store: RunStore, job_id: str, attempt: int) -> str | None:
 
 # -- the child's environment ----------------------------------------------------
 
-_CHILD_VARS = ("JOB_STORE", "JOB_ID", "JOB_EPOCH", "JOB_KIND", "JOB_WORK", "JOB_CHECKPOINT", "JOB_ATTEMPT")
+_CHILD_VARS = (
+    "JOB_STORE",
+    "JOB_ID",
+    "JOB_EPOCH",
+    "JOB_KIND",
+    "JOB_WORK",
+    "JOB_CHECKPOINT",
+    "JOB_ATTEMPT",
+    "JOB_RESULT",
+)
 
 
 def child_env(
@@ -808,255 +828,126 @@ def _describe_status(code: int) -> str:
     return f"exit status {code}"
 
 
-# -- the outcome ----------------------------------------------------------------
-
-
-@dataclass
-class Outcome:
-    """How one run ended.
-
-    ``state`` is the record's state after the run's last write: ``complete``,
-    ``failed``, ``cancelled``, ``pending`` (released: retry, pause, recall,
-    stop), or the state somebody else left when the run was fenced or its
-    final write refused (``""`` when unknown). ``reason`` says why the child
-    stopped: ``exit``, ``cancel``, ``pause``, ``recall``, ``stop``,
-    ``timeout``, ``fenced``, or ``not-started``.
-    """
-
-    job_id: str
-    kind: str
-    epoch: int
-    attempt: int
-    state: str = ""
-    reason: str = "exit"
-    exit_code: int | None = None
-    error: str = ""
-    retried: bool = False
-    not_before: datetime | None = None
-    verdict: JobError | None = None
-    log: str | None = None
-    pid: int | None = None
-
-    @property
-    def fenced(self) -> bool:
-        return isinstance(self.verdict, (StaleEpoch, LeaseExpired))
-
-    @property
-    def status(self) -> int:
-        """An exit status mirroring the child's (128+N for signal N); a verdict's code when fenced."""
-        if self.fenced and self.verdict is not None:
-            return self.verdict.exit_code
-        if self.exit_code is None:
-            if self.verdict is not None:
-                return self.verdict.exit_code
-            return 0 if self.state in ("complete", "pending") else 1
-        if self.exit_code < 0:
-            return 128 - self.exit_code
-        return self.exit_code
-
-
 # -- the run --------------------------------------------------------------------
 
-# Dispositions in the order one overrides another: losing the lease beats
-# everything, a cancel beats a release, a release beats a timeout.
-_PRIORITY = {"fenced": 4, "cancel": 3, "pause": 2, "recall": 2, "stop": 2, "timeout": 1}
 
+class ChildWork(Work):
+    """A command run as a child process: the work of a ``shell`` job and of a handler command.
 
-class Run:
-    """One attempt of one claimed job: start the command, keep the lease, record the end.
-
-    ``rec`` is the record as the claim returned it. ``execute()`` blocks until
-    the child is gone and the record written; ``stop()`` may be called from
-    any thread or a signal handler to stop the child and release the job.
-    The thread that calls ``execute()`` is the child's parent for the
-    parent-death signal (armed on Python 3.10's start path), so it must be the
-    one that lives as long as the child. ``guardian``: the supervisor's
-    :class:`Guardian` (a worker shares one among its runs); without one the
-    run starts its own for the attempt.
+    The child starts in its own process group under the :class:`Guardian`,
+    blocked until the guardian has it; its output goes to the attempt log
+    (and to ``tee``). Stopping it is SIGTERM to the group, SIGKILL at the
+    deadline; when it exits, whatever is left in its group is killed.
     """
 
     def __init__(
         self,
-        store: RunStore,
-        rec: Record,
         command: Command | Processor,
         *,
-        ttl: float = 30.0,
-        grace: float = 10.0,
-        check_every: float = 1.0,
         env: Mapping[str, str] | None = None,
         tee: IO[bytes] | None = None,
         log: bool = True,
         guardian: Guardian | None = None,
         environment: JobEnvironment | None = None,
     ) -> None:
-        if not ttl > 0:
-            raise Invalid("ttl must be positive")
-        self.store = store
-        self.rec = rec
-        self.job_id = rec.id
-        self.epoch = rec.lease.epoch
-        self.owner = rec.lease.owner
         self._command = command
-        self.ttl = float(ttl)
-        self.grace = max(0.0, float(grace))
-        self.renew_every = self.ttl / 3
-        self.check_every = min(max(0.05, float(check_every)), self.renew_every)
         self._env = env
         self._environment = environment or JobEnvironment()
         self._tee = tee
         self._guardian = guardian
+        self._own_guardian = False
         self._log = log
-        self.attempt = attempt_of(rec)
         self.pid: int | None = None
-        # Reentrant: stop() may run in a signal handler on the thread that holds it.
-        self._lock = threading.RLock()
-        # Stop requests, appended by stop() and consumed in order by the loop;
-        # list.append is atomic, so a request can never be lost between a read and a reset.
-        self._requests: list[tuple[str, float | None]] = []
-        self._handled = 0
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
-        self._closed = False
+        self.command: Command | None = None
+        self.keeper: Keeper | None = None
+        self._logfile: IO[bytes] | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._tee_r: int | None = None
+        self._spec_fd = -1
+        self._spec_left = memoryview(b"")
+        self._pidfd: int | None = None
+        self._kill_at = math.inf
+        self._timeout_at = math.inf
+        self._sent_term = False
+        self._guarded_at = math.inf
+        self._ttl = 30.0
+        #: Where the child may leave its result (``$JOB_RESULT``): the name, in the directory the path names.
+        self.result_file: str | None = None
 
-    # -- control from other threads -------------------------------------------
+    def prepare(self, keeper: Keeper) -> None:
+        rec = keeper.rec
+        command = self._command(rec) if callable(self._command) else self._command
+        self._environment.check(command.env, rec.id)
+        self.command = command
+        self.keeper = keeper
+        self._ttl = keeper.ttl
 
-    def stop(self, reason: str = "stopped", *, grace: float | None = None) -> None:
-        """Stop the child (SIGTERM, SIGKILL after ``grace``) and release the job.
+    def margin(self, ttl: float) -> float:
+        return _own_margin(ttl)
 
-        Safe from another thread and from a signal handler. Calling it again
-        with a shorter grace hurries the stop along; ``grace=0`` is SIGKILL now.
-        """
-        self._requests.append((reason, grace))
-        with self._lock:
-            if self._closed:
-                return
-            try:
-                os.write(self._wake_w, b"!")
-            except (BlockingIOError, OSError):
-                pass
+    # -- starting ---------------------------------------------------------------
 
-    # -- the attempt ----------------------------------------------------------
-
-    def execute(self) -> Outcome:
-        try:
-            return self._execute()
-        finally:
-            with self._lock:
-                self._closed = True
-                os.close(self._wake_r)
-                os.close(self._wake_w)
-
-    def _outcome(self, **kw: Any) -> Outcome:
-        return Outcome(self.job_id, self.rec.kind, self.epoch, self.attempt, **kw)
-
-    def _execute(self) -> Outcome:
-        rec = self.rec
-        # Check the intent before starting [JOB-I8]: the claim keeps it as found.
-        if rec.want == "cancel":
-            return self._cancel(self._outcome(reason="not-started"), rec)
-        if rec.want == "pause":
-            return self._release(self._outcome(reason="pause", error=""))
-        try:
-            command = self._command(rec) if callable(self._command) else self._command
-            self._environment.check(command.env, rec.id)
-        except Invalid as exc:
-            # A spec this kind cannot run will not run on a retry either.
-            return self._finish(self._outcome(reason="not-started", error=f"cannot run: {exc.message}"), "failed")
-        return self._supervise(command)
-
-    def _open_log(self) -> IO[bytes] | None:
+    def _open_log(self, keeper: Keeper) -> IO[bytes] | None:
         if not self._log:
             return None
+        store, job_id = keeper.store, keeper.job_id
         try:
-            handle = log_open(self.store, self.job_id, self.attempt)  # closed by _supervise once the child is gone
+            handle = log_open(store, job_id, keeper.attempt)  # closed by end() once the child is gone
         except (OSError, JobError):
             # No log beats no run (the output goes where the runner's goes); a
             # link planted at the log's name is refused, never followed.
             return None
-        cut = _cut_short(self.store, self.job_id, self.attempt)
+        cut = _cut_short(store, job_id, keeper.attempt)
         if cut is not None:
             handle.write(
                 f"{cut}--- jobctl: cut short: its holder stopped without closing this log "
-                f"(its worker was killed?); adopted at epoch {self.epoch} by {self.owner} ---\n".encode()
+                f"(its worker was killed?); adopted at epoch {keeper.epoch} by {keeper.owner} ---\n".encode()
             )
         handle.write(
-            f"--- jobctl: attempt {self.attempt}, epoch {self.epoch}, owner {self.owner}, "
-            f"started {format_time(self.store.now())} ---\n".encode()
+            f"--- jobctl: attempt {keeper.attempt}, epoch {keeper.epoch}, owner {keeper.owner}, "
+            f"started {format_time(store.now())} ---\n".encode()
         )
         handle.flush()
         return handle
 
-    def _supervise(self, command: Command) -> Outcome:
-        log = self._open_log()
-        out = self._outcome(log=None if log is None else log.name)
-        guardian = self._guardian
-        own = guardian is None
-        try:
-            if guardian is None:
-                try:
-                    guardian = Guardian()
-                except OSError as exc:
-                    out.exit_code = 126
-                    out.error = f"cannot start the guardian: {exc.strerror or exc}"
-                    self._footer(log, out.error)
-                    return self._failed(out, out.exit_code)
-            started = self._start(command, log, out, guardian)
-            if started is None:
-                if out.verdict is not None:
-                    # The lease ran out before the child could start: write nothing [JOB-L5].
-                    with contextlib.suppress(JobError):
-                        out.state = self.store.load(self.job_id).state
-                    return out
-                return self._failed(out, out.exit_code)
-            proc, tee_r, spec, expiry = started
+    def start(self, keeper: Keeper, out: Outcome) -> bool:
+        assert self.command is not None  # prepare() ran
+        command = self.command
+        log = self._logfile = self._open_log(keeper)
+        out.log = None if log is None else log.name
+        if self._guardian is None:
             try:
-                code, disposition, detail, fenced = self._watch(proc, command, tee_r, spec, log, guardian, expiry)
-            finally:
-                if tee_r is not None:
-                    os.close(tee_r)
-            out.exit_code = code
-            if fenced is not None:
-                self._footer(log, f"{_describe_status(code)}; {fenced.verdict}: {fenced.message}")
-            else:
-                self._footer(log, _describe_status(code) + (f" ({disposition}: {detail})" if disposition else ""))
-        finally:
-            if own and guardian is not None:
-                guardian.close()
-            if log is not None:
-                log.close()
-        if fenced is not None:
-            # Somebody else owns the job now: write nothing more [JOB-L5].
-            out.reason, out.verdict = "fenced", fenced
-            with contextlib.suppress(JobError):
-                out.state = self.store.load(self.job_id).state
-            return out
-        if disposition == "cancel":
-            out.reason = "cancel"
-            return self._cancel(out, None, detail)
-        if disposition in ("pause", "recall", "stop"):
-            out.reason = disposition
-            return self._release(out)
-        if disposition == "timeout":
-            out.reason = "timeout"
-            out.error = detail
-            return self._failed(out, None)
-        if code == 0:
-            out.error = ""
-            return self._finish(out, "complete")
-        out.error = _describe_status(code)
-        return self._failed(out, code)
-
-    def _lease_expiry(self) -> float:
-        """The lease as the claim left it, on this process's monotonic clock, never later than it really ends."""
-        before = time.monotonic()
-        end = self.rec.lease.expires_at
-        # store.now() is read after ``before``: the estimate can only be early.
-        return before + ((end - self.store.now()).total_seconds() if end is not None else 0.0)
+                self._guardian = Guardian()
+                self._own_guardian = True
+            except OSError as exc:
+                out.exit_code = 126
+                out.error = f"cannot start the guardian: {exc.strerror or exc}"
+                self._footer(out.error)
+                self._close()
+                return False
+        try:
+            self.result_file = self._result_ready(keeper)
+        except JobError as exc:
+            out.exit_code = 126
+            out.error = f"cannot offer $JOB_RESULT: {exc.message}"
+            self._footer(out.error)
+            self._close()
+            return False
+        started = self._start(keeper, command, log, out, self._guardian)
+        if started is None:
+            self._close()  # before the write that records it, as a child that ran
+            return False
+        proc, tee_r, spec, expiry = started
+        self._proc, self._tee_r = proc, tee_r
+        if spec is not None:
+            self._spec_fd, self._spec_left = spec[0], memoryview(spec[1])
+        self._guarded_at = expiry - _guard_margin(self._ttl)
+        start = time.monotonic()
+        self._timeout_at = start + command.timeout if command.timeout else math.inf
+        return True
 
     def _start(
-        self, command: Command, log: IO[bytes] | None, out: Outcome, guardian: Guardian
+        self, keeper: Keeper, command: Command, log: IO[bytes] | None, out: Outcome, guardian: Guardian
     ) -> tuple[subprocess.Popen[bytes], int | None, tuple[int, bytes] | None, float] | None:
         """Start the child under the guardian; None (with ``out`` telling why) when it did not start.
 
@@ -1065,13 +956,16 @@ class Run:
         ``/bin/sh`` running :func:`_trampoline`, blocked until this method has
         registered it with the guardian and written ``go``.
         """
-        env = child_env(self.store, self.rec, self._env, self._environment)
+        store = keeper.store
+        env = child_env(store, keeper.rec, self._env, self._environment)
         env.update(command.env)
-        expiry = self._lease_expiry()
+        if self.result_file is not None:
+            env["JOB_RESULT"] = os.path.abspath(self.result_file)
+        expiry = keeper.lease_expiry()
         try:
             _check_executable(command.argv[0], env, command.cwd)
         except OSError as exc:
-            self._not_started(out, log, command, exc)
+            self._not_started(out, command, exc)
             return None
         stdout: Any = log
         tee_r: int | None = None
@@ -1107,23 +1001,23 @@ class Run:
             os.close(go_w)
             if tee_r is not None:
                 os.close(tee_r)
-            self._not_started(out, log, command, exc)
+            self._not_started(out, command, exc)
             return None
         finally:
             os.close(go_r)
             if tee_w is not None:
                 os.close(tee_w)
         self.pid = out.pid = proc.pid
-        margin = _guard_margin(self.ttl)
+        margin = _guard_margin(self._ttl)
         # Supervised first, then go: the guardian has the group before the job
         # runs anything. A time already past (this process was stopped since
         # the claim) gets no go: the lease may be somebody else's by now.
         # Where the store allows, the guardian reads the record too: a recall
         # made while this process is stopped cannot reach it otherwise.
-        path = self.store.lease_file(self.job_id)
-        record = None if path is None else LeaseRecord(path, self.epoch, margin, _read_every(self.ttl))
+        path = store.lease_file(keeper.job_id)
+        record = None if path is None else LeaseRecord(path, keeper.epoch, margin, _read_every(self._ttl))
         guarded = guardian.watch(proc.pid, expiry - margin, record)
-        if not guarded or time.monotonic() >= expiry - _own_margin(self.ttl):
+        if not guarded or time.monotonic() >= expiry - _own_margin(self._ttl):
             os.close(go_w)  # end of file: the child exits without running anything
             _killpg(proc.pid, signal.SIGKILL)
             guardian.forget(proc.pid)
@@ -1132,14 +1026,14 @@ class Run:
                 os.close(tee_r)
             if guarded:
                 out.reason = "fenced"
-                late = LeaseExpired(f"job {self.job_id}: the lease of epoch {self.epoch} ran out before the start")
-                late.job_id = self.job_id
+                late = LeaseExpired(f"job {keeper.job_id}: the lease of epoch {keeper.epoch} ran out before the start")
+                late.job_id = keeper.job_id
                 out.verdict = late
-                self._footer(log, f"not started; {late.verdict}: {late.message}")
+                self._footer(f"not started; {late.verdict}: {late.message}")
                 return None
             out.exit_code = 126
             out.error = f"cannot start {command.argv[0]}: no guardian process to supervise it"
-            self._footer(log, out.error)
+            self._footer(out.error)
             return None
         spec: tuple[int, bytes] | None = None
         try:
@@ -1153,12 +1047,79 @@ class Run:
             os.close(go_w)
         return proc, tee_r, spec, expiry
 
-    def _not_started(self, out: Outcome, log: IO[bytes] | None, command: Command, exc: OSError) -> None:
+    # -- the result -----------------------------------------------------------------
+
+    def _result_ready(self, keeper: Keeper) -> str:
+        """Make the directory ``$JOB_RESULT`` lives in and clear its name; returns the path.
+
+        Every directory below the store's is opened without following a link
+        (:mod:`jobctl.fsio`): a link planted there refuses the attempt rather
+        than send the job's result out of the store. Whatever is at the name
+        (left by a holder of the same epoch: there is none) is removed, so the
+        only result stored is one this child wrote.
+        """
+        at = _log_dir_open(keeper.store, keeper.job_id, create=True)
+        assert at is not None  # created
+        name = result_name(keeper.attempt, keeper.epoch)
+        with at:
+            try:
+                fsio.unlink(at, name)
+            except OSError as exc:
+                raise fsio.refusal(at.join(name), exc, keeper.job_id, "remove") from None
+            return at.join(name)
+
+    def completing(self, out: Outcome) -> Callable[[Record], None] | None:
+        """The result the child left at ``$JOB_RESULT``, stored with the completion; nothing when it left none.
+
+        The file is read without following a link and must hold one JSON
+        value of at most :data:`jobctl.results.RESULT_MAX_BYTES`; anything
+        else fails the attempt (``Invalid``) with an error naming the job and
+        the file, counted under the retry policy like a non-zero exit.
+        """
+        if self.result_file is None or self.keeper is None:
+            return None
+        from .results import RESULT_MAX_BYTES, parse_result, set_result
+
+        keeper = self.keeper
+        job_id = keeper.job_id
+        where = f"job {job_id}: $JOB_RESULT ({self.result_file})"
+        try:
+            at = _log_dir_open(keeper.store, job_id)
+            if at is None:
+                return None
+            with at:
+                data = fsio.read_file(at, os.path.basename(self.result_file), job_id, limit=RESULT_MAX_BYTES)
+        except JobError as exc:
+            raise Invalid(f"{where}: {exc.message}", job_id) from None
+        if data is None:
+            return None
+        try:
+            value = parse_result(data, job_id)
+        except Invalid as exc:
+            raise Invalid(f"{where}: {exc.message}", job_id) from None
+
+        def store_result(rec: Record) -> None:
+            set_result(rec, value)
+
+        return store_result
+
+    def _result_gone(self) -> None:
+        """Remove the result file once the attempt is over: the record holds the result now."""
+        if self.result_file is None or self.keeper is None:
+            return
+        with contextlib.suppress(OSError, JobError):
+            at = _log_dir_open(self.keeper.store, self.keeper.job_id)
+            if at is not None:
+                with at:
+                    fsio.unlink(at, os.path.basename(self.result_file))
+
+    def _not_started(self, out: Outcome, command: Command, exc: OSError) -> None:
         out.exit_code = 127 if isinstance(exc, FileNotFoundError) else 126
         out.error = f"cannot start {command.argv[0]}: {exc.strerror or exc}"
-        self._footer(log, out.error)
+        self._footer(out.error)
 
-    def _footer(self, log: IO[bytes] | None, text: str) -> None:
+    def _footer(self, text: str) -> None:
+        log = self._logfile
         if log is None:
             return
         try:
@@ -1167,200 +1128,121 @@ class Run:
         except (OSError, ValueError):
             pass
 
-    # -- supervision loop -----------------------------------------------------
+    # -- supervision (the keeper's loop calls these) ------------------------------
 
-    def _watch(
-        self,
-        proc: subprocess.Popen[bytes],
-        command: Command,
-        tee_r: int | None,
-        spec: tuple[int, bytes] | None,
-        log: IO[bytes] | None,
-        guardian: Guardian,
-        expiry: float,
-    ) -> tuple[int, str, str, JobError | None]:
-        """Supervise the child until it exits: returns (exit code, disposition, detail, fencing verdict).
+    def register(self, poller: select.poll) -> float:
+        assert self._proc is not None
+        self._pidfd = _pidfd(self._proc.pid)
+        if self._pidfd is not None:
+            poller.register(self._pidfd, select.POLLIN)
+        if self._tee_r is not None:
+            os.set_blocking(self._tee_r, False)
+            poller.register(self._tee_r, select.POLLIN)
+        if self._spec_fd >= 0:
+            poller.register(self._spec_fd, select.POLLOUT)
+        self._poller = poller
+        # Without a pidfd the child's exit wakes nothing: look every 20 ms.
+        return math.inf if self._pidfd is not None else 0.02
 
-        ``expiry`` is the lease's end on the monotonic clock, never late. The
-        run kills the child at ``expiry`` less :func:`_own_margin`; the guardian,
-        told of every change, at ``expiry`` less the smaller
-        :func:`_guard_margin`, so it acts only when this loop could not.
-        """
-        store = self.store
+    def ready(self, fd: int) -> None:
+        if fd == self._tee_r:
+            self._pump(fd)
+        elif fd == self._spec_fd:
+            self._spec_left = _feed(fd, self._spec_left)
+            if not self._spec_left:
+                self._poller.unregister(fd)
+                os.close(fd)
+                self._spec_fd = -1
+
+    def done(self) -> bool:
+        assert self._proc is not None
+        return _exited(self._proc.pid)
+
+    def stop(self, when: float, now: float) -> None:
+        assert self._proc is not None
+        pid = self._proc.pid
+        if when <= now:
+            _killpg(pid, signal.SIGKILL)
+            self._kill_at = math.inf
+            self._sent_term = True
+            return
+        if not self._sent_term:
+            _killpg(pid, signal.SIGTERM)
+            self._sent_term = True
+        self._kill_at = min(self._kill_at, when)
+
+    def lease_moved(self, expiry: float) -> None:
+        # The guardian follows the lease: it kills only when this loop could not.
+        guarded_at = expiry - _guard_margin(self._ttl)
+        if guarded_at != self._guarded_at and self._proc is not None and self._guardian is not None:
+            self._guarded_at = guarded_at
+            self._guardian.renew(self._proc.pid, guarded_at)
+
+    def due(self) -> float:
+        return min(self._kill_at, self._timeout_at)
+
+    def tick(self, now: float) -> tuple[str, str] | None:
+        assert self._proc is not None and self.command is not None
+        stop_for = None
+        if now >= self._timeout_at:
+            stop_for = ("timeout", f"timed out after {self.command.timeout:g} s")
+            self._timeout_at = math.inf
+        if now >= self._kill_at:
+            _killpg(self._proc.pid, signal.SIGKILL)
+            self._kill_at = math.inf
+        return stop_for
+
+    def killed_unasked(self) -> bool:
+        # SIGKILLed, and not by the keeper: most likely by the guardian.
+        assert self._proc is not None
+        return _sigkilled(self._proc.pid)
+
+    def end(self, out: Outcome, disposition: str, detail: str, fenced: JobError | None) -> None:
+        proc = self._proc
+        assert proc is not None and self._guardian is not None
         pid = proc.pid
-        pidfd = _pidfd(pid)
-        poller = select.poll()
-        poller.register(self._wake_r, select.POLLIN)
-        if pidfd is not None:
-            poller.register(pidfd, select.POLLIN)
-        if tee_r is not None:
-            os.set_blocking(tee_r, False)
-            poller.register(tee_r, select.POLLIN)
-        spec_fd, spec_left = (spec[0], memoryview(spec[1])) if spec is not None else (-1, memoryview(b""))
-        if spec_fd >= 0:
-            poller.register(spec_fd, select.POLLOUT)
-        mono = time.monotonic
-        start = mono()
-        margin = _own_margin(self.ttl)
-        guard_margin = _guard_margin(self.ttl)
-        lease_end = expiry - margin
-        guarded_at = expiry - guard_margin
-
-        def lease(new_expiry: float) -> None:
-            """The lease now ends at ``new_expiry`` (monotonic): the loop and the guardian follow."""
-            nonlocal expiry, lease_end, guarded_at
-            expiry = new_expiry
-            lease_end = expiry - margin
-            if expiry - guard_margin != guarded_at:
-                guarded_at = expiry - guard_margin
-                guardian.renew(pid, guarded_at)
-
-        renew_at = start + self.renew_every
-        check_at = start + self.check_every
-        timeout_at = start + command.timeout if command.timeout else math.inf
-        kill_at = math.inf
-        disposition, detail = "", ""
-        fenced: JobError | None = None
-        sent_term = False
-
-        def begin(what: str, why: str, grace: float | None, deadline: float = math.inf) -> None:
-            nonlocal disposition, detail, kill_at, sent_term
-            if _exited(pid):
-                return  # it ended on its own first: its exit status decides
-            if _PRIORITY.get(what, 0) > _PRIORITY.get(disposition, 0):
-                disposition, detail = what, why
-            now = mono()
-            when = min(now + (self.grace if grace is None else max(0.0, grace)), deadline)
-            if when <= now:
-                _killpg(pid, signal.SIGKILL)
-                kill_at = math.inf
-                sent_term = True
-                return
-            if not sent_term:
-                _killpg(pid, signal.SIGTERM)
-                sent_term = True
-            kill_at = min(kill_at, when)
-
-        def examine(rec: Record) -> None:
-            nonlocal fenced
-            if rec.lease.epoch != self.epoch:
-                fenced = StaleEpoch(
-                    f"job {self.job_id} is at epoch {rec.lease.epoch}, not {self.epoch}: "
-                    f"{rec.lease.owner or 'somebody'} claimed it since",
-                    self.job_id,
-                )
-                begin("fenced", fenced.message, 0)
-                return
-            if rec.terminal:
-                return  # the child finished the job itself; let it exit
-            if rec.want == "cancel":
-                by = rec.intent.by if rec.intent is not None else ""
-                begin("cancel", f"cancelled at the request of {by}" if by else "cancelled on request", None)
-            elif rec.want == "pause":
-                begin("pause", "paused on request", None)
-            if rec.lease.expires_at is not None:
-                # A recall lowers the lease's end [JOB-R3]; a read sees it as well as a renewal.
-                lease(min(expiry, mono() + (rec.lease.expires_at - store.now()).total_seconds()))
-            recall = rec.lease.recall
-            if recall is not None and recall.until is not None:
-                # Stop the child early enough to release before the lease ends:
-                # a holder that yields is not one that was evicted [JOB-R3].
-                left = lease_end - mono()
-                begin("recall", f"recalled: {recall.reason}", None, lease_end - min(0.5, max(0.0, left) / 4))
-
-        while True:
-            if _exited(pid):
-                break
-            now = mono()
-            while self._handled < len(self._requests):
-                why, grace = self._requests[self._handled]
-                self._handled += 1
-                begin("stop", why, grace)
-            if now >= timeout_at and disposition == "":
-                begin("timeout", f"timed out after {command.timeout:g} s", None)
-                timeout_at = math.inf
-            if now >= kill_at:
-                _killpg(pid, signal.SIGKILL)
-                kill_at = math.inf
-            if fenced is None and now >= lease_end:
-                fenced = LeaseExpired(f"job {self.job_id}: the lease of epoch {self.epoch} ran out unrenewed")
-                fenced.job_id = self.job_id
-                begin("fenced", fenced.message, 0)
-            if fenced is None and now >= renew_at:
-                before = mono()
-                try:
-                    rec = store.renew(self.job_id, self.epoch, self.ttl)
-                except (StaleEpoch, LeaseExpired) as exc:
-                    fenced = exc
-                    begin("fenced", exc.message, 0)
-                except (JobError, OSError):
-                    # Not a verdict about the lease (an I/O error, a lock
-                    # refused): try again soon; the lease guard above still
-                    # kills the child before the last good lease runs out.
-                    renew_at = mono() + min(1.0, self.renew_every)
-                else:
-                    end = rec.lease.expires_at
-                    if end is not None:
-                        # store.now() is read after the write, ``before`` before
-                        # it: the lease can only be longer than this estimate.
-                        lease(before + (end - store.now()).total_seconds())
-                    renew_at = before + self.renew_every
-                    check_at = mono() + self.check_every
-                    examine(rec)
-            elif fenced is None and now >= check_at:
-                try:
-                    rec = store.load(self.job_id)
-                except (JobError, OSError):
-                    pass
-                else:
-                    examine(rec)
-                check_at = mono() + self.check_every
-            deadline = min(renew_at, check_at, kill_at, timeout_at, lease_end)
-            if fenced is not None:
-                deadline = min(kill_at, mono() + 0.05)
-            wait = max(0.0, deadline - mono())
-            if pidfd is None:
-                wait = min(wait, 0.02)
-            for fd, _mask in poller.poll(math.ceil(wait * 1000)):
-                if fd == self._wake_r:
-                    with contextlib.suppress(BlockingIOError):
-                        os.read(self._wake_r, 512)
-                elif fd == tee_r:
-                    self._pump(tee_r, log)
-                elif fd == spec_fd:
-                    spec_left = _feed(spec_fd, spec_left)
-                    if not spec_left:
-                        poller.unregister(spec_fd)
-                        os.close(spec_fd)
-                        spec_fd = -1
-        if fenced is None and not disposition and _sigkilled(pid):
-            # SIGKILLed, and not by this loop: most likely by the guardian,
-            # which reads the record more often than this loop does and may
-            # have seen a recall or a claim this loop had not. Judge the record
-            # as it is now, so such a kill is never counted as the job failing.
-            with contextlib.suppress(JobError, OSError):
-                examine(store.load(self.job_id))
-        if fenced is None and mono() >= lease_end:
-            # The exit was seen only after the lease's own deadline: this
-            # process was stopped (the guardian killed the child in time) or
-            # starved. Whatever the child did, the lease may be somebody else's.
-            fenced = LeaseExpired(f"job {self.job_id}: the lease of epoch {self.epoch} ran out unrenewed")
-            fenced.job_id = self.job_id
         # The leader is a zombie: its pid (the group's id) cannot be reused
         # yet. Nothing the job started outlives it.
         _killpg(pid, signal.SIGKILL)
-        guardian.forget(pid)
+        self._guardian.forget(pid)
         code = proc.wait()
-        if pidfd is not None:
-            os.close(pidfd)
-        if spec_fd >= 0:
-            os.close(spec_fd)
-        if tee_r is not None:
-            self._pump(tee_r, log)
-        return code, disposition, detail, fenced
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+        if self._spec_fd >= 0:
+            os.close(self._spec_fd)
+            self._spec_fd = -1
+        if self._tee_r is not None:
+            self._pump(self._tee_r)
+        out.exit_code = code
+        if fenced is not None:
+            self._footer(f"{_describe_status(code)}; {fenced.verdict}: {fenced.message}")
+        else:
+            self._footer(_describe_status(code) + (f" ({disposition}: {detail})" if disposition else ""))
+        self.succeeded = code == 0
+        if not self.succeeded:
+            out.error = _describe_status(code)
+        self._close()  # before the final write, as ever: its latency is not the record's
 
-    def _pump(self, fd: int, log: IO[bytes] | None) -> None:
+    def after(self, out: Outcome) -> None:
+        self._close()  # a child that never started leaves them open
+        self._result_gone()
+
+    def _close(self) -> None:
+        """Close the tee pipe, the attempt's own guardian and the log (each once)."""
+        if self._tee_r is not None:
+            os.close(self._tee_r)
+            self._tee_r = None
+        if self._own_guardian and self._guardian is not None:
+            self._guardian.close()
+            self._own_guardian = False
+        if self._logfile is not None:
+            self._logfile.close()
+            self._logfile = None
+
+    def _pump(self, fd: int) -> None:
         """Copy what the child wrote to the terminal and the log (tee mode)."""
+        log = self._logfile
         while True:
             try:
                 chunk = os.read(fd, 1 << 16)
@@ -1380,75 +1262,58 @@ class Run:
                 with contextlib.suppress(OSError, ValueError):
                     log.write(chunk)
 
-    # -- final writes ---------------------------------------------------------
 
-    def _refused(self, out: Outcome, exc: JobError) -> Outcome:
-        out.verdict = exc
-        if isinstance(exc, (StaleEpoch, LeaseExpired)):
-            out.reason = "fenced"
-        with contextlib.suppress(JobError):
-            out.state = self.store.load(self.job_id).state
-        return out
+class Run:
+    """One attempt of one claimed job's command: a :class:`ChildWork` under a :class:`Keeper`.
 
-    def _finish(self, out: Outcome, state: str) -> Outcome:
-        """The final state, with the error, in one update; checkpoint and done as found [JOB-T4]."""
-        error = out.error
+    ``rec`` is the record as the claim returned it. ``execute()`` blocks until
+    the child is gone and the record written; ``stop()`` may be called from
+    any thread or a signal handler to stop the child and release the job.
+    The thread that calls ``execute()`` is the child's parent for the
+    parent-death signal (armed on Python 3.10's start path), so it must be the
+    one that lives as long as the child. ``guardian``: the supervisor's
+    :class:`Guardian` (a worker shares one among its runs); without one the
+    run starts its own for the attempt.
+    """
 
-        def mutate(rec: Record) -> None:
-            rec.state = state
-            rec.error = error
+    def __init__(
+        self,
+        store: RunStore,
+        rec: Record,
+        command: Command | Processor,
+        *,
+        ttl: float = 30.0,
+        grace: float = 10.0,
+        check_every: float = 1.0,
+        env: Mapping[str, str] | None = None,
+        tee: IO[bytes] | None = None,
+        log: bool = True,
+        guardian: Guardian | None = None,
+        environment: JobEnvironment | None = None,
+    ) -> None:
+        self.keeper = Keeper(store, rec, ttl=ttl, grace=grace, check_every=check_every)
+        self.work = ChildWork(command, env=env, tee=tee, log=log, guardian=guardian, environment=environment)
+        self.store = store
+        self.rec = rec
+        self.job_id = rec.id
+        self.epoch = rec.lease.epoch
+        self.owner = rec.lease.owner
+        self.attempt = self.keeper.attempt
 
-        try:
-            rec = self.store.update(self.job_id, self.epoch, mutate)
-        except (JobError, OSError) as exc:
-            return self._refused(out, exc if isinstance(exc, JobError) else _io(exc, self.job_id))
-        out.state = rec.state
-        return out
+    @property
+    def pid(self) -> int | None:
+        return self.work.pid
 
-    def _failed(self, out: Outcome, code: int | None) -> Outcome:
-        """Count the failure under the retry policy: back to pending with a not-before time, or failed."""
-        now = self.store.now()
-        error = f"attempt {self.attempt}: {out.error}"
-        decided: dict[str, bool] = {}
+    def stop(self, reason: str = "stopped", *, grace: float | None = None) -> None:
+        """Stop the child (SIGTERM, SIGKILL after ``grace``) and release the job.
 
-        def mutate(rec: Record) -> None:
-            again = record_failure(rec, code, now)
-            decided["again"] = again
-            rec.error = error
-            if not again:
-                rec.state = "failed"
+        Safe from another thread and from a signal handler. Calling it again
+        with a shorter grace hurries the stop along; ``grace=0`` is SIGKILL now.
+        """
+        self.keeper.stop(reason, grace=grace)
 
-        try:
-            rec = self.store.update(self.job_id, self.epoch, mutate)
-        except (JobError, OSError) as exc:
-            return self._refused(out, exc if isinstance(exc, JobError) else _io(exc, self.job_id))
-        out.error = error
-        if not decided.get("again"):
-            out.state = rec.state
-            return out
-        out.retried = True
-        out.not_before = not_before(rec)
-        return self._release(out)
-
-    def _release(self, out: Outcome) -> Outcome:
-        try:
-            rec = self.store.release(self.job_id, self.epoch)
-        except (JobError, OSError) as exc:
-            return self._refused(out, exc if isinstance(exc, JobError) else _io(exc, self.job_id))
-        out.state = rec.state
-        return out
-
-    def _cancel(self, out: Outcome, rec: Record | None, reason: str = "") -> Outcome:
-        if not reason:
-            current = rec if rec is not None else self.rec
-            by = current.intent.by if current.intent is not None else ""
-            reason = f"cancelled at the request of {by}" if by else "cancelled on request"
-        out.error = reason
-        return self._finish(out, "cancelled")
-
-
-def _io(exc: OSError, job_id: str) -> JobError:
-    return Refused(f"job {job_id}: {exc}", job_id)
+    def execute(self) -> Outcome:
+        return self.keeper.execute(self.work)
 
 
 class ClaimStore(RunStore, Protocol):

@@ -221,17 +221,23 @@ def plan(
     return rec
 
 
-def record_failure(rec: Record, exit_code: int | None, now: datetime) -> bool:
+def record_failure(rec: Record, exit_code: int | None, now: datetime, *, retryable: bool = True) -> bool:
     """Count a failed attempt on ``rec`` (its holder's copy); True if it will be retried.
 
     On a retry the record's ``not_before`` moves to ``now`` plus the next
-    interval. An exit code listed in ``no_retry_on`` fails at once.
+    interval. An exit code listed in ``no_retry_on`` fails at once, and so
+    does a failure its work called not ``retryable`` (a Python processor's
+    ``jobctl.NotRetryable``).
     """
     retry = retry_of(rec)
     if retry is None:
         return False
     retry.failures += 1
-    again = retry.failures <= len(retry.intervals) and (exit_code is None or exit_code not in retry.no_retry_on)
+    again = (
+        retryable
+        and retry.failures <= len(retry.intervals)
+        and (exit_code is None or exit_code not in retry.no_retry_on)
+    )
     if again:
         from . import limits
 

@@ -50,16 +50,20 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import FrameType
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from .board import UNREADABLE, Board
 from .errors import JobError, LeaseHeld, NotFound, Terminal, Untrusted
 from .jobenv import JobEnvironment
+from .keeper import Keeper
 from .record import TERMINAL, Record, format_time, held
 from .runner import Guardian, Outcome, Processor, Run, RunStore, processors
 from .schedule import after_of, attempt, blocked_by, not_before
 from .store.base import OpenListing
 from .store.location import address
+
+if TYPE_CHECKING:
+    from .processor import AsyncLoop, FunctionWork, ProcessorFunction
 
 __all__ = ["Worker", "WorkerStore", "Event", "Summary", "MODES", "default_owner"]
 
@@ -85,8 +89,9 @@ class Event:
     or claim refused for another reason), ``untrusted`` (a record not owned by
     the worker's user, with the store's ``owned_by`` set: said once, then left
     alone), ``alert`` / ``alert-failed``, ``stopping``; ``waiting`` (``drain``
-    waits for a retry of a job it ran), ``unreadable`` (a record that cannot
-    be read, once per record), ``blocked`` (a job waits for an unreadable
+    waits for a retry of a job it ran; or a job is not started again while
+    the processor of its earlier attempt, given up at the grace, still runs),
+    ``unreadable`` (a record that cannot be read, once per record), ``blocked`` (a job waits for an unreadable
     record, once per job), ``unhandled`` (``drain``/``once`` leaves pending
     jobs of a kind nothing here can run, once per kind).
     """
@@ -163,6 +168,7 @@ class Worker:
         env: Mapping[str, str] | None = None,
         notices: bool = True,
         environment: JobEnvironment | None = None,
+        functions: Mapping[str, ProcessorFunction] | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -174,12 +180,18 @@ class Worker:
         self.grace = float(grace)
         self.shutdown_grace = float(shutdown_grace)
         table = dict(processors_) if processors_ is not None else processors(handlers)
+        # A Python processor replaces a command for the same kind.
+        python = dict(functions or {})
+        table = {k: v for k, v in table.items() if k not in python}
         #: Every kind something here can run, before --kind narrows it.
-        self.handled: frozenset[str] = frozenset(table)
+        self.handled: frozenset[str] = frozenset(table) | frozenset(python)
         if kinds is not None:
             wanted = set(kinds)
             table = {k: v for k, v in table.items() if k in wanted}
+            python = {k: v for k, v in python.items() if k in wanted}
+        #: The kinds run as a command (``shell``, handlers), and the kinds run by a Python function.
         self.processors: dict[str, Processor] = table
+        self.functions: dict[str, ProcessorFunction] = python
         self.on_failure = on_failure
         self.on_event = on_event
         self.env = dict(os.environ if env is None else env)
@@ -199,7 +211,12 @@ class Worker:
         self._said_waits: set[tuple[str, int]] = set()
         # Shared with the slots.
         self._lock = threading.Lock()
-        self._runs: dict[str, Run] = {}
+        self._runs: dict[str, Run | Keeper] = {}
+        # Python processors given up at the grace whose thread still runs: the
+        # job is not started again here until it ends (said once per job).
+        self._left: dict[str, FunctionWork] = {}
+        self._said_left: set[str] = set()
+        self._async: AsyncLoop | None = None
         self._work: queue.SimpleQueue[Record | None] = queue.SimpleQueue()
         self._done: queue.SimpleQueue[_Report] = queue.SimpleQueue()
         self._slots: list[threading.Thread] = []
@@ -210,6 +227,11 @@ class Worker:
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
+
+    @property
+    def kinds(self) -> frozenset[str]:
+        """The kinds this worker runs: by a command, or by a Python function."""
+        return frozenset(self.processors) | frozenset(self.functions)
 
     # -- control ----------------------------------------------------------------
 
@@ -255,7 +277,7 @@ class Worker:
         """Run until stopped (``loop``), after one pass (``once``), or when idle (``drain``). Call it once."""
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}")
-        board = Board(self.store, self.processors, notices=self.notices)
+        board = Board(self.store, self.kinds, notices=self.notices)
         self._states = board.states
         self._guardian = Guardian()
         for n in range(self.concurrency):
@@ -269,6 +291,8 @@ class Worker:
             board.close()
             if self._guardian is not None:
                 self._guardian.close()
+            if self._async is not None:
+                self._async.close()
             wake_r, wake_w = self._wake_r, self._wake_w
             self._wake_r = self._wake_w = -1
             os.close(wake_r)
@@ -386,6 +410,21 @@ class Worker:
         if self._stop_level:
             self._post(_Report(rec.id))
             return
+        with self._lock:
+            left = self._left.get(rec.id)
+            if left is not None and not left.left_running:
+                del self._left[rec.id]
+                left = None
+            say = left is not None and rec.id not in self._said_left
+            if say:
+                self._said_left.add(rec.id)
+        if left is not None:
+            # Its processor, given up at the grace of an earlier attempt, still
+            # runs on its thread: a second one here would run the job twice at once.
+            detail = "its processor from an earlier attempt is still running here; not started again until it ends"
+            event = Event("waiting", rec.id, rec.kind, detail) if say else None
+            self._post(_Report(rec.id, skip=True, event=event))
+            return
         try:
             claimed = store.claim(rec.id, self.owner, self.ttl)
         except (LeaseHeld, Terminal, NotFound):
@@ -410,16 +449,31 @@ class Worker:
                 store.release(claimed.id, claimed.lease.epoch)
             self._post(_Report(rec.id))
             return
-        run = Run(
-            store,
-            claimed,
-            self.processors[claimed.kind],
-            ttl=self.ttl,
-            grace=self.grace,
-            env=self.env,
-            guardian=self._guardian,
-            environment=self.environment,
-        )
+        function = self.functions.get(claimed.kind)
+        run: Run | Keeper
+        work: FunctionWork | None = None
+        if function is not None:
+            # A Python processor: the same lease keeping, a function as the work.
+            from .processor import FunctionWork
+
+            keeper = run = Keeper(store, claimed, ttl=self.ttl, grace=self.grace)
+            work = python = FunctionWork(function, loop=self._async_loop)
+
+            def execute() -> Outcome:
+                return keeper.execute(python)
+
+        else:
+            run = Run(
+                store,
+                claimed,
+                self.processors[claimed.kind],
+                ttl=self.ttl,
+                grace=self.grace,
+                env=self.env,
+                guardian=self._guardian,
+                environment=self.environment,
+            )
+            execute = run.execute
         with self._lock:
             self._runs[claimed.id] = run
             level, why_stop, grace = self._stop_applied
@@ -430,11 +484,22 @@ class Worker:
             detail += f" adopted from {rec.lease.owner}"
         self._post(_Report(rec.id, started=Event("started", claimed.id, claimed.kind, detail)))
         try:
-            outcome = run.execute()
+            outcome = execute()
         finally:
             with self._lock:
                 self._runs.pop(claimed.id, None)
+                if work is not None and work.left_running:
+                    self._left[claimed.id] = work
         self._post(_Report(rec.id, outcome=outcome))
+
+    def _async_loop(self) -> AsyncLoop:
+        """The one event loop the ``async def`` processors share, started when the first needs it."""
+        from .processor import AsyncLoop
+
+        with self._lock:
+            if self._async is None:
+                self._async = AsyncLoop()
+            return self._async
 
     def _collect(self, board: Board) -> None:
         while True:

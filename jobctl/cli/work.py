@@ -62,6 +62,15 @@ def _check_handlers(_ctx: click.Context, param: click.Parameter, values: tuple[s
     return values
 
 
+def _check_app(_ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``--app MODULE:ATTR``: a value not of that form is a usage error (2); one that does not load is invalid (9)."""
+    if value is not None:
+        module, sep, attribute = value.partition(":")
+        if not (module and sep and attribute):
+            raise click.BadParameter(f"{value!r} is not MODULE:ATTR (myapp.jobs:worker)", param=param)
+    return value
+
+
 #: ``--handler KIND=CMD`` (repeatable), the same on ``run`` and ``worker``.
 _handler_option = click.option(
     "--handler",
@@ -198,8 +207,10 @@ _RUN_HELP = """Run a command under a job's lease, which jobctl keeps alive.
 
 Claims job ID (or, with --next, the oldest runnable job) and runs CMD with
 JOB_STORE, JOB_ID, JOB_EPOCH, JOB_KIND, JOB_WORK, JOB_CHECKPOINT (the
-predecessor's checkpoint as JSON; null when none) and JOB_ATTEMPT in its
-environment, so it can call `jobctl checkpoint` with no flags and resume.
+predecessor's checkpoint as JSON; null when none), JOB_ATTEMPT and
+JOB_RESULT in its environment, so it can call `jobctl checkpoint` with no
+flags and resume. JSON that CMD leaves in the file $JOB_RESULT names is
+stored as the job's result when it completes (not JSON: the attempt fails).
 Without CMD the job's kind decides: a `shell` job runs its spec's argv;
 another kind runs its handler (--handler KIND=CMD, or the config file).
 
@@ -367,6 +378,12 @@ Anyone who can write the store's jobs/ directory can make this worker run
 a command as its user (docs/security.md); as root it runs only records
 root owns unless told --any-owner.
 
+--app MODULE:ATTR runs the jobctl.Worker that Python module MODULE
+(searched in the current directory first) defines as ATTR: its Python
+processors beside `shell` and the handlers, on the object's store (--store
+and JOB_STORE do not apply). The options given to the object's constructor
+stand where no flag is given, ahead of the environment and the config file.
+
 Each setting comes from its flag, else its environment variable, else the
 config file ($JOBCTL_CONFIG, or config.ini in the user config directory),
 else its default; `jobctl paths` shows which. Variables:
@@ -380,6 +397,7 @@ environment or the config file.
 Examples:
   jobctl worker --concurrency 4
   jobctl worker --drain --handler fetch=./fetch.sh
+  jobctl worker --app myapp.jobs:worker --concurrency 8
   jobctl worker --on-failure 'curl -fsS -d "text=$JOB_ID failed: $JOB_ERROR" "$HOOK"'
 """
 
@@ -422,6 +440,13 @@ _QUIET_SHOWS = frozenset(
     "--drain", "mode", flag_value="drain", help="Exit once nothing it ran can still run; exit 17 unless all complete."
 )
 @click.option("--quiet", "-q", is_flag=True, help="Print only failures, not every start and end.")
+@click.option(
+    "--app",
+    type=TEXT,
+    metavar="MODULE:ATTR",
+    callback=_check_app,
+    help="Run the jobctl.Worker defined in Python as MODULE:ATTR (its store and processors).",
+)
 @_trust_options
 @common
 @pass_state
@@ -438,6 +463,7 @@ def worker(
     on_failure: str | None,
     mode: str | None,
     quiet: bool,
+    app: str | None,
     pass_env: tuple[str, ...],
     allow_loader_env: bool | None,
     owned_only: bool | None,
@@ -445,6 +471,12 @@ def worker(
     from .. import settings
     from ..jobenv import JobEnvironment
     from ..worker import Worker
+
+    defined = None
+    if app is not None:
+        from .. import app as apps
+
+        defined = apps.load(app)
 
     flags = {
         "concurrency": concurrency,
@@ -458,10 +490,21 @@ def worker(
         "pass_env": pass_env,
         "allow_loader_env": allow_loader_env,
     }
+    if defined is not None:
+        # The object's own options stand where no flag is given: they beat the
+        # environment and the config file, and a flag beats them.
+        for key, value in defined.options.items():
+            if flags.get(key) is None:
+                flags[key] = value
+        if defined.kinds is not None and not kinds:
+            flags["kinds"] = tuple(defined.kinds)
+        if defined.on_failure and on_failure is None:
+            flags["on_failure"] = defined.on_failure
+        handlers = (*(f"{kind}={command}" for kind, command in defined.handlers.items()), *handlers)
     resolved = settings.load(flags, handlers, env=state.env)
     for warning in resolved.warnings:
         _say(f"jobctl: {warning}")
-    store = state.store()
+    store = state.store() if defined is None else defined.store
     store.max_ttl = resolved.max_ttl
     store.owned_by = _owned_by(owned_only)
 
@@ -489,6 +532,7 @@ def worker(
         on_event=report,
         env=state.env,
         environment=JobEnvironment(resolved.pass_env, resolved.allow_loader_env),
+        functions=None if defined is None else defined.processors,
     )
     unhandled = [kind for kind in resolved.kinds if kind not in loop.handled]
     if unhandled:
@@ -499,7 +543,7 @@ def worker(
         )
     if not quiet and not state.json:
         _say(
-            f"jobctl worker: {loop.owner} on {store.root}: kinds {', '.join(sorted(loop.processors)) or 'none'}, "
+            f"jobctl worker: {loop.owner} on {store.root}: kinds {', '.join(sorted(loop.kinds)) or 'none'}, "
             f"concurrency {resolved.concurrency}, ttl {resolved.ttl:g} s, mode {mode or 'loop'}"
         )
     with loop.signals():

@@ -56,6 +56,7 @@ def test_the_child_gets_its_environment(store: FileStore, tmp_path: Path) -> Non
         "JOB_WORK": os.path.abspath(store.work_path(job_id)),
         "JOB_ATTEMPT": "1",
         "JOB_CHECKPOINT": "null",  # none yet: JSON null, as claim --format env prints it
+        "JOB_RESULT": os.path.abspath(runner.result_path(store, job_id, 1, 1)),  # where it may leave its result
     }
 
 

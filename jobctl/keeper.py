@@ -1,0 +1,572 @@
+"""Keep one claimed job's lease while some kind of work runs under it.
+
+A :class:`Keeper` takes a record its caller has just claimed and a
+:class:`Work` -- a child process (:class:`jobctl.runner.ChildWork`) or a
+Python function (:class:`jobctl.processing.FunctionWork`) -- and does, from
+the thread that calls :meth:`Keeper.execute`, what every kind of work needs
+of its lease, without blocking on the work: a ``poll`` loop waits on a
+wake-up pipe, on whatever descriptors the work watches and on the next
+deadline. At every deadline the keeper moves toward what the record asks
+[JOB-I8]:
+
+* every third of the TTL it renews the lease; the renewal returns the record,
+  so the intent and the recall are read in the same write. Between renewals a
+  plain read checks them about once a second, so a cancel is noticed quickly;
+* ``cancel`` -> the work is asked to stop (a child gets SIGTERM, then SIGKILL
+  after the grace), the record ends ``cancelled`` with the reason [JOB-I9] [JOB-S3];
+* ``pause`` -> the work is stopped and the job released: it becomes
+  ``pending`` and stays paused, so no sweep adopts it [JOB-I10] [JOB-I11];
+* a recall -> the work is stopped before ``until`` and the job released,
+  keeping whatever checkpoint it wrote [JOB-R3] [JOB-R6];
+* a write refused ``stale_epoch`` or ``lease_expired`` (or a read showing that
+  somebody else claimed) means the job is somebody else's now: the work is
+  stopped at once (a child SIGKILLed) and the keeper ends fenced, writing
+  nothing more [JOB-L5]. If renewals keep failing for another reason, the
+  work is stopped just before the lease the keeper last obtained runs out.
+
+When the work ends by itself, the keeper makes the final write: ``complete``
+(carrying what the work leaves in the record, such as its result, in the same
+update), or a failure counted under the job's retry policy
+(:func:`jobctl.schedule.record_failure`): back to ``pending`` with its next
+not-before time, or ``failed``. The state, the error and the retry bookkeeping
+travel in one update, and the update re-reads the record under the lock, so
+the checkpoint and ``done`` the work wrote itself (with the same epoch) are
+what the final write carries [JOB-T4].
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import select
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from .errors import Invalid, JobError, LeaseExpired, Refused, StaleEpoch
+from .record import Record
+from .schedule import attempt as attempt_of
+from .schedule import not_before, record_failure
+
+__all__ = ["Keeper", "KeeperStore", "Outcome", "Work"]
+
+
+class KeeperStore(Protocol):
+    """What a keeper needs of a store: the holder's operations and the job's paths."""
+
+    root: str
+
+    def now(self) -> datetime: ...
+    def load(self, job_id: str) -> Record: ...
+    def renew(self, job_id: str, epoch: int, ttl_seconds: float) -> Record: ...
+    def release(self, job_id: str, epoch: int) -> Record: ...
+    def update(self, job_id: str, epoch: int, mutate: Callable[[Record], object]) -> Record: ...
+    def work_path(self, job_id: str) -> str: ...
+    def lease_file(self, job_id: str) -> str | None: ...
+
+
+# -- the outcome ----------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    """How one run ended.
+
+    ``state`` is the record's state after the run's last write: ``complete``,
+    ``failed``, ``cancelled``, ``pending`` (released: retry, pause, recall,
+    stop), or the state somebody else left when the run was fenced or its
+    final write refused (``""`` when unknown). ``reason`` says why the work
+    stopped: ``exit``, ``cancel``, ``pause``, ``recall``, ``stop``,
+    ``timeout``, ``fenced``, ``not-started``, or ``result`` (the work ended
+    well but what it left as its result could not be stored: a failed attempt).
+    """
+
+    job_id: str
+    kind: str
+    epoch: int
+    attempt: int
+    state: str = ""
+    reason: str = "exit"
+    exit_code: int | None = None
+    error: str = ""
+    retried: bool = False
+    not_before: datetime | None = None
+    verdict: JobError | None = None
+    log: str | None = None
+    pid: int | None = None
+
+    @property
+    def fenced(self) -> bool:
+        return isinstance(self.verdict, (StaleEpoch, LeaseExpired))
+
+    @property
+    def status(self) -> int:
+        """An exit status mirroring the child's (128+N for signal N); a verdict's code when fenced."""
+        if self.fenced and self.verdict is not None:
+            return self.verdict.exit_code
+        if self.reason == "result":
+            return 1  # the child's exit 0 did not complete the job
+        if self.exit_code is None:
+            if self.verdict is not None:
+                return self.verdict.exit_code
+            return 0 if self.state in ("complete", "pending") else 1
+        if self.exit_code < 0:
+            return 128 - self.exit_code
+        return self.exit_code
+
+
+# -- what runs under the lease ----------------------------------------------------
+
+
+class Work:
+    """One kind of work run under a :class:`Keeper`'s lease; every method is called from the keeper's thread.
+
+    The defaults suit work with nothing to watch but itself. A subclass says
+    when it is done, how it stops, and what its end means for the record.
+    """
+
+    #: Set by :meth:`end`: whether the work succeeded, and whether a failure may be retried.
+    succeeded: bool = False
+    retryable: bool = True
+
+    def prepare(self, keeper: Keeper) -> None:
+        """Check the job can run (raise ``Invalid`` when its spec cannot: a retry would not help)."""
+
+    def start(self, keeper: Keeper, out: Outcome) -> bool:
+        """Start the work; False when it did not start (``out.verdict`` set: the lease ran out; else a failure)."""
+        raise NotImplementedError
+
+    def done(self) -> bool:
+        """Whether the work has ended (or may be left to end by itself: see :meth:`stop`)."""
+        raise NotImplementedError
+
+    def stop(self, when: float, now: float) -> None:
+        """Ask the work to stop; it must be done by ``when`` (monotonic), at once when ``when <= now``."""
+        raise NotImplementedError
+
+    def margin(self, ttl: float) -> float:
+        """How long before the lease's end the keeper stops this work when it could not renew."""
+        return own_margin(ttl)
+
+    def lease_moved(self, expiry: float) -> None:
+        """The lease now ends at ``expiry`` (monotonic, never late)."""
+
+    def due(self) -> float:
+        """The work's own next deadline (monotonic); :meth:`tick` runs once it has passed."""
+        return math.inf
+
+    def tick(self, now: float) -> tuple[str, str] | None:
+        """Act on the work's own deadlines; a ``(disposition, detail)`` to stop it for (``timeout``), or None."""
+        return None
+
+    def register(self, poller: select.poll) -> float:
+        """Add the descriptors the work waits on; returns the longest the loop may sleep without looking."""
+        return math.inf
+
+    def ready(self, fd: int) -> None:
+        """One of the work's descriptors is ready."""
+
+    def killed_unasked(self) -> bool:
+        """Whether the work was stopped by something other than this keeper (the guardian)."""
+        return False
+
+    def end(self, out: Outcome, disposition: str, detail: str, fenced: JobError | None) -> None:
+        """Collect the ended work: set ``out.exit_code``/``out.error``, :attr:`succeeded` and :attr:`retryable`."""
+        raise NotImplementedError
+
+    def completing(self, out: Outcome) -> Callable[[Record], None] | None:
+        """Before the write that completes the job: what that write adds to the record (its result).
+
+        May submit what must exist before the job is complete (its next
+        jobs). Raises ``Invalid`` when what the work left cannot be stored:
+        the attempt then fails with that error instead.
+        """
+        return None
+
+    def after(self, out: Outcome) -> None:
+        """Once the final write is made (or refused): tidy what the attempt left."""
+
+
+# -- the keeper -----------------------------------------------------------------
+
+# Dispositions in the order one overrides another: losing the lease beats
+# everything, a cancel beats a release, a release beats a timeout.
+_PRIORITY = {"fenced": 4, "cancel": 3, "pause": 2, "recall": 2, "stop": 2, "timeout": 1}
+
+
+def own_margin(ttl: float) -> float:
+    """How long before its lease ends a keeper stops work it could not renew for: a fifth of the TTL, 1 s at most."""
+    return min(1.0, ttl / 5)
+
+
+class Keeper:
+    """One attempt of one claimed job under its lease: run the work, keep the lease, record the end.
+
+    ``rec`` is the record as the claim returned it. ``execute()`` blocks until
+    the work is done and the record written; ``stop()`` may be called from
+    any thread or a signal handler to stop the work and release the job;
+    ``wake()`` from any thread makes the loop look at the work again.
+    """
+
+    def __init__(
+        self,
+        store: KeeperStore,
+        rec: Record,
+        *,
+        ttl: float = 30.0,
+        grace: float = 10.0,
+        check_every: float = 1.0,
+    ) -> None:
+        if not ttl > 0:
+            raise Invalid("ttl must be positive")
+        self.store = store
+        self.rec = rec
+        self.job_id = rec.id
+        self.epoch = rec.lease.epoch
+        self.owner = rec.lease.owner
+        self.ttl = float(ttl)
+        self.grace = max(0.0, float(grace))
+        self.renew_every = self.ttl / 3
+        self.check_every = min(max(0.05, float(check_every)), self.renew_every)
+        self.attempt = attempt_of(rec)
+        self.ending = Ending(store, rec, self.attempt)
+        #: What the loop decided to stop the work for ("" while it runs on), and why.
+        self.disposition = ""
+        self.detail = ""
+        # Reentrant: stop() may run in a signal handler on the thread that holds it.
+        self._lock = threading.RLock()
+        # Stop requests, appended by stop() and consumed in order by the loop;
+        # list.append is atomic, so a request can never be lost between a read and a reset.
+        self._requests: list[tuple[str, float | None]] = []
+        self._handled = 0
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._closed = False
+
+    # -- control from other threads -------------------------------------------
+
+    def stop(self, reason: str = "stopped", *, grace: float | None = None) -> None:
+        """Stop the work (a child: SIGTERM, SIGKILL after ``grace``) and release the job.
+
+        Safe from another thread and from a signal handler. Calling it again
+        with a shorter grace hurries the stop along; ``grace=0`` is at once.
+        """
+        self._requests.append((reason, grace))
+        self.wake()
+
+    def wake(self) -> None:
+        """Make the loop look again (safe from any thread, and after the keeper is done)."""
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                os.write(self._wake_w, b"!")
+            except (BlockingIOError, OSError):
+                pass
+
+    # -- the attempt ----------------------------------------------------------
+
+    def outcome(self, **kw: Any) -> Outcome:
+        return Outcome(self.job_id, self.rec.kind, self.epoch, self.attempt, **kw)
+
+    def execute(self, work: Work) -> Outcome:
+        try:
+            return self._execute(work)
+        finally:
+            with self._lock:
+                self._closed = True
+                os.close(self._wake_r)
+                os.close(self._wake_w)
+
+    def _execute(self, work: Work) -> Outcome:
+        rec = self.rec
+        # Check the intent before starting [JOB-I8]: the claim keeps it as found.
+        if rec.want == "cancel":
+            return self.ending.cancel(self.outcome(reason="not-started"), rec)
+        if rec.want == "pause":
+            return self.ending.release(self.outcome(reason="pause", error=""))
+        try:
+            work.prepare(self)
+        except Invalid as exc:
+            # A spec this kind cannot run will not run on a retry either.
+            return self.ending.finish(self.outcome(reason="not-started", error=f"cannot run: {exc.message}"), "failed")
+        out = self.outcome()
+        try:
+            if not work.start(self, out):
+                if out.verdict is not None:
+                    # The lease ran out before the work could start: write nothing [JOB-L5].
+                    with contextlib.suppress(JobError):
+                        out.state = self.store.load(self.job_id).state
+                    return out
+                return self.ending.failed(out, out.exit_code)
+            fenced = self._watch(work)
+            disposition, detail = self.disposition, self.detail
+            work.end(out, disposition, detail, fenced)
+            return self._decide(work, out, disposition, detail, fenced)
+        finally:
+            work.after(out)
+
+    def _decide(self, work: Work, out: Outcome, disposition: str, detail: str, fenced: JobError | None) -> Outcome:
+        if fenced is not None:
+            # Somebody else owns the job now: write nothing more [JOB-L5].
+            out.reason, out.verdict = "fenced", fenced
+            with contextlib.suppress(JobError):
+                out.state = self.store.load(self.job_id).state
+            return out
+        if disposition == "cancel":
+            out.reason = "cancel"
+            return self.ending.cancel(out, None, detail)
+        if disposition in ("pause", "recall", "stop"):
+            out.reason = disposition
+            return self.ending.release(out)
+        if disposition == "timeout":
+            out.reason = "timeout"
+            out.error = detail
+            return self.ending.failed(out, None)
+        if work.succeeded:
+            out.error = ""
+            try:
+                extra = work.completing(out)
+            except Invalid as exc:
+                out.reason, out.error = "result", exc.message
+                return self.ending.failed(out, None)
+            except (JobError, OSError) as exc:
+                # What must exist before the job completes could not be written:
+                # the job stays this holder's, released for another attempt.
+                verdict = exc if isinstance(exc, JobError) else _io(exc, self.job_id)
+                out.error = f"{verdict.verdict}: {verdict.message}"
+                return self.ending.failed(out, None)
+            return self.ending.finish(out, "complete", extra)
+        return self.ending.failed(out, out.exit_code, retryable=work.retryable)
+
+    # -- the loop ---------------------------------------------------------------
+
+    def lease_expiry(self) -> float:
+        """The lease as the claim left it, on this process's monotonic clock, never later than it really ends."""
+        before = time.monotonic()
+        end = self.rec.lease.expires_at
+        # store.now() is read after ``before``: the estimate can only be early.
+        return before + ((end - self.store.now()).total_seconds() if end is not None else 0.0)
+
+    def _watch(self, work: Work) -> JobError | None:
+        """Keep the lease until the work is done: returns the fencing verdict, if the lease was lost.
+
+        The disposition (why the work was stopped, if it was) is left in
+        :attr:`disposition` and :attr:`detail`. The keeper stops the work at
+        the lease's end less :meth:`Work.margin`.
+        """
+        store = self.store
+        poller = select.poll()
+        poller.register(self._wake_r, select.POLLIN)
+        cap = work.register(poller)
+        mono = time.monotonic
+        start = mono()
+        margin = work.margin(self.ttl)
+        expiry = self.lease_expiry()
+        lease_end = expiry - margin
+
+        def lease(new_expiry: float) -> None:
+            """The lease now ends at ``new_expiry`` (monotonic): the loop and the work follow."""
+            nonlocal expiry, lease_end
+            expiry = new_expiry
+            lease_end = expiry - margin
+            work.lease_moved(expiry)
+
+        renew_at = start + self.renew_every
+        check_at = start + self.check_every
+        fenced: JobError | None = None
+
+        def begin(what: str, why: str, grace: float | None, deadline: float = math.inf) -> None:
+            if work.done():
+                return  # it ended on its own first: how it ended decides
+            if _PRIORITY.get(what, 0) > _PRIORITY.get(self.disposition, 0):
+                self.disposition, self.detail = what, why
+            now = mono()
+            work.stop(min(now + (self.grace if grace is None else max(0.0, grace)), deadline), now)
+
+        def examine(rec: Record) -> None:
+            nonlocal fenced
+            if rec.lease.epoch != self.epoch:
+                fenced = StaleEpoch(
+                    f"job {self.job_id} is at epoch {rec.lease.epoch}, not {self.epoch}: "
+                    f"{rec.lease.owner or 'somebody'} claimed it since",
+                    self.job_id,
+                )
+                begin("fenced", fenced.message, 0)
+                return
+            if rec.terminal:
+                return  # the work finished the job itself; let it end
+            if rec.want == "cancel":
+                by = rec.intent.by if rec.intent is not None else ""
+                begin("cancel", f"cancelled at the request of {by}" if by else "cancelled on request", None)
+            elif rec.want == "pause":
+                begin("pause", "paused on request", None)
+            if rec.lease.expires_at is not None:
+                # A recall lowers the lease's end [JOB-R3]; a read sees it as well as a renewal.
+                lease(min(expiry, mono() + (rec.lease.expires_at - store.now()).total_seconds()))
+            recall = rec.lease.recall
+            if recall is not None and recall.until is not None:
+                # Stop the work early enough to release before the lease ends:
+                # a holder that yields is not one that was evicted [JOB-R3].
+                left = lease_end - mono()
+                begin("recall", f"recalled: {recall.reason}", None, lease_end - min(0.5, max(0.0, left) / 4))
+
+        while True:
+            if work.done():
+                break
+            now = mono()
+            while self._handled < len(self._requests):
+                why, grace = self._requests[self._handled]
+                self._handled += 1
+                begin("stop", why, grace)
+            if now >= work.due():
+                stop_for = work.tick(now)
+                if stop_for is not None and self.disposition == "":
+                    begin(stop_for[0], stop_for[1], None)
+            if fenced is None and now >= lease_end:
+                fenced = LeaseExpired(f"job {self.job_id}: the lease of epoch {self.epoch} ran out unrenewed")
+                fenced.job_id = self.job_id
+                begin("fenced", fenced.message, 0)
+            if fenced is None and now >= renew_at:
+                before = mono()
+                try:
+                    rec = store.renew(self.job_id, self.epoch, self.ttl)
+                except (StaleEpoch, LeaseExpired) as exc:
+                    fenced = exc
+                    begin("fenced", exc.message, 0)
+                except (JobError, OSError):
+                    # Not a verdict about the lease (an I/O error, a lock
+                    # refused): try again soon; the lease guard above still
+                    # stops the work before the last good lease runs out.
+                    renew_at = mono() + min(1.0, self.renew_every)
+                else:
+                    end = rec.lease.expires_at
+                    if end is not None:
+                        # store.now() is read after the write, ``before`` before
+                        # it: the lease can only be longer than this estimate.
+                        lease(before + (end - store.now()).total_seconds())
+                    renew_at = before + self.renew_every
+                    check_at = mono() + self.check_every
+                    examine(rec)
+            elif fenced is None and now >= check_at:
+                try:
+                    rec = store.load(self.job_id)
+                except (JobError, OSError):
+                    pass
+                else:
+                    examine(rec)
+                check_at = mono() + self.check_every
+            deadline = min(renew_at, check_at, work.due(), lease_end)
+            if fenced is not None:
+                deadline = min(work.due(), mono() + 0.05)
+            wait = min(max(0.0, deadline - mono()), cap)
+            for fd, _mask in poller.poll(math.ceil(wait * 1000)):
+                if fd == self._wake_r:
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(self._wake_r, 512)
+                else:
+                    work.ready(fd)
+        if fenced is None and not self.disposition and work.killed_unasked():
+            # Stopped, and not by this loop: most likely by the guardian, which
+            # reads the record more often than this loop does and may have
+            # seen a recall or a claim this loop had not. Judge the record as
+            # it is now, so such a kill is never counted as the job failing.
+            with contextlib.suppress(JobError, OSError):
+                examine(store.load(self.job_id))
+        if fenced is None and mono() >= lease_end:
+            # The end was seen only after the lease's own deadline: this
+            # process was stopped or starved. Whatever the work did, the lease
+            # may be somebody else's.
+            fenced = LeaseExpired(f"job {self.job_id}: the lease of epoch {self.epoch} ran out unrenewed")
+            fenced.job_id = self.job_id
+        return fenced
+
+
+class Ending:
+    """The final writes of one attempt: each one update, fenced by the attempt's epoch.
+
+    Each returns the outcome with the record's state after the write, or,
+    when the write is refused, the verdict and the state somebody else left.
+    """
+
+    def __init__(self, store: KeeperStore, rec: Record, attempt: int) -> None:
+        self.store = store
+        self.rec = rec
+        self.job_id = rec.id
+        self.epoch = rec.lease.epoch
+        self.attempt = attempt
+
+    def refused(self, out: Outcome, exc: JobError) -> Outcome:
+        out.verdict = exc
+        if isinstance(exc, (StaleEpoch, LeaseExpired)):
+            out.reason = "fenced"
+        with contextlib.suppress(JobError):
+            out.state = self.store.load(self.job_id).state
+        return out
+
+    def finish(self, out: Outcome, state: str, extra: Callable[[Record], None] | None = None) -> Outcome:
+        """The final state, the error and ``extra``'s part in one update; checkpoint and done as found [JOB-T4]."""
+        error = out.error
+
+        def mutate(rec: Record) -> None:
+            rec.state = state
+            rec.error = error
+            if extra is not None:
+                extra(rec)
+
+        try:
+            rec = self.store.update(self.job_id, self.epoch, mutate)
+        except (JobError, OSError) as exc:
+            return self.refused(out, exc if isinstance(exc, JobError) else _io(exc, self.job_id))
+        out.state = rec.state
+        return out
+
+    def failed(self, out: Outcome, code: int | None, *, retryable: bool = True) -> Outcome:
+        """Count the failure under the retry policy: back to pending with a not-before time, or failed."""
+        now = self.store.now()
+        error = f"attempt {self.attempt}: {out.error}"
+        decided: dict[str, bool] = {}
+
+        def mutate(rec: Record) -> None:
+            again = record_failure(rec, code, now, retryable=retryable)
+            decided["again"] = again
+            rec.error = error
+            if not again:
+                rec.state = "failed"
+
+        try:
+            rec = self.store.update(self.job_id, self.epoch, mutate)
+        except (JobError, OSError) as exc:
+            return self.refused(out, exc if isinstance(exc, JobError) else _io(exc, self.job_id))
+        out.error = error
+        if not decided.get("again"):
+            out.state = rec.state
+            return out
+        out.retried = True
+        out.not_before = not_before(rec)
+        return self.release(out)
+
+    def release(self, out: Outcome) -> Outcome:
+        try:
+            rec = self.store.release(self.job_id, self.epoch)
+        except (JobError, OSError) as exc:
+            return self.refused(out, exc if isinstance(exc, JobError) else _io(exc, self.job_id))
+        out.state = rec.state
+        return out
+
+    def cancel(self, out: Outcome, rec: Record | None, reason: str = "") -> Outcome:
+        if not reason:
+            current = rec if rec is not None else self.rec
+            by = current.intent.by if current.intent is not None else ""
+            reason = f"cancelled at the request of {by}" if by else "cancelled on request"
+        out.error = reason
+        return self.finish(out, "cancelled")
+
+
+def _io(exc: OSError, job_id: str) -> JobError:
+    return Refused(f"job {job_id}: {exc}", job_id)
