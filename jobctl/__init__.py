@@ -6,6 +6,10 @@ The public API is the abstraction-job one: ``open_store(path or URL)`` (a
 per verdict. Nothing here imports click or rich.
 """
 
+import sys
+import types
+from typing import TYPE_CHECKING
+
 from .errors import (
     Invalid,
     JobError,
@@ -18,9 +22,26 @@ from .errors import (
     UnknownSchema,
 )
 from .record import Delegation, Envelope, Intent, Lease, Progress, Recall, Record, Step
-from .store import UNSET, FileStore, Listing, Store, open_store
-from .watch import Notice, Watch, watch
 from .wire import Raw
+
+if TYPE_CHECKING:
+    from .store import UNSET, FileStore, Listing, Store, open_store
+    from .watch import Notice, Watch, watch
+
+#: Names loaded on first use, from the module that holds them: a command that
+#: never watches does not import the change notices (select, struct), nor one
+#: that opens no store the stores. ``jobctl.FileStore`` and ``from jobctl
+#: import watch`` work as before.
+_LAZY = {
+    "UNSET": "store",
+    "FileStore": "store",
+    "Listing": "store",
+    "Store": "store",
+    "open_store": "store",
+    "Notice": "watch",
+    "Watch": "watch",
+    "watch": "watch",
+}
 
 __version__ = "0.1.0"
 
@@ -52,3 +73,35 @@ __all__ = [
     "Invalid",
     "Refused",
 ]
+
+
+class _Package(types.ModuleType):
+    """This package: importing its submodule ``jobctl.watch`` leaves ``jobctl.watch`` the function.
+
+    The import system binds a submodule on its package once it has run it; the
+    eager ``from .watch import watch`` used to bind the function over it, so
+    the public name stays the function however the submodule came to be imported.
+    """
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name == "watch" and isinstance(value, types.ModuleType):
+            value = value.watch
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # once: the next lookup is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
