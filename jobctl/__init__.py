@@ -10,7 +10,9 @@ Python processors (:mod:`jobctl.app`, :mod:`jobctl.processor`): ``Worker``,
 that the command line's start-up does not pay for them.
 """
 
-from typing import TYPE_CHECKING, Any
+import sys
+import types
+from typing import TYPE_CHECKING
 
 from .errors import (
     Invalid,
@@ -24,13 +26,33 @@ from .errors import (
     UnknownSchema,
 )
 from .record import Delegation, Envelope, Intent, Lease, Progress, Recall, Record, Step
-from .store import UNSET, FileStore, Listing, Store, open_store
-from .watch import Notice, Watch, watch
 from .wire import Raw
 
 if TYPE_CHECKING:
     from .app import Worker
     from .processor import Job, NewJob, NotRetryable, Result
+    from .store import UNSET, FileStore, Listing, Store, open_store
+    from .watch import Notice, Watch, watch
+
+#: Names loaded on first use, from the module that holds them: a command that
+#: never watches does not import the change notices (select, struct), nor one
+#: that opens no store the stores. ``jobctl.FileStore`` and ``from jobctl
+#: import watch`` work as before.
+_LAZY = {
+    "UNSET": "store",
+    "FileStore": "store",
+    "Listing": "store",
+    "Store": "store",
+    "open_store": "store",
+    "Notice": "watch",
+    "Watch": "watch",
+    "watch": "watch",
+    "Worker": "app",
+    "Job": "processor",
+    "Result": "processor",
+    "NewJob": "processor",
+    "NotRetryable": "processor",
+}
 
 __version__ = "0.1.0"
 
@@ -68,22 +90,34 @@ __all__ = [
     "NotRetryable",
 ]
 
-_LAZY = {
-    "Worker": "app",
-    "Job": "processor",
-    "Result": "processor",
-    "NewJob": "processor",
-    "NotRetryable": "processor",
-}
+
+class _Package(types.ModuleType):
+    """This package: importing its submodule ``jobctl.watch`` leaves ``jobctl.watch`` the function.
+
+    The import system binds a submodule on its package once it has run it; the
+    eager ``from .watch import watch`` used to bind the function over it, so
+    the public name stays the function however the submodule came to be imported.
+    """
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name == "watch" and isinstance(value, types.ModuleType):
+            value = value.watch
+        super().__setattr__(name, value)
 
 
-def __getattr__(name: str) -> Any:
-    """The processor API, imported when first asked for (PEP 562)."""
+sys.modules[__name__].__class__ = _Package
+
+
+def __getattr__(name: str) -> object:
     module = _LAZY.get(name)
     if module is None:
-        raise AttributeError(f"module 'jobctl' has no attribute {name!r}")
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     import importlib
 
-    value = getattr(importlib.import_module(f"jobctl.{module}"), name)
-    globals()[name] = value
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # once: the next lookup is a plain attribute
     return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -408,6 +408,7 @@ INF = float("inf")
 LIMIT = 1 << 26  # a larger file is not read: the time its supervisor reported still holds
 OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 LEASE = b'\n  "lease": {\n    "owner": "'
+RACY = 1.0  # seconds: a file changed this shortly before it was read may change again unseen by its times
 def kill(pid):
     for fn in (os.killpg, os.kill):
         try:
@@ -440,20 +441,28 @@ def instant(t):
     doy = (153 * (mo + (-3 if mo > 2 else 9)) + 2) // 5 + d - 1
     days = era * 146097 + yoe * 365 + yoe // 4 - yoe // 100 + doy - 719468
     return days * 86400 + h * 3600 + mi * 60 + s - off
+def ident(st):
+    return st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 def read(path):
+    # (bytes, the identity of the file read, or None when too fresh to stand for it); None when unread.
     # Never a link, never a FIFO or a device, never more than LIMIT bytes.
     try:
         fd = os.open(path, OPEN)
     except OSError:
         return None
     try:
-        if os.fstat(fd).st_mode & 0o170000 != 0o100000:
+        st = os.fstat(fd)
+        if st.st_mode & 0o170000 != 0o100000:
             return None
         parts, size = [], 0
         while size <= LIMIT:
             chunk = os.read(fd, LIMIT + 1 - size)
             if not chunk:
-                return b"".join(parts)
+                # A write after this read changes the identity: every write renames a new inode over the
+                # record, and even one in place moves its times -- unless it lands within the same tick of
+                # the file system's clock as the last change, so a file changed just now is read again.
+                fresh = time.time() - max(st.st_mtime_ns, st.st_ctime_ns) / 1e9 < RACY
+                return b"".join(parts), None if fresh else ident(st)
             parts.append(chunk)
             size += len(chunk)
         return None
@@ -461,6 +470,14 @@ def read(path):
         return None
     finally:
         os.close(fd)
+def same(g):
+    # Whether the record's file is still the one last read (a stat: no open, no read, no parse).
+    if g[7] is None:
+        return False
+    try:
+        return ident(os.stat(g[1], follow_symlinks=False)) == g[7]
+    except OSError:
+        return False
 def lease(data):
     # (epoch, expires_at in seconds since 1970; -INF when unset) as the record says; None when unknown.
     i = data.find(LEASE)
@@ -489,7 +506,8 @@ def lease(data):
         return epoch, -INF
     t = instant(at) if isinstance(at, str) else None
     return None if t is None else (epoch, t)
-# pid -> [kill time reported, record path, epoch held, margin, read interval, kill time the record says, next read]
+# pid -> [kill time reported, record path, epoch held, margin, read interval, kill time the record says, next read,
+#         identity of the record's file when last read (None: read it next time), (epoch, expires_at) it said]
 live = {}
 def handle(line):
     op, fields = line[:1], line[1:].split()
@@ -502,7 +520,10 @@ def handle(line):
     except (IndexError, ValueError):
         return
     if op == b"+":
-        live[pid] = [at, None, 0, 0.0, INF, INF, INF] if watch is None else [at, *watch, INF, -INF]
+        if watch is None:
+            live[pid] = [at, None, 0, 0.0, INF, INF, INF, None, None]
+        else:
+            live[pid] = [at, *watch, INF, -INF, None, None]
     elif op == b"=" and pid in live:
         live[pid][0] = at
     elif op == b"-":
@@ -511,16 +532,21 @@ rest = b""
 while True:
     now = time.monotonic()
     for g in live.values():
-        if g[6] <= now:
-            data = read(g[1])
-            seen = None if data is None else lease(data)
-            now, wall = time.monotonic(), time.time()
+        if g[6] > now:
+            continue
+        seen = g[8] if same(g) else None  # an unchanged record says what it said when last read
+        if seen is None:
+            got = read(g[1])
+            seen = None if got is None else lease(got[0])
             if seen is not None:
-                # Another epoch: somebody claimed the job. Else its lease's end, now on the record, moved to
-                # this clock (the file store's clock is the system clock): a recall made behind a stopped
-                # supervisor's back shortens it here too.
-                g[5] = -INF if seen[0] != g[2] else now + (seen[1] - wall) - g[3]
-            g[6] = now + g[4]
+                g[7], g[8] = got[1], seen
+        now, wall = time.monotonic(), time.time()
+        if seen is not None:
+            # Another epoch: somebody claimed the job. Else its lease's end, now on the record, moved to
+            # this clock (the file store's clock is the system clock, so this is done at every look: a step
+            # of that clock moves it too): a recall made behind a stopped supervisor's back shortens it here too.
+            g[5] = -INF if seen[0] != g[2] else now + (seen[1] - wall) - g[3]
+        g[6] = now + g[4]
     # Every message that came first: a group whose "-PID" is written may be reaped, its id reused.
     eof = False
     while select.select([0], [], [], 0)[0]:
@@ -586,11 +612,16 @@ class Guardian:
     recall made meanwhile lowers the lease's end in the record [JOB-R3], and
     an adopter may claim at the recall's ``until``. So where the store has a
     :meth:`~jobctl.store.base.Store.lease_file` (the file store: the record,
-    its times on the system clock), the guardian also reads the record itself
-    every :func:`_read_every` and kills the group at the lease's end less the
-    margin when that comes first, and at once when the epoch is no longer the
-    one held (somebody claimed the job). It opens the record without
-    following a link or blocking, reads only a regular file of at most 64 MiB,
+    its times on the system clock), the guardian also looks at the record
+    itself every :func:`_read_every` and kills the group at the lease's end
+    less the margin when that comes first, and at once when the epoch is no
+    longer the one held (somebody claimed the job). A look is a ``stat``: the
+    record is read again only when its file's identity (inode, size,
+    modification and change times) moved since the last read, or when that
+    read came within a second of the file's last change (a second write in the
+    same tick of the file system's clock could leave its times as they were;
+    every jobctl write renames a new inode over the record). It opens the
+    record without following a link or blocking, reads only a regular file of at most 64 MiB,
     and reads only the lease block's epoch and ``expires_at`` (a full JSON
     parse only for a record not laid out as jobctl writes them). A record it
     cannot read leaves the last time it read, and the reported one, in force.

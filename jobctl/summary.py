@@ -32,7 +32,6 @@ Writes are atomic (a temporary renamed into place).
 
 from __future__ import annotations
 
-import hashlib
 import marshal
 import os
 import stat
@@ -40,6 +39,12 @@ import sys
 import time
 from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple
+
+try:
+    # The builtin BLAKE2 alone: hashlib loads OpenSSL first, milliseconds on every listing's start.
+    from _blake2 import blake2b
+except ImportError:  # a Python built without it
+    from hashlib import blake2b
 
 __all__ = [
     "Summary",
@@ -228,7 +233,7 @@ class Summaries:
             self.directory = None
             return self
         key = f"{self.real}\0{jobs_stat.st_dev}\0{jobs_stat.st_ino}".encode("utf-8", "surrogateescape")
-        self.base = os.path.join(directory, hashlib.sha256(key).hexdigest()[:32])
+        self.base = os.path.join(directory, blake2b(key, digest_size=16).hexdigest())
         if not _private_dir(directory, create=False):
             return self
         data = _load_file(self.base + ".open")

@@ -381,7 +381,10 @@ class Worker:
         poller = select.poll()
         poller.register(self._wake_r, select.POLLIN)
         fd = board.fileno()
-        if fd is not None and self._stop_level == 0:
+        if fd is not None and self._stop_level == 0 and len(self._busy) < self.concurrency:
+            # With every slot taken there is nothing to hand out: the store's
+            # changes (each write of the running jobs among them) wait in the
+            # notice queue, read all at once by the refresh after the next report.
             poller.register(fd, select.POLLIN)
         for ready, _mask in poller.poll(math.ceil(timeout * 1000)):
             if ready == self._wake_r:

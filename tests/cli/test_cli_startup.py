@@ -85,6 +85,24 @@ def test_piped_commands_stay_light(jobctl: Jobctl, tmp_path: Path, args: tuple[s
     modules = loaded(jobctl, tmp_path, *args)
     assert "jobctl.cli.main" in modules  # the measurement itself worked
     assert absent(modules, *NEVER, "platformdirs", "jobctl.schedule") == []
+    # Change notices are for watch and the worker; hashlib would load OpenSSL for the summary cache's name.
+    assert absent(modules, "jobctl.watch", "jobctl.notices", "select", "hashlib", "_hashlib") == []
+
+
+def test_the_public_names_load_on_first_use() -> None:
+    code = (
+        "import sys, jobctl\n"
+        "lazy = ('jobctl.store', 'jobctl.watch', 'jobctl.notices')\n"
+        "assert not [m for m in lazy if m in sys.modules], sorted(sys.modules)\n"
+        "from jobctl import *\n"
+        "import jobctl.watch\n"
+        "assert jobctl.watch is watch and callable(watch) and jobctl.FileStore is FileStore\n"
+        "missing = [n for n in jobctl.__all__ if not hasattr(jobctl, n)]\n"
+        "assert not missing and set(jobctl.__all__) <= set(dir(jobctl)), missing\n"
+        "print('ok')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, check=False, timeout=60)
+    assert proc.stdout == b"ok\n", proc.stderr.decode()
 
 
 def test_submit_imports_only_its_own_command_module(jobctl: Jobctl, tmp_path: Path) -> None:

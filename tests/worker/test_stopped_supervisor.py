@@ -14,9 +14,12 @@ from before the recall until after the second run.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import os
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import threading
@@ -259,6 +262,66 @@ def test_the_guardian_follows_a_recall_in_the_record(store: FileStore, guardian:
     assert child.wait(10) == -signal.SIGKILL
     # Renewals capped at the recall's until [JOB-R4] cannot move it on again; the record stays the holder's.
     assert store.load(job).lease.epoch == held.lease.epoch
+
+
+class Opens:
+    """Counts the opens of one file in a directory (inotify ``IN_OPEN``): how often the guardian read the record."""
+
+    IN_OPEN = 0x20
+    IN_CLOSE_NOWRITE = 0x10  # watched too: inotify folds repeated events unread in a row into one
+
+    def __init__(self, path: str) -> None:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        self.name = os.fsencode(os.path.basename(path))
+        self.fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        assert self.fd >= 0
+        mask = self.IN_OPEN | self.IN_CLOSE_NOWRITE
+        assert libc.inotify_add_watch(self.fd, os.fsencode(os.path.dirname(path)), mask) >= 0
+
+    def count(self) -> int:
+        """Opens since the last count."""
+        n = 0
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                buf = os.read(self.fd, 1 << 16)
+                off = 0
+                while off < len(buf):
+                    _wd, mask, _cookie, length = struct.unpack_from("iIII", buf, off)
+                    name = buf[off + 16 : off + 16 + length].rstrip(b"\0")
+                    off += 16 + length
+                    n += bool(mask & self.IN_OPEN and name == self.name)
+        return n
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="counts opens with inotify")
+def test_the_guardian_reads_the_record_again_only_when_its_file_changed(store: FileStore, guardian: Guardian) -> None:
+    job = store.submit(Record(kind="shell", spec={"argv": ["true"]}))
+    held = store.claim(job, "me", 60)
+    changed = time.monotonic()
+    path = store.path(job)
+    opens = Opens(path)
+    child = sleeper()
+    try:
+        guardian.watch(child.pid, time.monotonic() + FAR, LeaseRecord(path, held.lease.epoch, 0.5, 0.02))
+        time.sleep(0.3)
+        # Just written: a second write within the file system's clock tick could leave its times as they were.
+        assert opens.count() > 3
+        time.sleep(max(0.0, changed + 2.0 - time.monotonic()))  # past the second, and a slow look
+        opens.count()
+        time.sleep(0.5)  # 25 looks: each a stat of an unchanged file, none a read
+        assert opens.count() == 0
+        assert child.poll() is None
+        store.claim(job, "me", 60)  # a new inode with another epoch: the next look reads it, and kills
+        assert child.wait(10) == -signal.SIGKILL
+        assert opens.count() >= 1
+    finally:
+        opens.close()
+        if child.poll() is None:
+            child.kill()
+            child.wait()
 
 
 def test_the_guardian_follows_no_link_and_never_blocks_on_what_is_not_a_record(

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from workertools import job_argv, read_log, submit
@@ -114,3 +117,40 @@ def test_the_alert_runs_once_when_a_job_finally_fails(store: FileStore, tmp_path
     assert (summary["retry"], summary["failed"], summary["alert"]) == (1, 1, 1)
     assert store.load(job).state == "failed" and not summary.all_complete
     assert out.read_text() == f"{job}|shell|attempt 2: exit status 7|2|\n"
+
+
+class CountingWorker(Worker):
+    """A worker that counts its main loop's waits."""
+
+    waits = 0
+
+    def _idle(self, *args: Any) -> None:
+        self.waits += 1
+        super()._idle(*args)
+
+
+def test_writes_to_the_store_do_not_wake_a_worker_whose_slots_are_all_taken(store: FileStore, tmp_path: Path) -> None:
+    flag = tmp_path / "writes-done"
+    job = store.submit(Record(kind="shell", spec={"argv": ["sh", "-c", f"while [ ! -e {flag} ]; do sleep 0.02; done"]}))
+    worker = CountingWorker(store, concurrency=1, poll_interval=30.0)
+    seen: dict[str, int] = {}
+    written: list[str] = []
+
+    def write_elsewhere() -> None:
+        other = FileStore(store.root)
+        for _ in range(30):  # somebody else's submits while the job runs: notices the worker's board gets
+            written.append(other.submit(Record(kind="elsewhere", spec={})))
+            time.sleep(0.01)
+        flag.touch()
+
+    def on_event(event: Event) -> None:
+        seen[event.what] = worker.waits
+        if event.what == "started":
+            threading.Thread(target=write_elsewhere).start()
+
+    worker.on_event = on_event
+    summary = worker.run("drain")
+    assert summary.ran == {job: "complete"}
+    assert len(written) == 30  # the writes happened while the job ran (it waited for them)
+    # One wait from the start to the end: the slot's report ended it, not the 30 writes.
+    assert seen["complete"] - seen["started"] == 1
