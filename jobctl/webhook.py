@@ -138,9 +138,10 @@ class _Message:
 class Webhook:
     """Posts messages to one URL from one background thread; see the module docstring for the bounds.
 
-    ``report`` is called once per message posted with :meth:`post`: from the
+    ``report`` is called once per message taken by :meth:`post`: from the
     posting thread as each ends, or from :meth:`close` for those it leaves
-    behind. It must not block; the worker's queues a line and wakes its loop.
+    behind, never after :meth:`close` returns. It must not block (it runs
+    under the webhook's lock); the worker's queues the news and wakes its loop.
     """
 
     def __init__(
@@ -225,7 +226,9 @@ class Webhook:
                 self._current = None
                 if self._closed:
                     return  # close() has reported it already
-            self._report(delivery)
+                # Under the lock, so nothing is reported once close() has
+                # returned: the worker says what close() leaves, and then stops listening.
+                self._report(delivery)
 
     def _deliver(self, item: _Message) -> Delivery:
         tries = 0
