@@ -141,3 +141,25 @@ def test_show_on_a_terminal_shows_the_result_cut_to_size(jobctl: Jobctl) -> None
     flat = " ".join(text.split())
     assert "5008 bytes;" in flat and f"jobctl result {big} prints it whole" in flat
     assert "result" not in jobctl("show", jobctl.submit(), terminal=True, env=env).text
+
+
+def test_result_on_a_postgresql_store(jobctl: Jobctl, pg_url: str) -> None:
+    from jobctl.store import postgres
+
+    postgres.init(pg_url)
+    store = postgres.PostgresStore(pg_url)
+    try:
+        env = {"JOB_STORE": pg_url}
+        job = jobctl("submit", "--kind", "test", env=env).text.strip()
+        assert "it is pending" in no_result(jobctl("result", job, env=env), job)
+        claimed = store.claim(job, "w", 60)
+
+        def finish(rec: Record) -> None:
+            rec.state = "complete"
+            set_result(rec, {"n": 2, "s": "é"})
+
+        store.update(job, claimed.lease.epoch, finish)
+    finally:
+        store.close()
+    assert jobctl("result", job, env=env).text == '{"n":2,"s":"é"}\n'
+    assert json.loads(jobctl("show", job, "--json", env=env).text)["result"] == {"n": 2, "s": "é"}
