@@ -72,6 +72,7 @@ class Worker:
         handlers: Mapping[str, str] | None = None,
         kinds: Iterable[str] | None = None,
         on_failure: str = "",
+        on_failure_url: str = "",
         on_event: Callable[[Event], None] | None = None,
     ) -> None:
         if isinstance(store, (str, os.PathLike)):
@@ -94,6 +95,14 @@ class Worker:
         self.handlers: dict[str, str] = dict(handlers or {})
         self.kinds = None if kinds is None else list(kinds)
         self.on_failure = on_failure
+        if on_failure_url:
+            from .webhook import check_url
+
+            try:
+                on_failure_url = check_url(on_failure_url)
+            except ValueError as exc:
+                raise Invalid(f"on_failure_url: {exc}") from None
+        self.on_failure_url = on_failure_url
         self.on_event = on_event
         #: The registered processors, by kind.
         self.processors: dict[str, ProcessorFunction] = {}
@@ -132,6 +141,7 @@ class Worker:
         options.setdefault("handlers", self.handlers)
         options.setdefault("kinds", self.kinds)
         options.setdefault("on_failure", self.on_failure)
+        options.setdefault("on_failure_url", self.on_failure_url)
         options.setdefault("on_event", self.on_event or _log_event)
         return Loop(self.store, functions=self.processors, **options)
 

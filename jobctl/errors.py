@@ -23,6 +23,7 @@ __all__ = [
     "Untrusted",
     "WriteFailed",
     "NoStore",
+    "NoResult",
     "VERDICTS",
     "verdict_class",
     "EXIT_FAILURE",
@@ -172,6 +173,20 @@ class NoStore(JobError):
     legacy = "no-store"
     exit_code = 16
     hint = "check the path (jobctl paths says where jobctl looks); jobctl init DIR creates a store"
+
+
+class NoResult(JobError):
+    """The job has left no result (``jobctl.run/result@1``): not yet, or never.
+
+    Not a verdict of the contract (a result is jobctl's extension, see
+    :mod:`jobctl.results`), so not in :data:`VERDICTS`: raised by
+    :func:`jobctl.results.require`, with a code of its own so a script can
+    tell "no result" from "no such job" without parsing stderr.
+    """
+
+    verdict = "no_result"
+    legacy = "no-result"
+    exit_code = 18
 
 
 VERDICTS: dict[str, type[JobError]] = {}

@@ -15,10 +15,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .errors import Invalid
-from .record import RESULT, Record
+from .errors import Invalid, NoResult
+from .record import RESULT, TERMINAL, Record
 
-__all__ = ["RESULT", "RESULT_MAX_BYTES", "has_result", "result_of", "set_result", "parse_result"]
+__all__ = ["RESULT", "RESULT_MAX_BYTES", "has_result", "result_of", "set_result", "parse_result", "require"]
 
 #: The largest result, as compact JSON, a record will carry. A record is read
 #: whole by every reader; bulk output belongs in a file the result names.
@@ -33,6 +33,40 @@ def has_result(rec: Record) -> bool:
 def result_of(rec: Record) -> Any:
     """The stored result, or None when there is none (see :func:`has_result`)."""
     return rec.extensions.get(RESULT)
+
+
+def require(rec: Record) -> str:
+    """The stored result as compact JSON text, spelling kept; :class:`NoResult` when there is none.
+
+    The refusal says why there is none: a job that has not ended has no
+    result *yet* (one is written only by the write that completes it); one
+    that ended failed or cancelled, or completed without leaving one, never will.
+    """
+    text = rec.opaque_text("x:" + RESULT)
+    if text is not None:
+        return text
+    if rec.state not in TERMINAL:
+        raise _none(
+            rec, f"has no result yet: it is {rec.state}", f"wait for it to end (jobctl wait {rec.id}), then ask again"
+        )
+    if rec.state == "complete":
+        raise _none(
+            rec,
+            "is complete and left no result",
+            "its command wrote nothing to $JOB_RESULT (or its processor returned none)",
+        )
+    why = f": {rec.error}" if rec.error else ""
+    raise _none(
+        rec,
+        f"ended {rec.state} and left no result{why}",
+        f"only a job that completes leaves one; jobctl logs {rec.id} shows its last attempt",
+    )
+
+
+def _none(rec: Record, what: str, hint: str) -> NoResult:
+    exc = NoResult(f"job {rec.id} {what}", rec.id)
+    exc.hint = hint
+    return exc
 
 
 def _check(value: Any, job_id: str) -> None:

@@ -23,6 +23,7 @@ config directory (platformdirs: ``~/.config/jobctl`` on Linux)::
     pass_env = AWS_PROFILE, HTTPS_PROXY
     allow_loader_env = no
     on_failure = curl -fsS -d "text=job $JOB_ID ($JOB_KIND) failed: $JOB_ERROR" https://example.invalid/hook
+    on_failure_url = https://hooks.slack.com/services/T000/B000/XXXX
 
     [handlers]
     fetch = ./bin/fetch-one
@@ -63,6 +64,10 @@ class Setting:
             return "yes" if value else "no"
         if isinstance(value, float) and value.is_integer():
             return f"{value:g}"
+        if self.name == "on_failure_url" and value:
+            from .webhook import where
+
+            return where(str(value))  # a webhook's path is often its secret: never printed
         return str(value)
 
 
@@ -112,6 +117,13 @@ def _words(text: str) -> tuple[str, ...]:
 
 def _text(text: str) -> str:
     return text.strip()
+
+
+def _url(text: str) -> str:
+    """An http or https URL with a host."""
+    from .webhook import check_url
+
+    return check_url(text)
 
 
 @dataclass(frozen=True)
@@ -194,6 +206,14 @@ SETTINGS: tuple[_Spec, ...] = (
     _Spec("name", "--name", "JOBCTL_WORKER_NAME", _text, "worker", "lease owner prefix: NAME@HOST:PID"),
     _Spec("kinds", "--kind", "JOBCTL_KINDS", _words, (), "only these kinds (default: every kind it can run)"),
     _Spec("on_failure", "--on-failure", "JOBCTL_ON_FAILURE", _text, "", "shell command run when a job finally fails"),
+    _Spec(
+        "on_failure_url",
+        "--on-failure-url",
+        "JOBCTL_ON_FAILURE_URL",
+        _url,
+        "",
+        "http or https URL a JSON message is posted to when a job finally fails",
+    ),
 )
 _BY_NAME = {spec.name: spec for spec in SETTINGS}
 
@@ -265,6 +285,10 @@ class Settings:
     @property
     def on_failure(self) -> str:
         return str(self["on_failure"])
+
+    @property
+    def on_failure_url(self) -> str:
+        return str(self["on_failure_url"])
 
     @property
     def max_ttl(self) -> float:

@@ -26,7 +26,8 @@ nothing waits forever and the cancellation cascades down a pipeline. A
 failed attempt under a retry policy goes back to ``pending`` with its next
 not-before time; only the last one leaves the job ``failed``, and then the
 ``on_failure`` command runs with ``JOB_ID``, ``JOB_KIND``, ``JOB_ERROR`` and
-``JOB_ATTEMPT`` in its environment.
+``JOB_ATTEMPT`` in its environment, and a JSON message is posted to the
+``on_failure_url`` webhook from a background thread (:mod:`jobctl.webhook`).
 
 Stopping: :meth:`Worker.request_stop` (the CLI calls it on SIGTERM/SIGINT)
 stops claiming and lets running jobs go on for ``shutdown_grace`` seconds,
@@ -58,9 +59,10 @@ from .jobenv import JobEnvironment
 from .keeper import Keeper
 from .record import TERMINAL, Record, format_time, held
 from .runner import Guardian, Outcome, Processor, Run, RunStore, processors
-from .schedule import after_of, attempt, blocked_by, not_before
+from .schedule import after_of, attempt, blocked_by, not_before, pipeline_of
 from .store.base import OpenListing
 from .store.location import address
+from .webhook import Delivery, Webhook, message
 
 if TYPE_CHECKING:
     from .processor import AsyncLoop, FunctionWork, ProcessorFunction
@@ -164,6 +166,7 @@ class Worker:
         processors_: Mapping[str, Processor] | None = None,
         kinds: Iterable[str] | None = None,
         on_failure: str = "",
+        on_failure_url: str = "",
         on_event: Callable[[Event], None] | None = None,
         env: Mapping[str, str] | None = None,
         notices: bool = True,
@@ -193,6 +196,10 @@ class Worker:
         self.processors: dict[str, Processor] = table
         self.functions: dict[str, ProcessorFunction] = python
         self.on_failure = on_failure
+        # Posted from the webhook's own thread; what became of each comes back
+        # here and is said by the main thread, as every other event is.
+        self._deliveries: queue.SimpleQueue[Delivery] = queue.SimpleQueue()
+        self._webhook = Webhook(on_failure_url, self._delivered) if on_failure_url else None
         self.on_event = on_event
         self.env = dict(os.environ if env is None else env)
         # The jobs' environment is an allow-list of self.env; the alert keeps all of it.
@@ -675,6 +682,8 @@ class Worker:
     # -- alerts -----------------------------------------------------------------------
 
     def _alert(self, out: Outcome) -> None:
+        if self._webhook is not None:
+            self._post_alert(self._webhook, out)
         if not self.on_failure:
             return
         env = dict(self.env)
@@ -702,7 +711,30 @@ class Worker:
             return
         self._alerts.append((proc, out.job_id))
 
+    def _post_alert(self, hook: Webhook, out: Outcome) -> None:
+        pipeline = None
+        with contextlib.suppress(JobError, OSError):  # the message goes without it rather than not at all
+            pipeline = pipeline_of(self.store.load(out.job_id))
+        body = message(out.job_id, out.kind, out.error, out.attempt, pipeline, self.owner)
+        if not hook.post(out.job_id, out.kind, body):
+            detail = f"webhook {hook.where}: {hook.backlog} alerts wait for it already; this one is dropped"
+            self._emit(Event("alert-failed", out.job_id, out.kind, detail))
+
+    def _delivered(self, delivery: Delivery) -> None:
+        """From the webhook's thread: queue the news for the main thread, and wake it."""
+        self._deliveries.put(delivery)
+        self._wake()
+
+    def _said_deliveries(self) -> None:
+        while True:
+            try:
+                got = self._deliveries.get_nowait()
+            except queue.Empty:
+                return
+            self._emit(Event("alert" if got.ok else "alert-failed", got.job_id, got.kind, got.detail))
+
     def _reap_alerts(self, wait: float = 0.0) -> None:
+        self._said_deliveries()
         deadline = time.monotonic() + wait
         keep = []
         for proc, job_id in self._alerts:
@@ -745,7 +777,11 @@ class Worker:
         for slot in self._slots:
             slot.join()
         self._collect(board)
+        deadline = time.monotonic() + 30.0
         self._reap_alerts(wait=30.0)
+        if self._webhook is not None:
+            self._webhook.close(wait=deadline - time.monotonic())  # what it leaves is reported failed
+            self._said_deliveries()
 
 
 @dataclass

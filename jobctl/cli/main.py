@@ -577,6 +577,7 @@ LAZY: dict[str, tuple[str, str]] = {
     "release": ("lease", "release"),
     "finish": ("lease", "finish"),
     "show": ("view", "show"),
+    "result": ("view", "result"),
     "list": ("view", "list_jobs"),
     "orphans": ("view", "orphans"),
     "intent": ("control", "intent"),
@@ -602,7 +603,7 @@ LAZY: dict[str, tuple[str, str]] = {
 
 #: How ``jobctl --help`` groups the commands; anything unlisted goes under "Other".
 SECTIONS: list[tuple[str, tuple[str, ...]]] = [
-    ("Submit and look", ("submit", "show", "list", "orphans", "watch", "wait")),
+    ("Submit and look", ("submit", "show", "result", "list", "orphans", "watch", "wait")),
     ("Hold a lease", ("claim", "progress", "checkpoint", "renew", "release", "finish")),
     ("Ask a holder", ("intent", "approve", "recall", "cancel")),
     ("Do the work", ("run", "worker", "pipeline", "logs", "retry")),

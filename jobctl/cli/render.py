@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import click
 
 from ..errors import JobError
-from ..record import ZERO_TIME, Record, format_time, held, is_zero
+from ..record import RESULT, ZERO_TIME, Record, format_time, held, is_zero
 from ..store.file import is_orphan
 from ..wire import Raw, dumps_compact
 
@@ -311,6 +311,7 @@ def job_json(
         "updated_at": _when(rec.updated_at),
     }
     obj.update(scheduling(rec, states, now))
+    obj["result"] = _raw(rec.opaque_text("x:" + RESULT))
     return obj
 
 
@@ -617,11 +618,25 @@ def print_jobs(
     console.print(jobs_table(records, now, states, console.width, long_leases))
 
 
+#: The most of a result ``show`` prints on a terminal; ``jobctl result`` prints it whole.
+RESULT_SHOWN = 400
+
+
+def result_text(rec: Record, limit: int = RESULT_SHOWN) -> str | None:
+    """The result compact (spelling kept), cut to ``limit`` characters with its size and where the rest is."""
+    text = rec.opaque_text("x:" + RESULT)
+    if text is None or len(text) <= limit:
+        return text
+    size = len(text.encode("utf-8"))
+    return f"{text[:limit]}… ({size} bytes; jobctl result {rec.id} prints it whole)"
+
+
 def print_job(
     screen: Screen, rec: Record, now: datetime, states: Mapping[str, str] | None, long_lease: bool = False
 ) -> None:
-    """``show`` on a terminal: the fields that matter, in words, then the spec and checkpoint."""
+    """``show`` on a terminal: the fields that matter, in words, then the spec, checkpoint and result."""
     from rich.table import Table
+    from rich.text import Text
 
     info = scheduling(rec, states, now)
     grid = Table.grid(padding=(0, 2))
@@ -658,6 +673,9 @@ def print_job(
         grid.add_row("requires", ", ".join(rec.requires))
     grid.add_row("spec", rec.opaque_text("spec") or "")
     grid.add_row("checkpoint", checkpoint_word(rec))
+    shown = result_text(rec)
+    if shown is not None:
+        grid.add_row("result", Text(shown, overflow="fold"))  # data, not markup; folded, not cut at the edge
     grid.add_row("created", f"{format_time(rec.created_at)} ({relative(rec.created_at, now)})")
     grid.add_row("updated", f"{format_time(rec.updated_at)} ({relative(rec.updated_at, now)})")
     screen.console().print(grid)

@@ -15,7 +15,7 @@ from ..summary import Summary, micros, moment
 from . import render
 from .main import EXIT_FAILURE, STATE_CHOICE, STATES_HELP, TEXT, JobCommand, State, common, job_id_argument, pass_state
 
-__all__ = ["show", "list_jobs", "orphans"]
+__all__ = ["show", "result", "list_jobs", "orphans"]
 
 
 def _dependency_states(state: State, rec: Record) -> dict[str, str]:
@@ -85,6 +85,32 @@ def show(state: State, job_id: str) -> None:
     else:
         click.echo(encode(rec), nl=False)
     _warn_long_leases(state, [rec], flagged)
+
+
+@click.command(cls=JobCommand, short_help="Print the result a job left, as JSON.")
+@job_id_argument
+@click.option("--pretty", is_flag=True, help="Indent the JSON, two spaces a level.")
+@common
+@pass_state
+def result(state: State, job_id: str, pretty: bool) -> None:
+    """Print the result job ID left: the JSON its processor returned, or its command wrote to $JOB_RESULT.
+
+    One line of compact JSON on stdout, every number and escape spelled as
+    it was stored (--pretty: indented); the same with or without --json.
+    A job leaves a result only in the write that completes it. When it has
+    none, nothing is printed and the exit code is 18 (no_result), with a
+    line on stderr that says why: it has not ended yet (it is pending or
+    running), or it ended failed or cancelled, or completed without one.
+
+    \b
+    Examples:
+      jobctl result 1787202430967-a752f9a9c2c77b123ffd | jq .chars
+      jobctl wait "$ID" && jobctl result "$ID" --pretty
+    """
+    from .. import results, wire
+
+    text = results.require(state.store().load(job_id))
+    render.out(wire.indent(text, 0) if pretty else text)
 
 
 def _print_records(

@@ -72,6 +72,7 @@ def test_the_exit_code_page_matches_the_program() -> None:
         cli_main.EXIT_BROKEN_PIPE: "broken_pipe",
         errors.EXIT_WRITE_FAILED: "write_failed",
         errors.NoStore.exit_code: errors.NoStore.verdict,
+        errors.NoResult.exit_code: errors.NoResult.verdict,
         cli_main.EXIT_DRAIN_INCOMPLETE: "drain_incomplete",
     }
     for cls in set(errors.VERDICTS.values()):

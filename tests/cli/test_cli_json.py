@@ -35,7 +35,17 @@ def one(jobctl: Jobctl, *args: str) -> dict[str, Any]:
 
 
 def test_the_page_documents_every_shape() -> None:
-    assert set(documented()) == {"job", "watch-change", "watch-gone", "watch-quiet", "sweep", "gc", "paths"}
+    assert set(documented()) == {"job", "watch-change", "watch-gone", "watch-quiet", "sweep", "gc", "paths", "alert"}
+
+
+def test_the_alert_posted_to_a_webhook_has_the_documented_shape() -> None:
+    from jobctl import webhook
+
+    shape = documented()["alert"]
+    made = webhook.message(
+        shape["id"], shape["kind"], shape["error"], shape["attempt"], ("nightly", "download"), shape["worker"]
+    )
+    assert made == shape
 
 
 def test_every_single_job_command_prints_the_job_shape(jobctl: Jobctl) -> None:
