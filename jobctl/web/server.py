@@ -54,7 +54,7 @@ def bind(host: str, port: int) -> socket.socket:
 def url_of(sock: socket.socket) -> str:
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
-    return f"http://{shown}:{port}/"
+    return f"http://{shown}:{port}"
 
 
 def serve(

@@ -110,7 +110,9 @@ def record_from(body: Any, now: datetime, by: str, *, allow_shell: bool = False)
         ids.check(job_id)
     spec = body.get("spec", {})
     total = _whole(body, "total", limits.TOTAL) or 0
-    rec = Record(id=job_id or "", kind=kind, spec=Raw(json.dumps(spec, ensure_ascii=False)), progress=Progress(total))
+    rec = Record(
+        id=job_id or "", kind=kind, spec=Raw(json.dumps(spec, ensure_ascii=False)), progress=Progress(total=total)
+    )
     if kind == SHELL:
         from ..shell import parse
 
