@@ -64,7 +64,8 @@ function controls(job) {
 
 function progress(job) {
   if (!job.total) return null;
-  return el("progress", { max: job.total, value: job.done, title: `${job.done} / ${job.total}` });
+  return el("div", { class: "progress" },
+    el("progress", { max: job.total, value: job.done }), el("span", {}, `${job.done} / ${job.total}`));
 }
 
 function result(job) {
@@ -73,13 +74,18 @@ function result(job) {
     el("pre", {}, JSON.stringify(job.result, null, 2)));
 }
 
+function waits(stage) {
+  // The pipeline view says "for <id> (running)" of a waiting stage: say who waits.
+  return stage.detail.startsWith("for ") ? `waits ${stage.detail}` : stage.detail;
+}
+
 function stepView(stage) {
   const job = stage.job;
   return el("li", { class: "step", "data-job": job.id, "data-stage": stage.stage, "data-step": stage.step },
     el("div", { class: "name" }, stage.stage, " ", el("span", { class: "badge", "data-step": stage.step }, stage.step)),
     progress(job),
     job.attempt > 1 ? el("div", { class: "detail" }, `attempt ${job.attempt}`) : null,
-    stage.detail && !job.error ? el("div", { class: "detail" }, stage.detail) : null,
+    stage.detail && !job.error ? el("div", { class: "detail" }, waits(stage)) : null,
     job.error ? el("div", { class: "error" }, job.error) : null,
     result(job),
     el("div", { class: "id" }, job.id),
