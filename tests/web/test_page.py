@@ -44,7 +44,9 @@ def browser(tmp_path: Path) -> Iterator[Browser]:
         chrome.close()
 
 
-def submit(server: Server, kind: str, pipeline: str, after: list[str] = (), hold: bool = False, **spec: object) -> str:  # type: ignore[assignment]
+def submit(
+    server: Server, kind: str, pipeline: str, after: tuple[str, ...] = (), hold: bool = False, **spec: object
+) -> str:
     rec = Record(id="", kind=kind, spec=Raw(json.dumps(spec)))
     plan(rec, pipeline=pipeline, after=after, hold=hold, by="ops")
     return server.store.submit(rec)
@@ -73,10 +75,10 @@ def test_the_page_shows_a_pipeline_follows_it_and_approves_a_held_stage(
     store = server.store
     # The seed's "Generate Video" pipeline (§7), part way through, its last stage held for approval.
     script = submit(server, "script_generation", "generate-video", topic="tides")
-    voice = submit(server, "voice_synthesis", "generate-video", [script])
-    image = submit(server, "image_generation", "generate-video", [script])
-    video = submit(server, "video_generation", "generate-video", [voice, image])
-    compositing = submit(server, "compositing", "generate-video", [video], hold=True)
+    voice = submit(server, "voice_synthesis", "generate-video", (script,))
+    image = submit(server, "image_generation", "generate-video", (script,))
+    video = submit(server, "video_generation", "generate-video", (voice, image))
+    compositing = submit(server, "compositing", "generate-video", (video,), hold=True)
     complete(server, script, {"chars": 1834, "title": "Tides"})
     complete(server, voice, {"seconds": 92.5})
     image_epoch = store.claim(image, "worker-2", 60).lease.epoch
@@ -97,7 +99,10 @@ def test_the_page_shows_a_pipeline_follows_it_and_approves_a_held_stage(
     shown = browser.evaluate(f"document.querySelector('[data-job=\"{script}\"] pre').textContent")
     assert json.loads(shown) == {"chars": 1834, "title": "Tides"}  # an intermediate result to inspect
     assert browser.evaluate(f"document.querySelector('[data-job=\"{image}\"] progress').value") == 3
-    buttons = "[...document.querySelectorAll('.step button')].map(b => b.closest('[data-job]').dataset.job + ':' + b.dataset.action)"
+    buttons = (
+        "[...document.querySelectorAll('.step button')]"
+        ".map(b => b.closest('[data-job]').dataset.job + ':' + b.dataset.action)"
+    )
     assert sorted(browser.evaluate(buttons)) == sorted(
         [f"{image}:cancel", f"{video}:cancel", f"{compositing}:approve", f"{compositing}:cancel", f"{report}:retry"]
     )
