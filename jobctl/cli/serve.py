@@ -7,7 +7,7 @@ import sys
 import click
 
 from ..errors import Refused
-from .main import TEXT, JobCommand, State, common, pass_state
+from .main import TEXT, JobCommand, State, pass_state, store_option
 
 __all__ = ["serve"]
 
@@ -29,7 +29,7 @@ __all__ = ["serve"]
     help="Every request must carry it (Authorization: Bearer TOKEN; a browser opens /?token=TOKEN once).",
 )
 @click.option("--allow-shell", is_flag=True, help="Take shell jobs over HTTP: they run commands as the worker's user.")
-@common
+@store_option  # not --json: what it prints is one URL
 @pass_state
 def serve(state: State, listen: str, token: str | None, allow_shell: bool) -> None:
     """Serve the store over HTTP: a JSON API, a stream of changes, and a page.
@@ -46,7 +46,7 @@ def serve(state: State, listen: str, token: str | None, allow_shell: bool) -> No
     \b
     Examples:
       jobctl serve
-      JOBCTL_TOKEN=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n') jobctl serve --listen 0.0.0.0:8080
+      JOBCTL_TOKEN=$(openssl rand -hex 16) jobctl serve --listen 0.0.0.0:8080
     """
     try:  # before anything else: jobctl.web itself imports Starlette
         import starlette  # noqa: F401

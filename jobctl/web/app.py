@@ -277,6 +277,9 @@ def create_app(
             body = await body_of(request, required=False)
             if not isinstance(body, dict):
                 raise Invalid("the body must be a JSON object")
+            unknown = sorted(set(body) - {"by"})
+            if unknown:
+                raise Invalid(f"unknown field {unknown[0]!r} (an action takes only by)")
             who = _by(request, body)
             result = await run_in_threadpool(do, request.path_params["job_id"], who)
             return JSONResponse(result, status_code=status)

@@ -8,6 +8,7 @@ stream all under the prefix.
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
 import urllib.error
@@ -26,6 +27,8 @@ from starlette.routing import Mount, Route
 from jobctl import FileStore
 from jobctl.web import create_app
 from jobctl.web.server import bind
+
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -115,3 +118,27 @@ def test_a_token_cookie_is_scoped_to_the_prefix(serve: Any, tmp_path: Path) -> N
     assert "Path=/jobs/" in headers["set-cookie"]
     assert fetch(url + "/jobs/api/jobs", headers={"Cookie": "jobctl_token=t0ken"})[0] == 200
     assert fetch(url + "/jobs/api/jobs", headers={"Authorization": "Bearer t0ken"})[0] == 200
+
+
+def howto_example(store_root: Path) -> Starlette:
+    """The Starlette example of docs/howto/web.md, run as written with its store moved to ``store_root``."""
+    text = (REPO / "docs" / "howto" / "web.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"^```python\n(.*?)^```", text, re.M | re.S)
+    (source,) = [b for b in blocks if "from starlette.applications import Starlette" in b]
+    scope: dict[str, Any] = {}
+    exec(compile(source.replace("/srv/jobs", str(store_root)), "docs/howto/web.md", "exec"), scope)
+    app = scope["app"]
+    assert isinstance(app, Starlette)
+    return app
+
+
+def test_the_howto_example_mounts_the_api(serve: Any, tmp_path: Path) -> None:
+    FileStore(tmp_path / "store")
+    url = serve(howto_example(tmp_path / "store"))
+    assert fetch(url + "/health")[2] == b"ok"
+    status, _, body = fetch(url + "/jobs/api/jobs", {"kind": "script_generation", "pipeline": "generate-video"})
+    assert status == 201
+    assert (
+        json.loads(fetch(url + "/jobs/api/pipelines/generate-video")[2])["stages"][0]["job"]["id"]
+        == json.loads(body)["id"]
+    )
