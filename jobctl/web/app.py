@@ -317,7 +317,7 @@ def create_app(
         return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
 
     async def page(request: Request) -> Response:
-        if "token" in request.query_params:
+        if token is not None and "token" in request.query_params:  # the guard checked it
             # The token goes into a cookie once, and out of the address bar (and the history).
             root = request.scope.get("root_path", "")
             response: Response = RedirectResponse(f"{root}/", status_code=303)

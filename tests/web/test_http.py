@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Callable
@@ -346,10 +346,21 @@ def test_the_command_line_does_not_import_the_web_stack(tmp_path: Path) -> None:
     assert heavy == []
 
 
+def inotify_fds(pid: int) -> int:
+    """How many inotify descriptors process ``pid`` holds (one a change stream's watch, on Linux)."""
+    fds = Path(f"/proc/{pid}/fd")
+    return sum(1 for fd in fds.iterdir() if os.readlink(fd) == "anon_inode:inotify")
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="no /proc to count descriptors in")
 def test_a_stream_reader_that_leaves_frees_its_watch(server: Server) -> None:
-    # Open and drop streams; the server keeps answering and stops cleanly (the fixture checks).
-    for _ in range(3):
-        with urllib.request.urlopen(server.url + "/api/events", timeout=30) as stream:
-            read_event(stream) if server.store.ids() else stream.readline()
-    threading.Event().wait(0.1)
+    server.post("/api/jobs", {"kind": "k"})
+    before = inotify_fds(server.proc.pid)
+    with urllib.request.urlopen(server.url + "/api/events", timeout=30) as stream:
+        read_event(stream)
+        assert inotify_fds(server.proc.pid) == before + 1  # the stream's own watch
+    deadline = time.monotonic() + 30
+    while inotify_fds(server.proc.pid) != before:  # the reader left: its watch thread ends and lets go
+        assert time.monotonic() < deadline, "the watch of a closed stream was never released"
+        time.sleep(0.05)
     assert server.get("/api/jobs").status == 200
