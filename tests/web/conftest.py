@@ -40,3 +40,14 @@ def start(tmp_path: Path) -> Iterator[Callable[..., Server]]:
 @pytest.fixture
 def server(start: Callable[..., Server]) -> Server:
     return start()
+
+
+@pytest.fixture(scope="module")
+def refusing_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One server for a module's tests that only send what is refused (it stays empty: they check that)."""
+    root = tmp_path_factory.mktemp("refusals") / "store"
+    store = FileStore(root)
+    proc, url = start_server(root)
+    yield Server(proc, url, store, serve_env(root))
+    err = stop(proc)
+    assert "Traceback" not in err, err

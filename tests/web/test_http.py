@@ -247,11 +247,11 @@ def test_without_a_token_only_loopback_host_names_are_answered(server: Server) -
         (b'{"kind": "k", "spec": NaN}', "the body is not JSON"),
     ],
 )
-def test_a_bad_body_is_refused_422_and_nothing_is_written(server: Server, data: bytes, message: str) -> None:
-    reply = server.call("POST", "/api/jobs", data=data)
+def test_a_bad_body_is_refused_422_and_nothing_is_written(refusing_server: Server, data: bytes, message: str) -> None:
+    reply = refusing_server.call("POST", "/api/jobs", data=data)
     assert reply.status == 422, reply.body
     assert reply.body["error"] == "invalid" and message in reply.body["message"], reply.body
-    assert server.store.ids() == []
+    assert refusing_server.store.ids() == []
 
 
 def test_refusals_carry_their_verdict_and_status(server: Server) -> None:

@@ -128,11 +128,16 @@ class Browser:
         """Evaluate ``expression`` until it is truthy; its value. A bound on the wait, not a timing assertion."""
         deadline = time.monotonic() + seconds
         while True:
-            value = self.evaluate(expression)
+            try:
+                value = self.evaluate(expression)
+            except RuntimeError as exc:  # the page is still loading: no body yet, no element yet
+                value, why = None, str(exc)
+            else:
+                why = f"it was {value!r}"
             if value:
                 return value
             if time.monotonic() > deadline:
-                raise AssertionError(f"the page never showed {what} ({expression})")
+                raise AssertionError(f"the page never showed {what} ({expression}): {why}")
             time.sleep(0.05)
 
     def screenshot(self, path: Path) -> None:
