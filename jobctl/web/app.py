@@ -28,6 +28,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..errors import Exists, Invalid, JobError, NoStore, NotFound, WriteFailed
 from ..lifecycle import retry
+from ..record import STATES, ZERO_TIME
 from ..store.base import Store
 from .events import Feed
 from .submission import idempotent_id, record_from
@@ -216,7 +217,7 @@ def create_app(
 
     async def listing(request: Request) -> Response:
         query = request.query_params
-        unknown = sorted(set(query) - {"state", "kind", "pipeline", "limit", "token"})
+        unknown = sorted(set(query) - {"state", "kind", "pipeline", "limit"})
         if unknown:
             raise Invalid(f"unknown parameter {unknown[0]!r} (state, kind, pipeline, limit)")
         limit_text = query.get("limit", "100")
@@ -224,8 +225,6 @@ def create_app(
             raise Invalid(f"limit {limit_text!r} is not a whole number 1..10000")
         limit = int(limit_text)
         states = set(filter(None, query.get("state", "").split(",")))
-        from ..record import STATES
-
         odd = sorted(states - set(STATES))
         if odd:
             raise Invalid(f"state {odd[0]!r} is not one of {', '.join(STATES)}")
@@ -234,7 +233,8 @@ def create_app(
             listed = store.list()
             now = store.now()
             chosen = []
-            for rec in reversed(listed):  # newest first: ids sort by creation time
+            # Newest first by creation time: an id given by the submitter (an Idempotency-Key's) says nothing of it.
+            for rec in sorted(listed, key=lambda r: (r.created_at or ZERO_TIME, r.id), reverse=True):
                 if states and rec.state not in states:
                     continue
                 if "kind" in query and rec.kind != query["kind"]:
