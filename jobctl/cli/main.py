@@ -594,6 +594,7 @@ LAZY: dict[str, tuple[str, str]] = {
     "worker": ("work", "worker"),
     "logs": ("work", "logs"),
     "pipeline": ("work", "pipeline"),
+    "serve": ("serve", "serve"),
     "retry": ("lifecycle", "retry"),
     "gc": ("lifecycle", "gc"),
     "db": ("db", "db"),
@@ -606,7 +607,7 @@ SECTIONS: list[tuple[str, tuple[str, ...]]] = [
     ("Submit and look", ("submit", "show", "result", "list", "orphans", "watch", "wait")),
     ("Hold a lease", ("claim", "progress", "checkpoint", "renew", "release", "finish")),
     ("Ask a holder", ("intent", "approve", "recall", "cancel")),
-    ("Do the work", ("run", "worker", "pipeline", "logs", "retry")),
+    ("Do the work", ("run", "worker", "pipeline", "logs", "retry", "serve")),
     ("Upkeep", ("init", "gc", "sweep", "paths", "doctor", "help")),
     ("Move and set up", ("export", "import", "db")),
 ]

@@ -176,9 +176,16 @@ def test_the_wheel_holds_the_package_its_type_marker_and_license_and_nothing_els
     assert sources <= names  # the whole package, subpackages included
     assert "jobctl/py.typed" in names  # the library is typed (PEP 561)
     assert sorted(n for n in names if not n.startswith(("jobctl/", info))) == []  # no tests, no bench
-    # Besides the modules, only what runs needs: the type marker and the PostgreSQL store's named queries.
+    # Besides the modules, only what runs needs: the type marker, the PostgreSQL store's named queries,
+    # and the page jobctl serve ships (no build step, no external assets).
     others = sorted(n for n in names if n.startswith("jobctl/") and not n.endswith((".py", "py.typed")))
-    assert others == ["jobctl/store/postgres/queries.sql", "jobctl/store/postgres/schema-1.sql"]
+    assert others == [
+        "jobctl/store/postgres/queries.sql",
+        "jobctl/store/postgres/schema-1.sql",
+        "jobctl/web/static/index.html",
+        "jobctl/web/static/page.css",
+        "jobctl/web/static/page.js",
+    ]
     assert license_text == (REPO / "LICENSE").read_bytes()
     assert meta["Version"] == VERSION
     assert meta["License-Expression"] == "Apache-2.0"
@@ -186,6 +193,8 @@ def test_the_wheel_holds_the_package_its_type_marker_and_license_and_nothing_els
     assert meta["Requires-Python"] == ">=3.10"
     runtime = sorted(r.split(">=")[0] for r in meta.get_all("Requires-Dist") or [] if "extra ==" not in r)
     assert runtime == ["click", "platformdirs", "rich"]
+    web = sorted(r.split(">=")[0] for r in meta.get_all("Requires-Dist") or [] if 'extra == "web"' in r)
+    assert web == ["starlette", "uvicorn"]  # jobctl serve's, in an extra of their own
     assert "jobctl = jobctl.cli:main" in entry_points and "jobctl-replay = jobctl.replay:main" in entry_points
 
 

@@ -1,0 +1,386 @@
+"""The ASGI application: the JSON API, the change stream and the page, for one store.
+
+:func:`create_app` returns a Starlette application that ``jobctl serve``
+runs and that an application mounts under a prefix of its own
+(docs/howto/web.md). Every store call blocks (a file lock, an fsync, a
+database round trip), so each runs in the thread pool, never on the event
+loop. The library does the work: submit with :func:`jobctl.web.submission.record_from`
+and :meth:`Store.submit`, approve and cancel with :meth:`Store.set_intent`
+and :meth:`Store.cancel` (what ``jobctl approve`` and ``jobctl cancel``
+call), retry with :func:`jobctl.lifecycle.retry` (``jobctl retry``).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from importlib import resources
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ..errors import Exists, Invalid, JobError, NoStore, NotFound, WriteFailed
+from ..lifecycle import retry
+from ..record import STATES, ZERO_TIME
+from ..store.base import Store
+from .events import Feed
+from .submission import idempotent_id, record_from
+from .views import job_view, pipeline_names, pipeline_view
+
+__all__ = ["create_app", "MAX_BODY_BYTES", "STATUS", "COOKIE", "LOOPBACK_HOSTS"]
+
+#: The largest request body taken; a larger one is refused 413 before it is read.
+MAX_BODY_BYTES = 256 * 1024
+#: The most change streams open at once; one more is refused 503.
+MAX_STREAMS = 64
+#: The cookie the page's ``?token=`` is kept in.
+COOKIE = "jobctl_token"
+#: The Host names a server without a token answers (a DNS-rebinding page names its own host).
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+#: HTTP status by verdict (docs/reference/http.md).
+STATUS: dict[str, int] = {
+    "not_found": 404,
+    "lease_held": 409,
+    "stale_epoch": 409,
+    "lease_expired": 409,
+    "terminal": 409,
+    "exists": 409,
+    "refused": 409,
+    "unknown_schema": 409,
+    "invalid": 422,
+    "no_store": 503,
+}
+
+
+def _error(status: int, verdict: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": verdict, "message": message}, status_code=status, headers=headers)
+
+
+def _refusal(exc: JobError) -> JSONResponse:
+    status = 503 if isinstance(exc, (WriteFailed, NoStore)) else STATUS.get(exc.verdict, 409)
+    return _error(status, exc.verdict, " ".join(str(exc).split()) or exc.verdict.replace("_", " "))
+
+
+def _by(request: Request, body: Any) -> str:
+    """Who asks, for the intent's ``by``: the body's ``by``, else the client's address."""
+    given = body.get("by") if isinstance(body, dict) else None
+    if given is not None:
+        if not isinstance(given, str) or not given.strip():
+            raise Invalid("by must be a non-empty string")
+        return given
+    client = request.client.host if request.client else "unknown"
+    return f"http@{client}"
+
+
+class _Guard:
+    """Token, Host and body-type checks in front of every request (docs/reference/http.md, "Access").
+
+    With a token, a request carries it as ``Authorization: Bearer TOKEN`` or
+    in the cookie that ``GET /?token=TOKEN`` sets for a browser. Without
+    one, only loopback Host names are answered, so a web page on another
+    site cannot reach the API by rebinding its DNS name to 127.0.0.1. A
+    request that changes something must say ``Content-Type:
+    application/json``: a browser sends that cross-site only after a CORS
+    preflight, which is never answered, so another site's form cannot post here.
+    """
+
+    def __init__(self, app: ASGIApp, token: str | None, hosts: Sequence[str] | None) -> None:
+        self.app = app
+        self.token = token.encode() if token else None
+        self.hosts = None if hosts is None else {h.lower() for h in hosts}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+        refusal = self._refuse(request)
+        if refusal is not None:
+            await refusal(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    def _refuse(self, request: Request) -> Response | None:
+        if self.hosts is not None:
+            host = request.headers.get("host", "")
+            name = host.rsplit(":", 1)[0] if not host.startswith("[") else host[1 : host.find("]")]
+            if name.lower() not in self.hosts:
+                return _error(403, "forbidden", f"host {host!r} is not served here without a token")
+        if self.token is not None:
+            given = request.headers.get("authorization", "")
+            bearer = given[7:] if given[:7].lower() == "bearer " else ""
+            cookie = request.cookies.get(COOKIE, "")
+            query = (
+                request.query_params.get("token", "")
+                if request.url.path.rstrip("/") == request.scope.get("root_path", "").rstrip("/")
+                and request.method == "GET"
+                else ""
+            )
+            if not any(hmac.compare_digest(self.token, c.encode()) for c in (bearer, cookie, query) if c):
+                return _error(
+                    401, "unauthorized", "this server wants its token", {"WWW-Authenticate": 'Bearer realm="jobctl"'}
+                )
+        if request.method == "POST":
+            kind = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+            if kind != "application/json":
+                return _error(415, "invalid", "a request that changes something is sent as application/json")
+        return None
+
+
+def _page_files() -> dict[str, tuple[bytes, str]]:
+    static = resources.files(__package__).joinpath("static")
+    return {
+        "index.html": (static.joinpath("index.html").read_bytes(), "text/html; charset=utf-8"),
+        "page.js": (static.joinpath("page.js").read_bytes(), "text/javascript; charset=utf-8"),
+        "page.css": (static.joinpath("page.css").read_bytes(), "text/css; charset=utf-8"),
+    }
+
+
+#: The page loads nothing from anywhere else, and runs no inline script.
+_CSP = "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'self'; form-action 'none'"
+
+
+def create_app(
+    store: Store,
+    token: str | None = None,
+    *,
+    allow_shell: bool = False,
+    max_body: int = MAX_BODY_BYTES,
+    hosts: Sequence[str] | None = None,
+) -> Starlette:
+    """The API, the change stream and the page for ``store``, as an ASGI application.
+
+    ``token``: when given, every request must carry it (``Authorization:
+    Bearer``, or the page's cookie). ``hosts``: when given, the only Host
+    names answered (``jobctl serve`` without a token passes
+    :data:`LOOPBACK_HOSTS`); an application that mounts this one leaves it
+    None and guards its own front door. ``allow_shell``: take ``shell``
+    jobs, which run a command as the worker's user. ``max_body``: the
+    largest request body, in bytes.
+    """
+    files = _page_files()
+    streams = [0]
+
+    async def body_of(request: Request, required: bool) -> Any:
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > max_body):
+            raise HTTPException(413, f"the body is larger than {max_body} bytes")
+        data = bytearray()
+        async for chunk in request.stream():
+            data += chunk
+            if len(data) > max_body:
+                raise HTTPException(413, f"the body is larger than {max_body} bytes")
+        if not data:
+            if required:
+                raise Invalid("the body must be a JSON object")
+            return {}
+        try:
+            return json.loads(data.decode("utf-8"), parse_constant=_no_constant)
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise Invalid(f"the body is not JSON: {exc}") from None
+
+    def job_or_404(job_id: str) -> dict[str, Any]:
+        return job_view(store.load(job_id), store.now())
+
+    async def submit(request: Request) -> Response:
+        body = await body_of(request, required=True)
+        key = request.headers.get("idempotency-key")
+
+        def work() -> tuple[dict[str, Any], bool]:
+            rec = record_from(body, store.now(), _by(request, body), allow_shell=allow_shell)
+            if key is not None:
+                if rec.id:
+                    raise Invalid("give an Idempotency-Key or an id, not both")
+                rec.id = idempotent_id(key)
+            try:
+                new_id = store.submit(rec)
+            except Exists:
+                if key is None:
+                    raise
+                return job_or_404(rec.id), False  # the same key again: that job, changed in nothing
+            return job_or_404(new_id), True
+
+        view, created = await run_in_threadpool(work)
+        headers = {"Location": f"{request.scope.get('root_path', '')}/api/jobs/{view['id']}"}
+        return JSONResponse(view, status_code=201 if created else 200, headers=headers)
+
+    async def show(request: Request) -> Response:
+        return JSONResponse(await run_in_threadpool(job_or_404, request.path_params["job_id"]))
+
+    async def listing(request: Request) -> Response:
+        query = request.query_params
+        unknown = sorted(set(query) - {"state", "kind", "pipeline", "limit"})
+        if unknown:
+            raise Invalid(f"unknown parameter {unknown[0]!r} (state, kind, pipeline, limit)")
+        limit_text = query.get("limit", "100")
+        if not limit_text.isdigit() or not 1 <= int(limit_text) <= 10000:
+            raise Invalid(f"limit {limit_text!r} is not a whole number 1..10000")
+        limit = int(limit_text)
+        states = set(filter(None, query.get("state", "").split(",")))
+        odd = sorted(states - set(STATES))
+        if odd:
+            raise Invalid(f"state {odd[0]!r} is not one of {', '.join(STATES)}")
+
+        def work() -> dict[str, Any]:
+            listed = store.list()
+            now = store.now()
+            chosen = []
+            # Newest first by creation time: an id given by the submitter (an Idempotency-Key's) says nothing of it.
+            for rec in sorted(listed, key=lambda r: (r.created_at or ZERO_TIME, r.id), reverse=True):
+                if states and rec.state not in states:
+                    continue
+                if "kind" in query and rec.kind != query["kind"]:
+                    continue
+                view = job_view(rec, now)
+                if "pipeline" in query and (view["pipeline"] or {}).get("name") != query["pipeline"]:
+                    continue
+                chosen.append(view)
+                if len(chosen) >= limit:
+                    break
+            return {
+                "jobs": chosen,
+                "unreadable": [{"id": job_id, "error": str(exc)} for job_id, exc in listed.unreadable],
+            }
+
+        return JSONResponse(await run_in_threadpool(work))
+
+    async def pipelines(request: Request) -> Response:
+        def work() -> dict[str, Any]:
+            listed = list(store.list())
+            now = store.now()
+            names = pipeline_names(listed)[:50]
+            return {"pipelines": [pipeline_view(listed, name, now) for name in names]}
+
+        return JSONResponse(await run_in_threadpool(work))
+
+    async def pipeline(request: Request) -> Response:
+        name = request.path_params["name"]
+
+        def work() -> dict[str, Any]:
+            view = pipeline_view(store.list(), name, store.now())
+            if view is None:
+                raise NotFound(f"no such pipeline {name}: no job was submitted with pipeline {name}")
+            return view
+
+        return JSONResponse(await run_in_threadpool(work))
+
+    def action(do: Callable[[str, str], Any], status: int = 200) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            body = await body_of(request, required=False)
+            if not isinstance(body, dict):
+                raise Invalid("the body must be a JSON object")
+            unknown = sorted(set(body) - {"by"})
+            if unknown:
+                raise Invalid(f"unknown field {unknown[0]!r} (an action takes only by)")
+            who = _by(request, body)
+            result = await run_in_threadpool(do, request.path_params["job_id"], who)
+            return JSONResponse(result, status_code=status)
+
+        return endpoint
+
+    def approve(job_id: str, by: str) -> dict[str, Any]:
+        rec = store.set_intent(job_id, "run", by)  # what `jobctl approve` calls
+        return job_view(rec, store.now())
+
+    def cancel(job_id: str, by: str) -> dict[str, Any]:
+        rec = store.cancel(job_id, by)  # what `jobctl cancel` calls
+        return job_view(rec, store.now())
+
+    def again(job_id: str, _by: str) -> dict[str, Any]:
+        # `jobctl retry --with-dependents`: a pipeline resumes from its failed stage.
+        pairs = retry(store, job_id, with_dependents=True)
+        now = store.now()
+        return {"jobs": [job_view(store.load(new_id), now) for new_id, _old in pairs]}
+
+    async def events(request: Request) -> Response:
+        if streams[0] >= MAX_STREAMS:
+            return _error(503, "refused", f"{MAX_STREAMS} change streams are open already")
+        streams[0] += 1
+        feed = Feed(store)
+
+        async def stream() -> Any:
+            try:
+                async for text in feed.events():
+                    yield text
+            finally:
+                streams[0] -= 1
+
+        headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+        return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
+
+    async def page(request: Request) -> Response:
+        if token is not None and "token" in request.query_params:  # the guard checked it
+            # The token goes into a cookie once, and out of the address bar (and the history).
+            root = request.scope.get("root_path", "")
+            response: Response = RedirectResponse(f"{root}/", status_code=303)
+            response.set_cookie(
+                COOKIE,
+                request.query_params["token"],
+                path=f"{root}/",
+                httponly=True,
+                samesite="strict",
+                secure=request.url.scheme == "https",
+            )
+            return response
+        return _static(request, "index.html")
+
+    def _static(request: Request, name: str) -> Response:
+        data, media = files[name]
+        headers = {"Content-Security-Policy": _CSP, "Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"}
+        return Response(data, media_type=media, headers=headers)
+
+    def asset(name: str) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            return _static(request, name)
+
+        return endpoint
+
+    async def refused(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, JobError)
+        return _refusal(exc)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        verdict = {404: "not_found", 405: "invalid", 413: "too_large"}.get(exc.status_code, "refused")
+        return _error(exc.status_code, verdict, str(exc.detail), dict(exc.headers or {}))
+
+    async def unreadable(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, OSError)
+        where = f"{exc.filename}: " if exc.filename else ""
+        return _error(503, "refused", f"the store cannot be read: {where}{exc.strerror or exc}")
+
+    async def broken(request: Request, exc: Exception) -> Response:
+        return _error(500, "internal", f"{type(exc).__name__} (the server's log has the traceback)")
+
+    routes = [
+        Route("/", page, methods=["GET"]),
+        Route("/page.js", asset("page.js"), methods=["GET"]),
+        Route("/page.css", asset("page.css"), methods=["GET"]),
+        Route("/api/jobs", submit, methods=["POST"]),
+        Route("/api/jobs", listing, methods=["GET"]),
+        Route("/api/jobs/{job_id:str}", show, methods=["GET"]),
+        Route("/api/jobs/{job_id:str}/approve", action(approve), methods=["POST"]),
+        Route("/api/jobs/{job_id:str}/cancel", action(cancel), methods=["POST"]),
+        Route("/api/jobs/{job_id:str}/retry", action(again, 201), methods=["POST"]),
+        Route("/api/pipelines", pipelines, methods=["GET"]),
+        Route("/api/pipelines/{name:str}", pipeline, methods=["GET"]),
+        Route("/api/events", events, methods=["GET"]),
+    ]
+    app = Starlette(
+        routes=routes,
+        exception_handlers={JobError: refused, HTTPException: http_error, OSError: unreadable, Exception: broken},
+    )
+    app.add_middleware(_Guard, token=token, hosts=hosts)
+    return app
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")

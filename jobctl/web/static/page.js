@@ -1,0 +1,154 @@
+// The jobctl page: pipelines as step indicators, the jobs, and their controls.
+// It reads the API relative to its own address (so it works under any prefix),
+// and refreshes when the change stream (api/events) says something moved: it
+// never polls. Everything a job says is put in with textContent, never as HTML.
+"use strict";
+
+const LIMIT = 200;
+let refreshing = null;
+let again = false;
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs || {})) {
+    if (name === "class") node.className = value;
+    else if (name.startsWith("data-")) node.setAttribute(name, value);
+    else node[name] = value;
+  }
+  for (const child of children) {
+    if (child === null || child === undefined || child === "") continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+function say(text) {
+  const box = document.getElementById("message");
+  box.textContent = text;
+  box.hidden = !text;
+}
+
+async function api(path, options) {
+  const response = await fetch(path, { credentials: "same-origin", ...options });
+  const body = await response.json().catch(() => ({}));
+  if (!response.ok) throw new Error(`${body.error || response.status}: ${body.message || response.statusText}`);
+  return body;
+}
+
+async function act(job, what) {
+  say("");
+  try {
+    await api(`api/jobs/${encodeURIComponent(job.id)}/${what}`, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: "{}",
+    });
+  } catch (error) {
+    say(`${what} ${job.id}: ${error.message}`);
+  }
+  refresh(); // an approval changes only the intent, which the stream sends with the job's next move
+}
+
+function controls(job) {
+  const box = el("div", { class: "actions" });
+  const button = (what, label) => {
+    const b = el("button", { class: what, type: "button", "data-action": what }, label);
+    b.addEventListener("click", () => { b.disabled = true; act(job, what); });
+    box.append(b);
+  };
+  if (job.step === "held") { button("approve", "Approve"); button("cancel", "Reject"); }
+  else if (job.step === "pending" || job.step === "running") button("cancel", "Cancel");
+  else if (job.step === "failed" || job.step === "cancelled") button("retry", "Retry");
+  return box.childElementCount ? box : null;
+}
+
+function progress(job) {
+  if (!job.total) return null;
+  return el("div", { class: "progress" },
+    el("progress", { max: job.total, value: job.done }), el("span", {}, `${job.done} / ${job.total}`));
+}
+
+function result(job) {
+  if (!job.has_result) return null;
+  return el("details", { class: "result" }, el("summary", {}, "result"),
+    el("pre", {}, JSON.stringify(job.result, null, 2)));
+}
+
+function waits(stage) {
+  // The pipeline view says "for <id> (running)" of a waiting stage: say who waits.
+  return stage.detail.startsWith("for ") ? `waits ${stage.detail}` : stage.detail;
+}
+
+function stepView(stage) {
+  const job = stage.job;
+  return el("li", { class: "step", "data-job": job.id, "data-stage": stage.stage, "data-step": stage.step },
+    el("div", { class: "name" }, stage.stage, " ", el("span", { class: "badge", "data-step": stage.step }, stage.step)),
+    progress(job),
+    job.attempt > 1 ? el("div", { class: "detail" }, `attempt ${job.attempt}`) : null,
+    stage.detail && !job.error ? el("div", { class: "detail" }, waits(stage)) : null,
+    job.error ? el("div", { class: "error" }, job.error) : null,
+    result(job),
+    el("div", { class: "id" }, job.id),
+    controls(job));
+}
+
+function pipelineView(pipeline) {
+  return el("article", { class: "pipeline", "data-pipeline": pipeline.name },
+    el("h3", {}, pipeline.name),
+    el("ol", { class: "steps" }, ...pipeline.stages.map(stepView)));
+}
+
+function jobRow(job) {
+  return el("tr", { "data-job": job.id, "data-step": job.step },
+    el("td", { class: "id" }, job.id),
+    el("td", {}, job.kind, job.pipeline ? el("div", { class: "detail" }, `${job.pipeline.name} / ${job.pipeline.stage}`) : null),
+    el("td", {}, el("span", { class: "badge", "data-step": job.step }, job.step)),
+    el("td", {}, progress(job) || "-"),
+    el("td", {}, String(job.attempt)),
+    el("td", { class: "error" }, job.error),
+    el("td", {}, result(job)),
+    el("td", {}, controls(job)));
+}
+
+function keepOpen(root) {
+  // Which result panes are open, so a refresh does not fold what somebody is reading.
+  return new Set([...root.querySelectorAll("details[open]")].map((d) => d.closest("[data-job]")?.dataset.job));
+}
+
+function reopen(root, open) {
+  for (const d of root.querySelectorAll("details")) if (open.has(d.closest("[data-job]")?.dataset.job)) d.open = true;
+}
+
+async function load() {
+  const [pipelines, jobs] = await Promise.all([api("api/pipelines"), api(`api/jobs?limit=${LIMIT}`)]);
+  const open = keepOpen(document.body);
+  const list = document.getElementById("pipelines");
+  list.replaceChildren(...(pipelines.pipelines.length
+    ? pipelines.pipelines.map(pipelineView) : [el("p", { class: "empty" }, "No pipelines yet.")]));
+  document.querySelector("#jobs tbody").replaceChildren(...jobs.jobs.map(jobRow));
+  reopen(document.body, open);
+  document.body.dataset.loaded = String(Number(document.body.dataset.loaded || 0) + 1);
+}
+
+function refresh() {
+  // One load at a time; changes that come during one are read by one more.
+  if (refreshing) { again = true; return; }
+  refreshing = load().catch((error) => say(error.message)).finally(() => {
+    refreshing = null;
+    if (again) { again = false; refresh(); }
+  });
+}
+
+function listen() {
+  const live = document.getElementById("live");
+  const events = new EventSource("api/events");
+  events.onopen = () => { live.dataset.state = "live"; live.textContent = "live"; };
+  events.onerror = () => { live.dataset.state = "reconnecting"; live.textContent = "reconnecting"; };
+  events.addEventListener("jobs", () => {
+    document.body.dataset.events = String(Number(document.body.dataset.events || 0) + 1);
+    refresh();
+  });
+}
+
+refresh();
+listen();

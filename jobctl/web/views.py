@@ -1,0 +1,142 @@
+"""What the HTTP API says about a job and a pipeline: plain JSON shapes (docs/reference/http.md).
+
+Pure functions over :class:`~jobctl.record.Record`: no I/O and no web
+framework, so the shapes are tested on their own and the change stream and
+the endpoints say the same thing about a job.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from ..errors import JobError
+from ..lifecycle import retry_of_link
+from ..record import ZERO_TIME, Record, format_time, held, is_zero
+from ..results import has_result, result_of
+from ..schedule import after_of, not_before, pipeline_of, pipeline_stages, shown_attempt
+
+__all__ = ["STEPS", "step", "job_view", "pipeline_view", "pipeline_names", "changed_views"]
+
+#: What a step indicator shows for a job, in the order a pipeline moves through them.
+STEPS = ("pending", "held", "running", "done", "failed", "cancelled")
+
+
+def step(rec: Record, now: datetime) -> str:
+    """The job's step: ``done``, ``failed``, ``cancelled``, ``running``, ``held`` or ``pending``.
+
+    ``held`` is a job that waits for approval (intent ``pause``, submitted
+    with ``hold``) and that nobody runs; ``running`` is a job somebody holds
+    or that an external system finishes (``transferred``), or one whose
+    lapsed lease the next worker adopts.
+    """
+    if rec.state == "complete":
+        return "done"
+    if rec.terminal:
+        return rec.state
+    if rec.state in ("running", "transferred") or held(rec.lease, now):
+        return "running"
+    if rec.want == "pause":
+        return "held"
+    return "pending"
+
+
+def _time(when: datetime | None) -> str | None:
+    return None if when is None or is_zero(when) else format_time(when)
+
+
+def _json(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def job_view(rec: Record, now: datetime) -> dict[str, Any]:
+    """The ``job`` object of the HTTP API: what a page shows of one job."""
+    try:
+        membership = pipeline_of(rec)
+        after = after_of(rec)
+        attempt = shown_attempt(rec)
+        start = not_before(rec)
+    except JobError:  # malformed scheduling data: shown as absent, never a failed request
+        membership, after, attempt, start = None, [], 1, None
+    return {
+        "id": rec.id,
+        "kind": rec.kind,
+        "state": rec.state,
+        "step": step(rec, now),
+        "spec": _json(rec.opaque_text("spec")),
+        "done": rec.progress.done,
+        "total": rec.progress.total,
+        "has_result": has_result(rec),
+        "result": result_of(rec),
+        "error": rec.error,
+        "attempt": attempt,
+        "pipeline": None if membership is None else {"name": membership[0], "stage": membership[1] or rec.kind},
+        "after": after,
+        "intent": rec.want,
+        "owner": rec.lease.owner,
+        "epoch": rec.lease.epoch,
+        "held": held(rec.lease, now),
+        "retry_of": retry_of_link(rec),
+        "not_before": _time(start),
+        "created_at": _time(rec.created_at),
+        "updated_at": _time(rec.updated_at),
+    }
+
+
+def pipeline_view(records: Iterable[Record], name: str, now: datetime) -> dict[str, Any] | None:
+    """Pipeline ``name``: its stages in order (:func:`jobctl.schedule.pipeline_stages`), or None if it has none."""
+    stages = pipeline_stages(records, name, now)
+    if not stages:
+        return None
+    return {
+        "name": name,
+        "stages": [
+            {
+                "stage": stage.stage,
+                "status": stage.status,
+                "step": step(stage.record, now),
+                "detail": stage.detail,
+                "after": stage.after,
+                "job": job_view(stage.record, now),
+            }
+            for stage in stages
+        ],
+    }
+
+
+def pipeline_names(records: Iterable[Record]) -> list[str]:
+    """The pipelines the records belong to, the one with the newest job first."""
+    newest: dict[str, tuple[datetime, str]] = {}
+    for rec in records:
+        try:
+            membership = pipeline_of(rec)
+        except JobError:
+            continue
+        if membership is None:
+            continue
+        mark = (rec.created_at or ZERO_TIME, rec.id)
+        if membership[0] not in newest or mark > newest[membership[0]]:
+            newest[membership[0]] = mark
+    return sorted(newest, key=lambda name: newest[name], reverse=True)
+
+
+def changed_views(
+    seen: Mapping[str, str], records: Iterable[Record], now: datetime
+) -> tuple[dict[str, str], list[dict[str, Any]], list[str]]:
+    """For the change stream: ``(what is seen now, the jobs whose view changed, the ids gone)``.
+
+    ``seen`` maps ids to the view last sent, as JSON text; a job is sent
+    again only when its view differs from that.
+    """
+    now_seen: dict[str, str] = {}
+    changed: list[dict[str, Any]] = []
+    for rec in records:
+        view = job_view(rec, now)
+        text = json.dumps(view, sort_keys=True)
+        now_seen[rec.id] = text
+        if seen.get(rec.id) != text:
+            changed.append(view)
+    gone = sorted(set(seen) - set(now_seen))
+    return now_seen, changed, gone

@@ -1,0 +1,139 @@
+"""The page in a real headless browser (Debian's ``chromium``) against a real ``jobctl serve``.
+
+It loads, shows a pipeline's stages, updates when a job changes (from the
+change stream: the page never polls), and its approve button lets a held
+stage run. The screenshot in docs/images/pipeline-page.png is taken here,
+so it shows the page as it is. Without chromium the test skips with one
+line; under ``CI=true`` (as PostgreSQL's tests) it fails instead, so CI
+cannot pass without it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from devtools import Browser, find_chromium
+from webtools import REPO, Server
+
+from jobctl import Record
+from jobctl.results import set_result
+from jobctl.schedule import plan
+from jobctl.wire import Raw
+
+pytestmark = pytest.mark.timeout(180)
+
+SCREENSHOT = REPO / "docs" / "images" / "pipeline-page.png"
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Browser]:
+    binary = find_chromium()
+    if binary is None:
+        reason = "no chromium (apt-get install chromium)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the browser test is mandatory in CI: {reason}", pytrace=False)
+        pytest.skip(reason)
+    chrome = Browser(binary, tmp_path / "profile")
+    try:
+        yield chrome
+    finally:
+        chrome.close()
+
+
+def submit(
+    server: Server, kind: str, pipeline: str, after: tuple[str, ...] = (), hold: bool = False, **spec: object
+) -> str:
+    rec = Record(id="", kind=kind, spec=Raw(json.dumps(spec)))
+    plan(rec, pipeline=pipeline, after=after, hold=hold, by="ops")
+    return server.store.submit(rec)
+
+
+def complete(server: Server, job_id: str, result: object) -> None:
+    store = server.store
+    epoch = store.claim(job_id, "worker-1", 60).lease.epoch
+    store.update(job_id, epoch, lambda rec: set_result(rec, result))
+    store.finish(job_id, epoch, "complete")
+
+
+def steps(browser: Browser, pipeline: str) -> str:
+    """The pipeline's step indicator as the page shows it: ``stage=step`` words."""
+    value = browser.evaluate(
+        f"[...document.querySelectorAll('[data-pipeline=\"{pipeline}\"] .step')]"
+        ".map(s => s.dataset.stage + '=' + s.dataset.step).join(' ')"
+    )
+    return str(value)
+
+
+def test_the_page_shows_a_pipeline_follows_it_and_approves_a_held_stage(
+    start: Callable[..., Server], browser: Browser
+) -> None:
+    server = start()
+    store = server.store
+    # The seed's "Generate Video" pipeline (§7), part way through, its last stage held for approval.
+    script = submit(server, "script_generation", "generate-video", topic="tides")
+    voice = submit(server, "voice_synthesis", "generate-video", (script,))
+    image = submit(server, "image_generation", "generate-video", (script,))
+    video = submit(server, "video_generation", "generate-video", (voice, image))
+    compositing = submit(server, "compositing", "generate-video", (video,), hold=True)
+    complete(server, script, {"chars": 1834, "title": "Tides"})
+    complete(server, voice, {"seconds": 92.5})
+    image_epoch = store.claim(image, "worker-2", 60).lease.epoch
+    store.update(image, image_epoch, lambda rec: setattr(rec.progress, "total", 8))
+    store.progress(image, image_epoch, 3)
+    report = submit(server, "fetch", "weekly-report")
+    failed_epoch = store.claim(report, "worker-1", 60).lease.epoch
+    store.finish(report, failed_epoch, "failed", error="attempt 1: exit status 2")
+
+    browser.open(server.url + "/")
+    browser.wait_for("document.body.dataset.loaded", "its first load")
+    browser.wait_for("document.getElementById('live').dataset.state === 'live'", "the change stream connected")
+    expected = (
+        "script_generation=done voice_synthesis=done image_generation=running video_generation=pending compositing=held"
+    )
+    assert steps(browser, "generate-video") == expected
+    assert steps(browser, "weekly-report") == "fetch=failed"
+    shown = browser.evaluate(f"document.querySelector('[data-job=\"{script}\"] pre').textContent")
+    assert json.loads(shown) == {"chars": 1834, "title": "Tides"}  # an intermediate result to inspect
+    assert browser.evaluate(f"document.querySelector('[data-job=\"{image}\"] progress').value") == 3
+    buttons = (
+        "[...document.querySelectorAll('.step button')]"
+        ".map(b => b.closest('[data-job]').dataset.job + ':' + b.dataset.action)"
+    )
+    assert sorted(browser.evaluate(buttons)) == sorted(
+        [f"{image}:cancel", f"{video}:cancel", f"{compositing}:approve", f"{compositing}:cancel", f"{report}:retry"]
+    )
+    browser.evaluate(f"document.querySelector('.step[data-job=\"{script}\"] details').open = true")
+    browser.screenshot(SCREENSHOT)
+
+    # A job changes in the store: the page follows, from the change stream alone.
+    events = int(browser.evaluate("Number(document.body.dataset.events || 0)"))
+    store.progress(image, image_epoch, 8)
+    store.finish(image, image_epoch, "complete")
+    browser.wait_for(
+        f"document.querySelector('[data-pipeline=\"generate-video\"] [data-job=\"{image}\"]')?.dataset.step === 'done'",
+        "the image stage done",
+    )
+    assert int(browser.evaluate("Number(document.body.dataset.events)")) > events
+    server.jobctl("run", video, "--", "true")
+    browser.wait_for(f"document.querySelector('.step[data-job=\"{video}\"]')?.dataset.step === 'done'", "video done")
+
+    # The held stage: nothing runs it until its approve button is pressed.
+    assert server.jobctl("run", "--next", "--", "true", check=False).returncode == 3
+    browser.evaluate(f"document.querySelector('.step[data-job=\"{compositing}\"] button[data-action=approve]').click()")
+    browser.wait_for(
+        f"document.querySelector('.step[data-job=\"{compositing}\"]')?.dataset.step === 'pending'", "the approval"
+    )
+    assert store.load(compositing).want == "run"
+    server.jobctl("run", "--next", "--", "true")
+    browser.wait_for(
+        f"document.querySelector('.step[data-job=\"{compositing}\"]')?.dataset.step === 'done'", "compositing done"
+    )
+    assert steps(browser, "generate-video") == " ".join(
+        f"{stage}=done"
+        for stage in ("script_generation", "voice_synthesis", "image_generation", "video_generation", "compositing")
+    )
+    assert browser.evaluate("document.getElementById('message').hidden") is True  # no refusal was shown
