@@ -237,13 +237,66 @@ class PostgresStore(ContractStore):
         return conn
 
     @contextmanager
-    def _tx(self) -> Iterator[psycopg.Connection[Any]]:
-        """One transaction on this process's connection; a driver error becomes ``Refused``."""
+    def _tx(self, *, pipelined: bool = False) -> Iterator[psycopg.Connection[Any]]:
+        """One transaction on this process's connection; a driver error becomes ``Refused``.
+
+        ``pipelined`` runs it in pipeline mode: ``BEGIN`` travels with the
+        first statement and ``COMMIT`` with the last, so a read-decide-write
+        transaction costs two round trips (the read's answer is awaited only
+        when it is fetched), not four.
+        """
         with self._lock:
             conn = self._connection()
             try:
-                with conn.transaction():
-                    yield conn
+                if pipelined:
+                    with self._pipelined(conn):
+                        yield conn
+                else:
+                    with conn.transaction():
+                        yield conn
+            except psycopg.Error as exc:
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                raise Refused(f"{self.root}: {first}") from exc
+
+    @staticmethod
+    @contextmanager
+    def _pipelined(conn: psycopg.Connection[Any]) -> Iterator[None]:
+        """``BEGIN`` ... ``COMMIT`` in pipeline mode, each queued beside its neighbour statement.
+
+        Not psycopg's ``transaction()``, which waits for ``BEGIN`` and
+        ``COMMIT`` each on its own. A refusal raised inside queues
+        ``ROLLBACK``, which the pipeline's closing sync carries; a driver error
+        has aborted the pipeline, so the transaction is rolled back after it.
+        """
+        done = False
+        try:
+            with conn.pipeline():
+                conn.execute(Q["begin"])
+                try:
+                    yield
+                except psycopg.Error:
+                    raise
+                except BaseException:
+                    conn.execute(Q["rollback"])
+                    raise
+                conn.execute(Q["commit"])
+            done = True
+        finally:
+            if not done and not conn.closed and not conn.broken:
+                if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                    conn.execute(Q["rollback"])
+
+    @contextmanager
+    def _alone(self) -> Iterator[psycopg.Connection[Any]]:
+        """One statement in a transaction of its own (the connection's autocommit): one round trip.
+
+        For a read, or a write, that a single statement makes whole: wrapping it
+        in ``BEGIN`` and ``COMMIT`` would add two round trips and nothing else.
+        """
+        with self._lock:
+            conn = self._connection()
+            try:
+                yield conn
             except psycopg.Error as exc:
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                 raise Refused(f"{self.root}: {first}") from exc
@@ -258,7 +311,9 @@ class PostgresStore(ContractStore):
 
     def now(self) -> datetime:
         """The server's clock [JOB-O4]: every lease is judged by it, whoever asks."""
-        with self._tx() as conn:
+        if self._clock is not None:
+            return self._clock()
+        with self._alone() as conn:
             return self._now(conn)
 
     def work_path(self, job_id: str) -> str:
@@ -269,7 +324,7 @@ class PostgresStore(ContractStore):
 
     def load_bytes(self, job_id: str) -> bytes:
         ids.check(job_id)
-        with self._tx() as conn:
+        with self._alone() as conn:
             row = conn.execute(Q["load"], {"id": job_id}).fetchone()
         if row is None:
             raise NotFound(f"no job {job_id}", job_id)
@@ -280,7 +335,7 @@ class PostgresStore(ContractStore):
 
     def _read_epoch(self, job_id: str) -> tuple[int, bytes, bool]:
         ids.check(job_id)
-        with self._tx() as conn:
+        with self._alone() as conn:
             row = conn.execute(Q["read_epoch"], {"id": job_id}).fetchone()
         if row is None:
             raise NotFound(f"no job {job_id}", job_id)
@@ -365,7 +420,7 @@ class PostgresStore(ContractStore):
     def _write(self, job_id: str, apply: Apply, fresh: bool = False) -> Record:
         ids.check(job_id)
         try:
-            with self._tx() as conn:
+            with self._tx(pipelined=True) as conn:
                 row = conn.execute(Q["load_for_update"], {"id": job_id}).fetchone()
                 if row is None:
                     raise NotFound(f"no job {job_id}", job_id)
@@ -384,7 +439,7 @@ class PostgresStore(ContractStore):
 
     def _create(self, job_id: str, data: bytes) -> None:
         rec = decode(data, job_id)
-        with self._tx() as conn:
+        with self._alone() as conn:  # one INSERT is a transaction of its own
             cur = conn.execute(Q["insert"], _columns(job_id, data, rec))
             if cur.rowcount != 1:
                 raise Exists(f"job {job_id} is already in the store", job_id)
@@ -452,14 +507,24 @@ class PostgresStore(ContractStore):
         wanted = None if kinds is None else sorted(set(kinds))
         passed: list[str] = []  # rows this reader cannot decode: passed over, and named in unreadable
         claimed: Record | None = None
+        malformed: list[tuple[str, bytes]] | None = None
         while True:
-            with self._tx() as conn:
-                now = self._now(conn)
-                params = {"now": now, "kinds": wanted, "passed": passed}
-                row = conn.execute(Q["next_runnable"], params).fetchone()
+            # Pipelined: BEGIN, the pick (which reads the server's clock itself)
+            # and, on the first pass, the malformed-schedule query travel in one
+            # round trip; the claim's UPDATE and COMMIT in a second.
+            with self._tx(pipelined=True) as conn:
+                given = self._clock() if self._clock is not None else None
+                params = {"now": given, "kinds": wanted, "passed": passed}
+                cur = conn.execute(Q["next_runnable"], params)
+                unscheduled = conn.execute(Q["unscheduled"]) if skipped is not None and malformed is None else None
+                row = cur.fetchone()
+                if unscheduled is not None:
+                    malformed = unscheduled.fetchall()
                 if row is None:
                     break
                 job_id, data = row[0], bytes(row[1])
+                # the session's time zone is the server's choice
+                now = given if given is not None else row[2].astimezone(timezone.utc)
                 try:
                     rec = decode(data, job_id)
                 except JobError as exc:
@@ -473,14 +538,15 @@ class PostgresStore(ContractStore):
                 conn.execute(Q["update"], _columns(job_id, written, rec))
                 claimed = rec
                 break
-        if skipped is not None:
-            self._name_unscheduled(skipped)
+        if skipped is not None and malformed is not None:
+            self._name_unscheduled(malformed, skipped)
         return claimed
 
-    def _name_unscheduled(self, skipped: Skipped) -> None:
-        """Jobs left out for malformed scheduling data, with the refusal reading it gives."""
-        with self._tx() as conn:
-            rows = conn.execute(Q["unscheduled"]).fetchall()
+    def _name_unscheduled(self, rows: Iterable[tuple[str, bytes]], skipped: Skipped) -> None:
+        """Jobs left out for malformed scheduling data, with the refusal reading it gives.
+
+        ``rows`` are query ``unscheduled``'s, read in the pick's first round trip.
+        """
         for job_id, data in rows:
             try:
                 rec = decode(bytes(data), job_id)
