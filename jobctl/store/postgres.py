@@ -261,30 +261,23 @@ class PostgresStore(ContractStore):
     @staticmethod
     @contextmanager
     def _pipelined(conn: psycopg.Connection[Any]) -> Iterator[None]:
-        """``BEGIN`` ... ``COMMIT`` in pipeline mode, each queued beside its neighbour statement.
+        """One transaction in pipeline mode: the statements up to the closing Sync.
 
-        Not psycopg's ``transaction()``, which waits for ``BEGIN`` and
-        ``COMMIT`` each on its own. A refusal raised inside queues
-        ``ROLLBACK``, which the pipeline's closing sync carries; a driver error
-        has aborted the pipeline, so the transaction is rolled back after it.
+        The extended query protocol runs everything between two Sync messages
+        as one transaction when no ``BEGIN`` opens a block (PostgreSQL's
+        "Pipelining": the Sync commits it, an error rolls it back). Fetching
+        a result in between sends Flush, not Sync, so a row locked by the
+        first statement stays locked while Python decides, and the write and
+        the commit travel together. No ``BEGIN``/``COMMIT`` statements, no
+        round trips of their own (psycopg's ``transaction()`` waits for each).
+
+        The callers queue their one write last, after every check has passed:
+        a refusal raised before it leaves a transaction that only read and
+        locked, which the Sync ends with nothing written. A driver error
+        aborts the pipeline, and the Sync rolls the transaction back.
         """
-        done = False
-        try:
-            with conn.pipeline():
-                conn.execute(Q["begin"])
-                try:
-                    yield
-                except psycopg.Error:
-                    raise
-                except BaseException:
-                    conn.execute(Q["rollback"])
-                    raise
-                conn.execute(Q["commit"])
-            done = True
-        finally:
-            if not done and not conn.closed and not conn.broken:
-                if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                    conn.execute(Q["rollback"])
+        with conn.pipeline():
+            yield
 
     @contextmanager
     def _alone(self) -> Iterator[psycopg.Connection[Any]]:
@@ -325,7 +318,7 @@ class PostgresStore(ContractStore):
     def load_bytes(self, job_id: str) -> bytes:
         ids.check(job_id)
         with self._alone() as conn:
-            row = conn.execute(Q["load"], {"id": job_id}).fetchone()
+            row = conn.execute(Q["load"], {"id": job_id}, binary=True).fetchone()
         if row is None:
             raise NotFound(f"no job {job_id}", job_id)
         return bytes(row[0])
@@ -421,7 +414,7 @@ class PostgresStore(ContractStore):
         ids.check(job_id)
         try:
             with self._tx(pipelined=True) as conn:
-                row = conn.execute(Q["load_for_update"], {"id": job_id}).fetchone()
+                row = conn.execute(Q["load_for_update"], {"id": job_id}, binary=True).fetchone()
                 if row is None:
                     raise NotFound(f"no job {job_id}", job_id)
                 # the server's clock, read with the row lock held, as the file store reads it under flock
@@ -515,7 +508,7 @@ class PostgresStore(ContractStore):
             with self._tx(pipelined=True) as conn:
                 given = self._clock() if self._clock is not None else None
                 params = {"now": given, "kinds": wanted, "passed": passed}
-                cur = conn.execute(Q["next_runnable"], params)
+                cur = conn.execute(Q["next_runnable"], params, binary=True)
                 unscheduled = conn.execute(Q["unscheduled"]) if skipped is not None and malformed is None else None
                 row = cur.fetchone()
                 if unscheduled is not None:

@@ -13,17 +13,6 @@ UPDATE jobctl_schema SET version = %(version)s;
 -- name: first_version
 INSERT INTO jobctl_schema (version) VALUES (%(version)s);
 
--- name: begin
--- The pipelined transaction's ends, queued beside the statements around them
--- (PostgresStore._pipelined).
-BEGIN;
-
--- name: commit
-COMMIT;
-
--- name: rollback
-ROLLBACK;
-
 -- name: clock
 SELECT clock_timestamp();
 
