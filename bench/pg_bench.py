@@ -27,7 +27,7 @@ server -- the throwaway one the tests start (tests/pgserver.py), or the one
   directory store in the same run.
 
 Medians and ratios only; the exit code is 0 either way: timing is not a test.
-About four minutes on 2 CPUs.
+About six minutes on 2 busy CPUs.
 """
 
 from __future__ import annotations

@@ -240,10 +240,9 @@ class PostgresStore(ContractStore):
     def _tx(self, *, pipelined: bool = False) -> Iterator[psycopg.Connection[Any]]:
         """One transaction on this process's connection; a driver error becomes ``Refused``.
 
-        ``pipelined`` runs it in pipeline mode: ``BEGIN`` travels with the
-        first statement and ``COMMIT`` with the last, so a read-decide-write
-        transaction costs two round trips (the read's answer is awaited only
-        when it is fetched), not four.
+        ``pipelined`` runs it in pipeline mode (:meth:`_pipelined`): a
+        read-decide-write transaction costs two round trips, the locked read
+        and then the write with its commit, not four.
         """
         with self._lock:
             conn = self._connection()
@@ -502,9 +501,9 @@ class PostgresStore(ContractStore):
         claimed: Record | None = None
         malformed: list[tuple[str, bytes]] | None = None
         while True:
-            # Pipelined: BEGIN, the pick (which reads the server's clock itself)
-            # and, on the first pass, the malformed-schedule query travel in one
-            # round trip; the claim's UPDATE and COMMIT in a second.
+            # Pipelined: the pick (which reads the server's clock itself) and, on
+            # the first pass, the malformed-schedule query travel in one round
+            # trip; the claim's UPDATE and the Sync that commits it in a second.
             with self._tx(pipelined=True) as conn:
                 given = self._clock() if self._clock is not None else None
                 params = {"now": given, "kinds": wanted, "passed": passed}
