@@ -65,6 +65,10 @@ def queries(path: str | None = None) -> dict[str, str]:
 Q = queries()
 Clock = Callable[[], datetime]
 
+#: Pipeline mode needs libpq 14 or later (psycopg's binary package bundles one);
+#: with an older libpq a pipelined transaction is an ordinary one, two round trips longer.
+_PIPELINE = psycopg.Pipeline.is_supported()
+
 
 def _connect(url: str) -> psycopg.Connection[Any]:
     try:
@@ -247,7 +251,7 @@ class PostgresStore(ContractStore):
         with self._lock:
             conn = self._connection()
             try:
-                if pipelined:
+                if pipelined and _PIPELINE:
                     with self._pipelined(conn):
                         yield conn
                 else:

@@ -9,6 +9,7 @@ client sending and then waiting for the server's answer.
 
 from __future__ import annotations
 
+import itertools
 import os
 import tempfile
 from collections.abc import Callable
@@ -40,7 +41,7 @@ def round_trips(store: Any, step: Callable[[], object]) -> int:
     finally:
         os.close(fd)
         os.unlink(path)
-    return sum(1 for a, b in zip(sides, sides[1:]) if a == "F" and b == "B")
+    return sum(1 for a, b in itertools.pairwise(sides) if a == "F" and b == "B")
 
 
 def submit(store: Any) -> str:
@@ -141,3 +142,17 @@ def test_the_pick_is_judged_and_stamped_by_the_server_clock(pg_store: Any) -> No
     assert rec is not None
     assert before <= rec.lease.expires_at - timedelta(seconds=30) <= after
     assert pg_store.load(rec.id).lease == rec.lease
+
+
+def test_without_pipeline_mode_a_write_is_an_ordinary_transaction(pg_store: Any, monkeypatch: Any) -> None:
+    """An older libpq has no pipeline mode: the same writes, the same verdicts, in BEGIN ... COMMIT."""
+    from jobctl.store import postgres
+
+    monkeypatch.setattr(postgres, "_PIPELINE", False)
+    job = submit(pg_store)
+    rec = pg_store.claim_next("w", 30, skipped=[])
+    assert rec is not None and rec.id == job
+    with pytest.raises(StaleEpoch):
+        pg_store.finish(job, rec.lease.epoch - 1, "complete")
+    assert round_trips(pg_store, lambda: pg_store.finish(job, rec.lease.epoch, "complete")) == 4
+    assert pg_store.load(job).state == "complete"
