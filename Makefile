@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.bench-installed
 
 .PHONY: install test lint type bench check demo docs dist matrix clean
 
@@ -14,6 +15,11 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# The bench-only extra (procrastinate, for bench/pg_bench.py), on top of dev.
+$(BENCH_STAMP): pyproject.toml $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	touch $(BENCH_STAMP)
+
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
@@ -24,7 +30,7 @@ lint: $(STAMP)
 type: $(STAMP)
 	$(BIN)/mypy
 
-bench: $(STAMP)
+bench: $(STAMP) $(BENCH_STAMP)
 	$(BIN)/python bench/store_bench.py
 	$(BIN)/python bench/startup_bench.py
 	$(BIN)/python bench/worker_bench.py

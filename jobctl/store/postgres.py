@@ -65,6 +65,10 @@ def queries(path: str | None = None) -> dict[str, str]:
 Q = queries()
 Clock = Callable[[], datetime]
 
+#: Pipeline mode needs libpq 14 or later (psycopg's binary package bundles one);
+#: with an older libpq a pipelined transaction is an ordinary one, two round trips longer.
+_PIPELINE = psycopg.Pipeline.is_supported()
+
 
 def _connect(url: str) -> psycopg.Connection[Any]:
     try:
@@ -237,13 +241,58 @@ class PostgresStore(ContractStore):
         return conn
 
     @contextmanager
-    def _tx(self) -> Iterator[psycopg.Connection[Any]]:
-        """One transaction on this process's connection; a driver error becomes ``Refused``."""
+    def _tx(self, *, pipelined: bool = False) -> Iterator[psycopg.Connection[Any]]:
+        """One transaction on this process's connection; a driver error becomes ``Refused``.
+
+        ``pipelined`` runs it in pipeline mode (:meth:`_pipelined`): a
+        read-decide-write transaction costs two round trips, the locked read
+        and then the write with its commit, not four.
+        """
         with self._lock:
             conn = self._connection()
             try:
-                with conn.transaction():
-                    yield conn
+                if pipelined and _PIPELINE:
+                    with self._pipelined(conn):
+                        yield conn
+                else:
+                    with conn.transaction():
+                        yield conn
+            except psycopg.Error as exc:
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                raise Refused(f"{self.root}: {first}") from exc
+
+    @staticmethod
+    @contextmanager
+    def _pipelined(conn: psycopg.Connection[Any]) -> Iterator[None]:
+        """One transaction in pipeline mode: the statements up to the closing Sync.
+
+        The extended query protocol runs everything between two Sync messages
+        as one transaction when no ``BEGIN`` opens a block (PostgreSQL's
+        "Pipelining": the Sync commits it, an error rolls it back). Fetching
+        a result in between sends Flush, not Sync, so a row locked by the
+        first statement stays locked while Python decides, and the write and
+        the commit travel together. No ``BEGIN``/``COMMIT`` statements, no
+        round trips of their own (psycopg's ``transaction()`` waits for each).
+
+        The callers queue their one write last, after every check has passed:
+        a refusal raised before it leaves a transaction that only read and
+        locked, which the Sync ends with nothing written. A driver error
+        aborts the pipeline, and the Sync rolls the transaction back.
+        """
+        with conn.pipeline():
+            yield
+
+    @contextmanager
+    def _alone(self) -> Iterator[psycopg.Connection[Any]]:
+        """One statement in a transaction of its own (the connection's autocommit): one round trip.
+
+        For a read, or a write, that a single statement makes whole: wrapping it
+        in ``BEGIN`` and ``COMMIT`` would add two round trips and nothing else.
+        """
+        with self._lock:
+            conn = self._connection()
+            try:
+                yield conn
             except psycopg.Error as exc:
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                 raise Refused(f"{self.root}: {first}") from exc
@@ -258,7 +307,9 @@ class PostgresStore(ContractStore):
 
     def now(self) -> datetime:
         """The server's clock [JOB-O4]: every lease is judged by it, whoever asks."""
-        with self._tx() as conn:
+        if self._clock is not None:
+            return self._clock()
+        with self._alone() as conn:
             return self._now(conn)
 
     def work_path(self, job_id: str) -> str:
@@ -269,8 +320,8 @@ class PostgresStore(ContractStore):
 
     def load_bytes(self, job_id: str) -> bytes:
         ids.check(job_id)
-        with self._tx() as conn:
-            row = conn.execute(Q["load"], {"id": job_id}).fetchone()
+        with self._alone() as conn:
+            row = conn.execute(Q["load"], {"id": job_id}, binary=True).fetchone()
         if row is None:
             raise NotFound(f"no job {job_id}", job_id)
         return bytes(row[0])
@@ -280,7 +331,7 @@ class PostgresStore(ContractStore):
 
     def _read_epoch(self, job_id: str) -> tuple[int, bytes, bool]:
         ids.check(job_id)
-        with self._tx() as conn:
+        with self._alone() as conn:
             row = conn.execute(Q["read_epoch"], {"id": job_id}).fetchone()
         if row is None:
             raise NotFound(f"no job {job_id}", job_id)
@@ -365,8 +416,8 @@ class PostgresStore(ContractStore):
     def _write(self, job_id: str, apply: Apply, fresh: bool = False) -> Record:
         ids.check(job_id)
         try:
-            with self._tx() as conn:
-                row = conn.execute(Q["load_for_update"], {"id": job_id}).fetchone()
+            with self._tx(pipelined=True) as conn:
+                row = conn.execute(Q["load_for_update"], {"id": job_id}, binary=True).fetchone()
                 if row is None:
                     raise NotFound(f"no job {job_id}", job_id)
                 # the server's clock, read with the row lock held, as the file store reads it under flock
@@ -384,7 +435,7 @@ class PostgresStore(ContractStore):
 
     def _create(self, job_id: str, data: bytes) -> None:
         rec = decode(data, job_id)
-        with self._tx() as conn:
+        with self._alone() as conn:  # one INSERT is a transaction of its own
             cur = conn.execute(Q["insert"], _columns(job_id, data, rec))
             if cur.rowcount != 1:
                 raise Exists(f"job {job_id} is already in the store", job_id)
@@ -452,14 +503,24 @@ class PostgresStore(ContractStore):
         wanted = None if kinds is None else sorted(set(kinds))
         passed: list[str] = []  # rows this reader cannot decode: passed over, and named in unreadable
         claimed: Record | None = None
+        malformed: list[tuple[str, bytes]] | None = None
         while True:
-            with self._tx() as conn:
-                now = self._now(conn)
-                params = {"now": now, "kinds": wanted, "passed": passed}
-                row = conn.execute(Q["next_runnable"], params).fetchone()
+            # Pipelined: the pick (which reads the server's clock itself) and, on
+            # the first pass, the malformed-schedule query travel in one round
+            # trip; the claim's UPDATE and the Sync that commits it in a second.
+            with self._tx(pipelined=True) as conn:
+                given = self._clock() if self._clock is not None else None
+                params = {"now": given, "kinds": wanted, "passed": passed}
+                cur = conn.execute(Q["next_runnable"], params, binary=True)
+                unscheduled = conn.execute(Q["unscheduled"]) if skipped is not None and malformed is None else None
+                row = cur.fetchone()
+                if unscheduled is not None:
+                    malformed = unscheduled.fetchall()
                 if row is None:
                     break
                 job_id, data = row[0], bytes(row[1])
+                # the session's time zone is the server's choice
+                now = given if given is not None else row[2].astimezone(timezone.utc)
                 try:
                     rec = decode(data, job_id)
                 except JobError as exc:
@@ -473,14 +534,15 @@ class PostgresStore(ContractStore):
                 conn.execute(Q["update"], _columns(job_id, written, rec))
                 claimed = rec
                 break
-        if skipped is not None:
-            self._name_unscheduled(skipped)
+        if skipped is not None and malformed is not None:
+            self._name_unscheduled(malformed, skipped)
         return claimed
 
-    def _name_unscheduled(self, skipped: Skipped) -> None:
-        """Jobs left out for malformed scheduling data, with the refusal reading it gives."""
-        with self._tx() as conn:
-            rows = conn.execute(Q["unscheduled"]).fetchall()
+    def _name_unscheduled(self, rows: Iterable[tuple[str, bytes]], skipped: Skipped) -> None:
+        """Jobs left out for malformed scheduling data, with the refusal reading it gives.
+
+        ``rows`` are query ``unscheduled``'s, read in the pick's first round trip.
+        """
         for job_id, data in rows:
             try:
                 rec = decode(bytes(data), job_id)

@@ -60,21 +60,27 @@ ORDER BY id;
 -- The oldest job a worker may claim now: an orphan whose dependencies are all
 -- complete, whose not-before time has passed, not paused, of one of the kinds
 -- (all kinds when NULL). SKIP LOCKED passes over a row another picker holds.
-SELECT j.id, j.data FROM jobctl_jobs j
-WHERE j.state IN ('pending', 'running')
-  AND (j.owner = '' OR j.expires_at IS NULL OR j.expires_at <= %(now)s)
-  AND j.want <> 'pause'
-  AND j.scheduled
-  AND NOT (j.id = ANY(%(passed)s::text[]))
-  AND (j.not_before IS NULL OR j.not_before <= %(now)s)
-  AND (%(kinds)s::text[] IS NULL OR j.kind = ANY(%(kinds)s::text[]))
-  AND NOT EXISTS (
-      SELECT 1 FROM unnest(j.after) AS dep(id)
-      WHERE NOT EXISTS (SELECT 1 FROM jobctl_jobs d WHERE d.id = dep.id AND d.state = 'complete')
-  )
-ORDER BY j.created_at, j.id
-LIMIT 1
-FOR UPDATE OF j SKIP LOCKED;
+-- "Now" is %(now)s when the caller has a clock of its own (tests), else the
+-- server's, read once in this statement and returned with the row, so a pick
+-- needs no round trip of its own to learn the time it is judged by.
+WITH clock AS MATERIALIZED (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS now)
+SELECT picked.id, picked.data, (SELECT now FROM clock) FROM (
+    SELECT j.id, j.data FROM jobctl_jobs j
+    WHERE j.state IN ('pending', 'running')
+      AND (j.owner = '' OR j.expires_at IS NULL OR j.expires_at <= (SELECT now FROM clock))
+      AND j.want <> 'pause'
+      AND j.scheduled
+      AND NOT (j.id = ANY(%(passed)s::text[]))
+      AND (j.not_before IS NULL OR j.not_before <= (SELECT now FROM clock))
+      AND (%(kinds)s::text[] IS NULL OR j.kind = ANY(%(kinds)s::text[]))
+      AND NOT EXISTS (
+          SELECT 1 FROM unnest(j.after) AS dep(id)
+          WHERE NOT EXISTS (SELECT 1 FROM jobctl_jobs d WHERE d.id = dep.id AND d.state = 'complete')
+      )
+    ORDER BY j.created_at, j.id
+    LIMIT 1
+    FOR UPDATE OF j SKIP LOCKED
+) AS picked;
 
 -- name: insert
 INSERT INTO jobctl_jobs (id, data, state, kind, epoch, owner, expires_at, want, not_before, after, pipeline,

@@ -1,0 +1,158 @@
+"""The PostgreSQL store's hot path: how many round trips each operation costs, and that the fewer still fence.
+
+A write is one transaction in pipeline mode (``PostgresStore._pipelined``):
+the locked read goes out with a Flush, Python runs the contract's checks on
+the row while its lock is held, and the write goes out with the Sync that
+commits it. Counted here from libpq's own protocol trace: a round trip is the
+client sending and then waiting for the server's answer.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from jobctl import Record
+from jobctl.errors import Refused, StaleEpoch
+
+
+def round_trips(store: Any, step: Callable[[], object]) -> int:
+    """How many times ``step`` sends to the server and then reads its answer."""
+    from psycopg import pq
+
+    conn = store._connection()
+    fd, path = tempfile.mkstemp(prefix="jobctl-pgtrace-")
+    try:
+        conn.pgconn.trace(fd)
+        conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+        try:
+            step()
+        finally:
+            conn.pgconn.untrace()
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            # one line per protocol message, "F" from the client, "B" from the server; a
+            # statement's text may span lines, and its continuation lines start with neither
+            sides = [line[0] for line in fh if line[:2] in ("F\t", "B\t")]
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    return sum(1 for a, b in itertools.pairwise(sides) if a == "F" and b == "B")
+
+
+def submit(store: Any) -> str:
+    return str(store.submit(Record(kind="k", spec={"n": 1})))
+
+
+def test_the_hot_path_round_trips(pg_store: Any) -> None:
+    """Claim-next, finish, renew, release: two each (read under lock; write with commit); submit two; a read one."""
+    for _ in range(3):
+        submit(pg_store)
+    got: list[Any] = []
+    assert round_trips(pg_store, lambda: got.append(pg_store.claim_next("w", 30))) == 2
+    rec = got[0]
+    assert round_trips(pg_store, lambda: pg_store.renew(rec.id, rec.lease.epoch, 30)) == 2
+    assert round_trips(pg_store, lambda: pg_store.finish(rec.id, rec.lease.epoch, "complete")) == 2
+    other = pg_store.claim_next("w", 30)
+    assert round_trips(pg_store, lambda: pg_store.release(other.id, other.lease.epoch)) == 2
+    assert round_trips(pg_store, lambda: submit(pg_store)) == 2  # the server's clock, then the INSERT
+    assert round_trips(pg_store, lambda: pg_store.load(rec.id)) == 1
+    assert round_trips(pg_store, pg_store.now) == 1
+    # the worker's pick also names malformed jobs: that query rides in the pick's first round trip
+    skipped: list[Any] = []
+    assert round_trips(pg_store, lambda: pg_store.claim_next("w", 30, skipped=skipped)) == 2
+    assert pg_store.load(rec.id).state == "complete"
+
+
+def test_the_row_stays_locked_while_the_contract_decides(pg_store: Any) -> None:
+    """Between the locked read and the write (two round trips), no other transaction can take the row."""
+    import psycopg
+
+    job = submit(pg_store)
+    rec = pg_store.claim_next("w", 30)
+    probes: list[str] = []
+
+    def mutate(r: Record) -> None:
+        with psycopg.connect(pg_store.url, autocommit=True) as other:
+            try:
+                other.execute("SELECT id FROM jobctl_jobs WHERE id = %s FOR UPDATE NOWAIT", (job,))
+            except psycopg.errors.LockNotAvailable:
+                probes.append("locked")
+            else:
+                probes.append("free")
+        r.progress.done = 7
+
+    pg_store.update(job, rec.lease.epoch, mutate)
+    assert probes == ["locked"]
+    assert pg_store.load(job).progress.done == 7
+
+
+def test_a_refusal_writes_nothing_and_leaves_no_transaction_open(pg_store: Any) -> None:
+    import psycopg
+
+    job = submit(pg_store)
+    rec = pg_store.claim_next("w", 30)
+    before = pg_store.load_bytes(job)
+    with pytest.raises(StaleEpoch):
+        pg_store.finish(job, rec.lease.epoch - 1, "complete")
+    assert pg_store._connection().info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    with psycopg.connect(pg_store.url, autocommit=True) as other:  # the row lock went with the transaction
+        assert other.execute("SELECT id FROM jobctl_jobs WHERE id = %s FOR UPDATE NOWAIT", (job,)).fetchone()
+    assert pg_store.load_bytes(job) == before
+    assert pg_store.finish(job, rec.lease.epoch, "complete").state == "complete"
+
+
+def test_a_failed_write_rolls_its_transaction_back(pg_store: Any) -> None:
+    """The server refuses the UPDATE (a trigger here): nothing is written, and the next write works."""
+    import psycopg
+
+    job = submit(pg_store)
+    with psycopg.connect(pg_store.url, autocommit=True) as conn:
+        conn.execute(
+            "CREATE FUNCTION refuse_complete() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+            " IF NEW.state = 'complete' THEN RAISE EXCEPTION 'no completing today'; END IF;"
+            " RETURN NEW; END $$"
+        )
+        conn.execute(
+            "CREATE TRIGGER refuse_complete BEFORE UPDATE ON jobctl_jobs"
+            " FOR EACH ROW EXECUTE FUNCTION refuse_complete()"
+        )
+    rec = pg_store.claim_next("w", 30)
+    before = pg_store.load_bytes(job)
+    with pytest.raises(Refused, match="no completing today"):
+        pg_store.finish(job, rec.lease.epoch, "complete")
+    assert pg_store._connection().info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    assert pg_store.load_bytes(job) == before
+    renewed = pg_store.renew(job, rec.lease.epoch, 60)
+    assert renewed.lease.expires_at > rec.lease.expires_at
+
+
+def test_the_pick_is_judged_and_stamped_by_the_server_clock(pg_store: Any) -> None:
+    """The pick reads the server's clock in its own statement; the lease it grants starts then."""
+    from datetime import timedelta
+
+    submit(pg_store)
+    before = pg_store.now()
+    rec = pg_store.claim_next("w", 30)
+    after = pg_store.now()
+    assert rec is not None
+    assert before <= rec.lease.expires_at - timedelta(seconds=30) <= after
+    assert pg_store.load(rec.id).lease == rec.lease
+
+
+def test_without_pipeline_mode_a_write_is_an_ordinary_transaction(pg_store: Any, monkeypatch: Any) -> None:
+    """An older libpq has no pipeline mode: the same writes, the same verdicts, in BEGIN ... COMMIT."""
+    from jobctl.store import postgres
+
+    monkeypatch.setattr(postgres, "_PIPELINE", False)
+    job = submit(pg_store)
+    rec = pg_store.claim_next("w", 30, skipped=[])
+    assert rec is not None and rec.id == job
+    with pytest.raises(StaleEpoch):
+        pg_store.finish(job, rec.lease.epoch - 1, "complete")
+    assert round_trips(pg_store, lambda: pg_store.finish(job, rec.lease.epoch, "complete")) == 4
+    assert pg_store.load(job).state == "complete"
