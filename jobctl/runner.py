@@ -958,12 +958,12 @@ class ChildWork(Work):
                 return False
         try:
             self.result_file = self._result_ready(keeper)
-        except JobError as exc:
-            out.exit_code = 126
-            out.error = f"cannot offer $JOB_RESULT: {exc.message}"
-            self._footer(out.error)
-            self._close()
-            return False
+        except (OSError, JobError) as exc:
+            # As with the log: no $JOB_RESULT beats no run. A link planted at its
+            # directory is refused, never followed; the command runs without the
+            # variable, and one that needs it fails on its own.
+            why = exc.message if isinstance(exc, JobError) else str(exc)
+            self._footer(f"no $JOB_RESULT for this attempt: {why}")
         started = self._start(keeper, command, log, out, self._guardian)
         if started is None:
             self._close()  # before the write that records it, as a child that ran
@@ -1084,8 +1084,8 @@ class ChildWork(Work):
         """Make the directory ``$JOB_RESULT`` lives in and clear its name; returns the path.
 
         Every directory below the store's is opened without following a link
-        (:mod:`jobctl.fsio`): a link planted there refuses the attempt rather
-        than send the job's result out of the store. Whatever is at the name
+        (:mod:`jobctl.fsio`): a link planted there is refused (the command
+        then runs without ``$JOB_RESULT``) rather than send the result out of the store. Whatever is at the name
         (left by a holder of the same epoch: there is none) is removed, so the
         only result stored is one this child wrote.
         """

@@ -110,16 +110,21 @@ def test_a_file_left_at_the_name_before_the_start_is_not_taken_for_the_result(st
     assert not results.has_result(store.load(job))
 
 
-def test_a_linked_log_directory_refuses_the_attempt(store: FileStore, tmp_path: Path) -> None:
-    job = sh(store, 'echo 1 > "$JOB_RESULT"')
+def test_a_linked_log_directory_is_not_followed_and_the_job_runs_without_job_result(
+    store: FileStore, tmp_path: Path
+) -> None:
+    """As with the log: no $JOB_RESULT beats no run, and nothing is written through the link."""
+    seen = tmp_path / "seen"
+    job = sh(store, f'printf "%s" "${{JOB_RESULT-unset}}" > {seen}; echo 1 > "${{JOB_RESULT:-/dev/null}}"')
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     logs = Path(runner.log_dir(store, job)).parent
     logs.mkdir(parents=True)
     os.symlink(elsewhere, logs / job)
     out = run(store, job)
-    assert out.state == "failed" and "cannot offer $JOB_RESULT" in out.error
+    assert out.state == "complete" and seen.read_text() == "unset"
     assert list(elsewhere.iterdir()) == []
+    assert not results.has_result(store.load(job))
 
 
 def test_the_worker_stores_a_shell_jobs_result(store: FileStore) -> None:
