@@ -58,7 +58,7 @@ from .jobenv import JobEnvironment
 from .record import TERMINAL, Record, format_time, held
 from .runner import Guardian, Outcome, Processor, Run, RunStore, processors
 from .schedule import after_of, attempt, blocked_by, not_before
-from .store.base import OpenListing
+from .store.base import Notices, OpenListing
 from .store.location import address
 
 __all__ = ["Worker", "WorkerStore", "Event", "Summary", "MODES", "default_owner"]
@@ -73,6 +73,7 @@ class WorkerStore(RunStore, Protocol):
     def list_open(self) -> OpenListing: ...
     def claim(self, job_id: str, owner: str, ttl_seconds: float) -> Record: ...
     def set_intent(self, job_id: str, want: str, by: str = "") -> Record: ...
+    def notices(self) -> Notices | None: ...
 
 
 @dataclass
