@@ -18,9 +18,8 @@ passes) without any write, so the board re-evaluates its open records against
 Where a store gives no notices (a directory on another OS), or when notices
 were lost (a queue overflowed, a connection dropped), the board rescans: it
 lists the ids and re-reads every one that is not known terminal. It also
-rescans as often as the notices ask (``recheck``: every minute for inotify,
-every poll interval for a database connection), as insurance against a
-notice lost without a word.
+rescans as often as the notices ask (``recheck``, a minute), as insurance
+against a notice lost without a word.
 
 The board is advisory: the claim is the arbiter. A stale view costs at most a
 refused claim (``lease_held``/``terminal``) and a re-read of that one record.
@@ -109,8 +108,7 @@ class Board:
         """Catch up with the store.
 
         With notices: re-read the records they name (rescan when they were
-        lost, and every ``recheck`` of theirs, or every ``max_age`` when they
-        leave that to the caller). Without: rescan when ``force`` or when the last scan is
+        lost, and every ``recheck`` of theirs). Without: rescan when ``force`` or when the last scan is
         older than ``max_age`` seconds; in between, the caller's own writes
         reach the view through :meth:`note` and :meth:`reload`. Notices about
         the ids in ``skip`` (jobs the caller is running) are not followed.
@@ -120,8 +118,7 @@ class Board:
             if force or age >= max_age:
                 self.rescan()
             return
-        recheck = self._notices.recheck
-        if force or age > (max_age if recheck is None else recheck):
+        if force or age > self._notices.recheck:
             self.rescan()
             return
         changed = self._notices.read()

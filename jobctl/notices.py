@@ -50,7 +50,7 @@ RECHECK_SECONDS = 60.0
 class Notices:
     """inotify on one directory: the names of record files replaced, written or removed since the last read."""
 
-    recheck: float | None = RECHECK_SECONDS
+    recheck: float = RECHECK_SECONDS
 
     def __init__(self, directory: str) -> None:
         import ctypes  # deferred: ctypes.util imports subprocess, which a submit must not pay for
@@ -136,7 +136,7 @@ class Changes:
 
     @property
     def recheck(self) -> float | None:
-        """How long the notices may be relied on alone (:attr:`jobctl.store.base.Notices.recheck`)."""
+        """How long the notices may be relied on alone (:attr:`jobctl.store.base.Notices.recheck`); None without."""
         return None if self._notices is None else self._notices.recheck
 
     def wait(self, seconds: float) -> bool:

@@ -9,11 +9,9 @@ With a budget, ``quiet`` is reported once nothing visible changed for that
 long, again every budget while silent. The watch reads the store on entry to
 ``next`` and then whenever the store's notices (:meth:`jobctl.store.base.Store.notices`:
 inotify on a directory, LISTEN/NOTIFY on PostgreSQL, as the worker uses them)
-say a record changed, at once; as insurance against a lost notice it reads at
-least every 5 s on a directory (every ``poll`` on a database, whose notices
-leave that to the reader). Without notices, and when the caller drives time
-with its own ``sleep``, it polls every ``poll`` (0.75 s, or every budget when
-shorter).
+say a record changed, at once, and at least every 5 s as insurance against a
+lost notice. Without notices, and when the caller drives time with its own
+``sleep``, it polls every ``poll`` (0.75 s, or every budget when shorter).
 """
 
 from __future__ import annotations
@@ -66,16 +64,15 @@ class Watch:
         self.store = store
         self.kind = kind
         self.budget = max(0.0, float(budget))
-        #: Seconds between reads without notices, and between insurance reads with notices that ask for it.
+        #: Seconds between reads without notices.
         self.poll = max(0.01, float(poll))
         self._clock = clock
         self._sleep = time.sleep if sleep is None else sleep
         # Notices first, then the first read: a write between the two is seen twice, never missed.
         # A caller that brings its own sleep drives time itself, and is polled.
         self._changes = Changes(store) if sleep is None else None
-        self._insurance = INSURANCE_SECONDS
-        if self._changes is not None and self._changes.watching and self._changes.recheck is None:
-            self._insurance = self.poll
+        recheck = None if self._changes is None else self._changes.recheck
+        self._insurance = INSURANCE_SECONDS if recheck is None else min(INSURANCE_SECONDS, recheck)
         self._seen: tuple[str, ...] | None = None
         self._records: list[Record] = []
         #: The records the last poll could not read, with why: ``(id, error)``.

@@ -342,10 +342,8 @@ def wait(
                     err=True,
                 )
                 ctx.exit(EXIT_TIMEOUT)
-            # A terminal view ticks (lease time left); a piped one waits for a change
-            # (reading at the poll interval anyway where the notices leave that to the reader).
-            trusted = changes.watching and changes.recheck is not None
-            pause = POLL_SECONDS if screen.terminal or not trusted else INSURANCE_SECONDS
+            # A terminal view ticks (lease time left); a piped one waits for a change.
+            pause = POLL_SECONDS if screen.terminal or not changes.watching else INSURANCE_SECONDS
             if deadline is not None:
                 pause = min(pause, deadline - now)
             changes.wait(max(pause, 0.0))

@@ -78,8 +78,8 @@ class Notices(Protocol):
 
     #: The longest a reader may rely on these notices alone, in seconds: it looks
     #: at every record at least this often, as insurance against a notice lost
-    #: without a word. None: no longer than the reader's own poll interval.
-    recheck: float | None
+    #: without a word (a filesystem that drops them, a server that lost its queue).
+    recheck: float
 
     def fileno(self) -> int | None:
         """A descriptor that becomes readable when a notice may be waiting; None while there is none.

@@ -30,6 +30,7 @@ from typing import Any
 
 from .. import ids
 from ..errors import Exists, JobError, NotFound, Refused
+from ..notices import RECHECK_SECONDS
 from ..record import Record, decode, encode
 from ..schedule import after_of, not_before, pipeline_of
 from ..summary import Summary
@@ -517,15 +518,17 @@ class Listener:
     The trigger sends one notice per row written or removed, as its
     transaction commits, naming the schema and the id; this listener keeps
     the ones of its own schema (one database may hold several stores).
-    Every :meth:`read` makes one round trip on the connection, so notices
-    the server has are delivered first and a dropped connection shows at
-    once; it is then made again and the read says notices were lost (the
-    reader looks at everything). A notice lost without a word (a network
-    gone quiet) is bounded by the reader's own poll interval: ``recheck``
-    is None.
+    NOTIFY loses nothing while the listening connection lives (a notice is
+    queued at the writer's commit, and a full queue fails the writer rather
+    than drop it), so the one way to miss a notice is a dropped connection.
+    Every :meth:`read` therefore makes one round trip: notices the server
+    has come first, and a dropped connection shows at once; it is made again
+    and the read says notices were lost (the reader looks at everything). A
+    reader reads at least every poll interval, which bounds a miss to one.
+    The full look every ``recheck`` is insurance on top, as for inotify.
     """
 
-    recheck: float | None = None
+    recheck: float = RECHECK_SECONDS
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -572,6 +575,10 @@ class Listener:
         if conn is not None and not conn.closed and not conn.broken:
             try:
                 conn.execute(Q["notices_sync"])
+                # Notices that came in the same read as the answer sit parsed-to-be in
+                # libpq's buffer, not the socket: a select would not wake for them.
+                while (pending := conn.pgconn.notifies()) is not None:
+                    self._hear(psycopg.Notify(pending.relname.decode(), pending.extra.decode(), pending.be_pid))
             except psycopg.Error:
                 pass  # dropped: made again below
             else:

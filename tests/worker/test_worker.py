@@ -1,10 +1,14 @@
-"""The worker loop in this process (fast checks of its rules); tests/worker/test_processes.py uses real workers."""
+"""The worker loop in this process (fast checks of its rules); tests/worker/test_processes.py uses real workers.
+
+One test here starts a worker process all the same: an idle worker woken by the store's notices.
+"""
 
 from __future__ import annotations
 
 import os
 import socket
 from pathlib import Path
+from typing import Any
 
 import pytest
 from workertools import job_argv, read_log, submit
@@ -114,3 +118,17 @@ def test_the_alert_runs_once_when_a_job_finally_fails(store: FileStore, tmp_path
     assert (summary["retry"], summary["failed"], summary["alert"]) == (1, 1, 1)
     assert store.load(job).state == "failed" and not summary.all_complete
     assert out.read_text() == f"{job}|shell|attempt 2: exit status 7|2|\n"
+
+
+#: A poll interval no test waits out: a job taken before it was learnt of by a notice (Store.notices).
+LONG_POLL = 600.0
+
+
+def test_an_idle_worker_takes_a_new_job_without_waiting_its_poll_interval(store: FileStore, workers: Any) -> None:
+    """inotify on a directory, LISTEN/NOTIFY on PostgreSQL: either wakes the idle worker."""
+    w = workers(poll_interval=LONG_POLL)
+    first = submit(store, ["true"])
+    # Its first job done, the worker has looked and found nothing more: it is idle, for LONG_POLL.
+    w.next_event(lambda e: e["what"] == "complete" and e["id"] == first, timeout=30)
+    second = submit(store, ["true"])
+    w.next_event(lambda e: e["what"] == "complete" and e["id"] == second, timeout=30)
