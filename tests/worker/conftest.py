@@ -22,7 +22,7 @@ import pytest
 # sys.path; the worker tests share workertools.py, so this directory goes there.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from workertools import WorkerProcess
+from workertools import CONFIG_ENV, WorkerProcess
 
 import jobctl
 from jobctl import FileStore
@@ -56,6 +56,12 @@ def store(root: Any, request: pytest.FixtureRequest) -> FileStore:
     if close is not None:
         request.addfinalizer(close)
     return opened  # type: ignore[return-value]
+
+
+@pytest.fixture(autouse=True)
+def _config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test's own config file path (workertools.no_config), beside its other files: a database has no directory."""
+    monkeypatch.setenv(CONFIG_ENV, str(tmp_path / "no-config.ini"))
 
 
 @pytest.fixture
