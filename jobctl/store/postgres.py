@@ -575,8 +575,8 @@ class Listener:
         if conn is not None and not conn.closed and not conn.broken:
             try:
                 conn.execute(Q["notices_sync"])
-                # Notices that came in the same read as the answer sit parsed-to-be in
-                # libpq's buffer, not the socket: a select would not wake for them.
+                # Notices that arrived with the answer wait in libpq's buffer, not on the
+                # socket, where a select would never wake for them: take them now.
                 while (pending := conn.pgconn.notifies()) is not None:
                     self._hear(psycopg.Notify(pending.relname.decode(), pending.extra.decode(), pending.be_pid))
             except psycopg.Error:

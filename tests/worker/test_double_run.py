@@ -74,6 +74,9 @@ def test_a_worker_killed_while_starting_jobs_leaves_nothing_running(root: Path) 
     assert got["survivors"] == 0 and got["locks_held_at_end"] == 0
 
 
+# Not about files, but bound to a write's latency: a 0.05 s recall, then the child's writes must all
+# land after the thief's claim; on PostgreSQL under a loaded machine one was seen to land as lease_expired.
+@pytest.mark.file_only("timing-bound: a 0.05 s recall; flaky on a database under load")
 def test_a_job_taken_over_mid_run_has_its_child_killed_and_its_late_writes_refused(
     store: FileStore, side_log: Path, workers: Any
 ) -> None:
