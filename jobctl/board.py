@@ -6,19 +6,20 @@ make that possible:
 * a terminal record never changes state again [JOB-T1], so once a record is
   seen ``complete``, ``failed`` or ``cancelled`` the board keeps only its
   state (for dependency look-ups) and never reads it again;
-* on Linux the board learns *which* records changed from inotify on the
-  store's ``jobs/`` directory (every write is a rename onto ``<id>.json``), so
-  it re-reads only those. The open records are kept in memory oldest first
+* the board learns *which* records changed from the store's notices
+  (:meth:`jobctl.store.base.Store.notices`: inotify on a directory's
+  ``jobs/``, LISTEN/NOTIFY on PostgreSQL), so it re-reads only those. The open records are kept in memory oldest first
   (by ``created_at``, then id), and choosing walks them from the front.
 
 Time alone changes what is runnable (a lease lapses, a not-before time
 passes) without any write, so the board re-evaluates its open records against
 ``now`` at every pick and tells the caller when the next such moment is.
 
-Where inotify is missing (another OS, a store without a ``jobs_dir``), or
-when its queue overflowed, the board rescans: it lists the ids and re-reads
-every one that is not known terminal. It also rescans every minute anyway, as
-insurance against a filesystem that drops notices.
+Where a store gives no notices (a directory on another OS), or when notices
+were lost (a queue overflowed, a connection dropped), the board rescans: it
+lists the ids and re-reads every one that is not known terminal. It also
+rescans as often as the notices ask (``recheck``, a minute), as insurance
+against a notice lost without a word.
 
 The board is advisory: the claim is the arbiter. A stale view costs at most a
 refused claim (``lease_held``/``terminal``) and a re-read of that one record.
@@ -34,15 +35,13 @@ from datetime import datetime
 from typing import Protocol
 
 from .errors import JobError, NotFound
-from .notices import notices_for
 from .record import TERMINAL, ZERO_TIME, Record, held
 from .schedule import blocked_by, not_before
-from .store.base import OpenListing
+from .store.base import Notices, OpenListing
 
 __all__ = ["Board", "BoardStore", "Pick"]
 
 UNREADABLE = "unreadable"
-RESCAN_EVERY = 60.0
 
 
 class BoardStore(Protocol):
@@ -50,6 +49,7 @@ class BoardStore(Protocol):
     def list_open(self) -> OpenListing: ...
     def load(self, job_id: str) -> Record: ...
     def now(self) -> datetime: ...
+    def notices(self) -> Notices | None: ...
 
 
 @dataclass
@@ -82,7 +82,7 @@ class Board:
         # (ids minted in one millisecond sort by their random part). created_at never moves [JOB-M1].
         self._order: list[tuple[datetime, str]] = []
         # Notices first, then the scan: a write between the two is seen twice, never missed.
-        self._notices = notices_for(store) if notices else None
+        self._notices = store.notices() if notices else None
         self._scanned = 0.0
         self.rescans = 0
         self.reads = 0
@@ -95,7 +95,7 @@ class Board:
 
     def fileno(self) -> int | None:
         """A descriptor that becomes readable when the store changes (None without notices)."""
-        return None if self._notices is None else self._notices.fd
+        return None if self._notices is None else self._notices.fileno()
 
     def close(self) -> None:
         if self._notices is not None:
@@ -107,8 +107,8 @@ class Board:
     def refresh(self, *, force: bool = False, max_age: float = 0.0, skip: Collection[str] = ()) -> None:
         """Catch up with the store.
 
-        With notices: re-read the records they name (rescan on overflow, and
-        every minute). Without: rescan when ``force`` or when the last scan is
+        With notices: re-read the records they name (rescan when they were
+        lost, and every ``recheck`` of theirs). Without: rescan when ``force`` or when the last scan is
         older than ``max_age`` seconds; in between, the caller's own writes
         reach the view through :meth:`note` and :meth:`reload`. Notices about
         the ids in ``skip`` (jobs the caller is running) are not followed.
@@ -118,7 +118,7 @@ class Board:
             if force or age >= max_age:
                 self.rescan()
             return
-        if force or age > RESCAN_EVERY:
+        if force or age > self._notices.recheck:
             self.rescan()
             return
         changed = self._notices.read()

@@ -1,13 +1,14 @@
 """Learning that a store changed: inotify on a file store's ``jobs/`` directory (Linux).
 
 Every conforming write of a record is a rename onto ``<id>.json`` [JOB-W3],
-so a watch on the directory sees each one. Where inotify is missing (another
-OS, a store that is not a directory) :func:`notices_for` gives None and the
-caller polls; when the kernel's queue overflowed, :meth:`Notices.read` says
-so and the caller looks at everything again.
+so a watch on the directory sees each one. :class:`Notices` is the file
+store's answer to :meth:`jobctl.store.base.Store.notices`; where inotify is
+missing (another OS) the store gives None and the caller polls; when the
+kernel's queue overflowed, :meth:`Notices.read` says so and the caller looks
+at everything again.
 
-:class:`Changes` is the waiting half for ``watch`` and ``wait``: block until
-a record file changed or a timeout passed.
+:class:`Changes` is the waiting half for ``watch`` and ``wait``, over any
+store's notices: block until a record changed or a timeout passed.
 """
 
 from __future__ import annotations
@@ -18,6 +19,11 @@ import select
 import struct
 import sys
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .store.base import Notices as StoreNotices
+    from .store.base import Store
 
 __all__ = ["Notices", "notices_for", "Changes"]
 
@@ -36,9 +42,15 @@ _IN_DONT_FOLLOW = 0x02000000
 _MASK = _IN_CLOSE_WRITE | _IN_MOVED_FROM | _IN_MOVED_TO | _IN_DELETE | _IN_DELETE_SELF | _IN_MOVE_SELF
 _EVENT = struct.Struct("iIII")
 
+#: How often a reader of inotify notices looks at every record anyway: insurance
+#: against a filesystem that drops notices (a network mount written by another host).
+RECHECK_SECONDS = 60.0
+
 
 class Notices:
     """inotify on one directory: the names of record files replaced, written or removed since the last read."""
+
+    recheck: float = RECHECK_SECONDS
 
     def __init__(self, directory: str) -> None:
         import ctypes  # deferred: ctypes.util imports subprocess, which a submit must not pay for
@@ -58,7 +70,10 @@ class Notices:
             err = ctypes.get_errno()
             os.close(fd)
             raise OSError(err, f"inotify_add_watch {directory}")
-        self.fd = fd
+        self.fd: int = fd
+
+    def fileno(self) -> int | None:
+        return self.fd
 
     def read(self) -> tuple[set[str], set[str]] | None:
         """``(written, removed)`` ids since the last read; None when notices were lost (rescan)."""
@@ -93,10 +108,9 @@ class Notices:
             os.close(self.fd)
 
 
-def notices_for(store: object) -> Notices | None:
-    """Notices on a file store's ``jobs/`` on Linux; None elsewhere (the caller polls)."""
-    directory = getattr(store, "jobs_dir", None)
-    if not sys.platform.startswith("linux") or not isinstance(directory, str):
+def notices_for(directory: str) -> Notices | None:
+    """Notices on a file store's ``jobs/`` directory on Linux; None elsewhere (the caller polls)."""
+    if not sys.platform.startswith("linux"):
         return None
     try:
         return Notices(directory)
@@ -107,17 +121,23 @@ def notices_for(store: object) -> Notices | None:
 class Changes:
     """Wait until a store's records change, or a timeout passes.
 
-    With notices, :meth:`wait` returns as soon as a record file was written,
-    replaced or removed; without, it sleeps the whole timeout and reports a
-    possible change (the caller looks again, as a poll does).
+    With the store's notices (:meth:`jobctl.store.base.Store.notices`),
+    :meth:`wait` returns as soon as a record was written, replaced or
+    removed; without, it sleeps the whole timeout and reports a possible
+    change (the caller looks again, as a poll does).
     """
 
-    def __init__(self, store: object) -> None:
-        self._notices = notices_for(store)
+    def __init__(self, store: Store) -> None:
+        self._notices: StoreNotices | None = store.notices()
 
     @property
     def watching(self) -> bool:
         return self._notices is not None
+
+    @property
+    def recheck(self) -> float | None:
+        """How long the notices may be relied on alone (:attr:`jobctl.store.base.Notices.recheck`); None without."""
+        return None if self._notices is None else self._notices.recheck
 
     def wait(self, seconds: float) -> bool:
         """True when a record may have changed within ``seconds``; False when none did."""
@@ -135,8 +155,12 @@ class Changes:
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
+            fd = self._notices.fileno()
+            if fd is None:
+                time.sleep(left)  # nothing to wait on now (a connection being made again): read once more
+                continue
             try:
-                select.select([self._notices.fd], [], [], left)
+                select.select([fd], [], [], left)
             except (OSError, ValueError):
                 return True  # closed under us: let the caller look
 

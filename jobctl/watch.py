@@ -6,12 +6,12 @@ record of the kind, ``id|state|done/total|owner|error`` -- so a renewal, which
 moves nothing but ``expires_at``, is not a change. Changes between two calls
 to :meth:`Watch.next` coalesce into one notice carrying the latest records.
 With a budget, ``quiet`` is reported once nothing visible changed for that
-long, again every budget while silent. The file binding reads the store on
-entry to ``next`` and then whenever a record file changes: on Linux it learns
-that from inotify (:mod:`jobctl.notices`, as the worker does) and reads again
-at once, and at least every 5 s as insurance; elsewhere, and when the
-caller drives time with its own ``sleep``, it polls every 0.75 s (or every
-budget, when shorter).
+long, again every budget while silent. The watch reads the store on entry to
+``next`` and then whenever the store's notices (:meth:`jobctl.store.base.Store.notices`:
+inotify on a directory, LISTEN/NOTIFY on PostgreSQL, as the worker uses them)
+say a record changed, at once, and at least every 5 s as insurance against a
+lost notice. Without notices, and when the caller drives time with its own
+``sleep``, it polls every ``poll`` (0.75 s, or every budget when shorter).
 """
 
 from __future__ import annotations
@@ -59,15 +59,20 @@ class Watch:
         budget: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] | None = None,
+        poll: float = POLL_SECONDS,
     ) -> None:
         self.store = store
         self.kind = kind
         self.budget = max(0.0, float(budget))
+        #: Seconds between reads without notices.
+        self.poll = max(0.01, float(poll))
         self._clock = clock
         self._sleep = time.sleep if sleep is None else sleep
         # Notices first, then the first read: a write between the two is seen twice, never missed.
         # A caller that brings its own sleep drives time itself, and is polled.
         self._changes = Changes(store) if sleep is None else None
+        recheck = None if self._changes is None else self._changes.recheck
+        self._insurance = INSURANCE_SECONDS if recheck is None else min(INSURANCE_SECONDS, recheck)
         self._seen: tuple[str, ...] | None = None
         self._records: list[Record] = []
         #: The records the last poll could not read, with why: ``(id, error)``.
@@ -101,7 +106,7 @@ class Watch:
             or changes is None
             or not watching
             or changes.wait(0)
-            or self._clock() - self._polled >= INSURANCE_SECONDS
+            or self._clock() - self._polled >= self._insurance
         ):
             self._poll()
         now = self._clock()
@@ -110,7 +115,7 @@ class Watch:
             self._seen = seen
             self._mark = now
             return Notice("changed", list(self._records))
-        interval = INSURANCE_SECONDS if watching else POLL_SECONDS
+        interval = self._insurance if watching else self.poll
         if self.budget:
             interval = min(interval, self.budget)
         give_up = None if timeout is None else now + timeout
@@ -128,13 +133,13 @@ class Watch:
                 wait = min(wait, give_up - now)
             if watching:
                 assert self._changes is not None
-                insurance = self._polled + INSURANCE_SECONDS - now
+                insurance = self._polled + self._insurance - now
                 moved = self._changes.wait(max(min(wait, insurance), 0.0))
                 if self.closed:
                     return self._closed()
                 if not moved and insurance > wait:
                     continue  # the timeout or the budget came first: nothing to read
-                # a change, or the insurance read after INSURANCE_SECONDS without one
+                # a change, or the insurance read after self._insurance without one
             else:
                 self._sleep(max(wait, 0.0))
             if self.closed:
@@ -156,6 +161,6 @@ class Watch:
         self.closed = True
 
 
-def watch(store: Store, kind: str | None, budget: float = 0.0) -> Watch:
-    """Subscribe to ``kind``'s records (every kind when None); ``budget`` in seconds."""
-    return Watch(store, kind, budget)
+def watch(store: Store, kind: str | None, budget: float = 0.0, poll: float = POLL_SECONDS) -> Watch:
+    """Subscribe to ``kind``'s records (every kind when None); ``budget`` and ``poll`` in seconds."""
+    return Watch(store, kind, budget, poll=poll)

@@ -60,7 +60,7 @@ from .keeper import Keeper
 from .record import TERMINAL, Record, format_time, held
 from .runner import Guardian, Outcome, Processor, Run, RunStore, processors
 from .schedule import after_of, attempt, blocked_by, not_before, pipeline_of
-from .store.base import OpenListing
+from .store.base import Notices, OpenListing
 from .store.location import address
 from .webhook import Delivery, Webhook, message
 
@@ -79,6 +79,7 @@ class WorkerStore(RunStore, Protocol):
     def list_open(self) -> OpenListing: ...
     def claim(self, job_id: str, owner: str, ttl_seconds: float) -> Record: ...
     def set_intent(self, job_id: str, want: str, by: str = "") -> Record: ...
+    def notices(self) -> Notices | None: ...
 
 
 @dataclass

@@ -16,7 +16,7 @@ from ..record import Record
 if TYPE_CHECKING:  # the summary cache loads only when a listing asks for it
     from ..summary import Summary
 
-__all__ = ["Store", "Listing", "OpenListing", "Unreadable", "UNSET", "Skipped"]
+__all__ = ["Store", "Notices", "Listing", "OpenListing", "Unreadable", "UNSET", "Skipped"]
 
 
 class _Unset:
@@ -66,6 +66,41 @@ class OpenListing(Listing):
     ) -> None:
         super().__init__(records, unreadable)
         self.states: dict[str, str] = states or {}
+
+
+class Notices(Protocol):
+    """A store's word that records changed: which ones, as soon as they did.
+
+    What a backend offers for this differs (inotify on a directory, LISTEN/NOTIFY
+    on PostgreSQL); ``watch``, ``wait`` and an idle worker see only this. A
+    notice is a hint to read again, never a record: the store stays the truth.
+    """
+
+    #: The longest a reader may rely on these notices alone, in seconds: it looks
+    #: at every record at least this often, as insurance against a notice lost
+    #: without a word (a filesystem that drops them, a server that lost its queue).
+    recheck: float
+
+    def fileno(self) -> int | None:
+        """A descriptor that becomes readable when a notice may be waiting; None while there is none.
+
+        It may change between calls (a dropped connection is replaced), so a
+        reader asks again before every wait. None: wait a poll interval instead.
+        """
+        ...
+
+    def read(self) -> tuple[set[str], set[str]] | None:
+        """``(written, removed)`` ids since the last read, without blocking.
+
+        None when notices may have been lost since the last read (a queue
+        overflowed, a connection dropped and was made again): the reader
+        then looks at every record.
+        """
+        ...
+
+    def close(self) -> None:
+        """Stop listening; release the descriptor or connection."""
+        ...
 
 
 class Store(Protocol):
@@ -235,6 +270,16 @@ class Store(Protocol):
 
     def sweep(self, job_id: str | None = None) -> int:
         """Remove stale staging temporaries; return how many."""
+        ...
+
+    def notices(self) -> Notices | None:
+        """Start listening for changes to the records: every write after this call is noticed.
+
+        None where this store cannot tell (the reader polls). A reader opens
+        its notices before its first read, so a write between the two is
+        seen twice, never missed. Each call gives an independent listener
+        the caller closes.
+        """
         ...
 
     def remove(self, job_id: str) -> bool:

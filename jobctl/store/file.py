@@ -37,7 +37,7 @@ from ..record import (
     held,
 )
 from ..wire import lazy_pattern
-from .base import Listing, OpenListing, Skipped, Unreadable
+from .base import Listing, Notices, OpenListing, Skipped, Unreadable
 from .contract import ContractStore
 
 if TYPE_CHECKING:  # the summary cache (hashlib and all) loads only when a listing asks for it
@@ -149,6 +149,12 @@ class FileStore(ContractStore):
     def lease_file(self, job_id: str) -> str | None:
         """The record itself, when this store reads the system clock (see ``Store.lease_file``)."""
         return self.path(job_id) if self._clock is _system_clock else None
+
+    def notices(self) -> Notices | None:
+        """inotify on ``jobs/`` (Linux): every write is a rename onto ``<id>.json`` [JOB-W3]; None elsewhere."""
+        from ..notices import notices_for
+
+        return notices_for(self.jobs_dir)
 
     # -- reads ---------------------------------------------------------------
 

@@ -116,6 +116,9 @@ class _Vanishing:
         self.looks += 1
         return self.store.list() if self.looks == 1 else Listing()
 
+    def notices(self) -> None:
+        return None  # a store that cannot say when it changed: the watch polls it
+
 
 def test_watch_events(jobctl: Jobctl) -> None:
     shapes = documented()

@@ -36,7 +36,10 @@ def test_the_documented_worker_role_works_and_cannot_do_more(pg_store: Any) -> N
         worker_url = admin.replace("postgresql://postgres@", f"postgresql://{role}@", 1)
         assert worker_url != admin
         with postgres.PostgresStore(worker_url) as store:
+            notices = store.notices()  # LISTEN needs no grant; the trigger fires for the role's writes
             job_id = store.submit(Record(kind="k", spec={"n": 1}))
+            assert notices.read() == ({job_id}, set())
+            notices.close()
             mine = store.claim_next("host-a", 30)
             assert mine is not None and mine.id == job_id
             store.progress(job_id, mine.lease.epoch, 1, {"at": 1})

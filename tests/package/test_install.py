@@ -180,6 +180,7 @@ def test_the_wheel_holds_the_package_its_type_marker_and_license_and_nothing_els
     # and the page jobctl serve ships (no build step, no external assets).
     others = sorted(n for n in names if n.startswith("jobctl/") and not n.endswith((".py", "py.typed")))
     assert others == [
+        "jobctl/store/postgres/migrate-2.sql",
         "jobctl/store/postgres/queries.sql",
         "jobctl/store/postgres/schema-1.sql",
         "jobctl/web/static/index.html",

@@ -1,6 +1,7 @@
 """Run one :class:`jobctl.worker.Worker` in this process, for tests/worker's real-process tests.
 
-``python _driver.py ROOT MODE OPTIONS_JSON``: OPTIONS are Worker keyword
+``python _driver.py STORE MODE OPTIONS_JSON``: STORE is a directory or a
+database URL; OPTIONS are Worker keyword
 arguments. Every event goes to stdout as one JSON line, flushed, so the test
 can react to ``started``; SIGTERM/SIGINT stop the worker as the CLI's would.
 The summary is the last line.
@@ -11,7 +12,7 @@ from __future__ import annotations
 import json
 import sys
 
-from jobctl import FileStore
+from jobctl import open_store
 from jobctl.worker import Event, Worker
 
 
@@ -22,7 +23,7 @@ def main() -> None:
         sys.stdout.write(json.dumps({"what": event.what, "id": event.job_id, "detail": event.detail}) + "\n")
         sys.stdout.flush()
 
-    worker = Worker(FileStore(root), on_event=report, **options)
+    worker = Worker(open_store(root), on_event=report, **options)
     sys.stdout.write(json.dumps({"what": "ready", "owner": worker.owner}) + "\n")
     sys.stdout.flush()
     with worker.signals():

@@ -64,6 +64,7 @@ def test_dependencies_wait_then_run_and_a_failed_one_dooms(store: FileStore, not
     board.close()
 
 
+@pytest.mark.file_only("breaks the record file itself; a database row's bytes are only ever written whole")
 def test_an_unreadable_dependency_makes_a_job_wait_not_die(store: FileStore, root: Path) -> None:
     dep = store.submit(Record(kind="shell", spec={"argv": ["true"]}))
     job = submit(store, ["true"], after=[dep])
@@ -106,7 +107,7 @@ def test_paused_jobs_wait_unless_a_dead_owner_left_them_running(store: FileStore
 def test_finished_records_are_not_read_again(store: FileStore) -> None:
     done = [finished(store) for _ in range(30)]
     board = Board(store, None)
-    assert board.watching, "inotify is expected on Linux"
+    assert board.watching, "notices are expected (inotify on Linux, LISTEN on PostgreSQL)"
     reads = board.reads
     # Rewriting a finished record's file (a renewal is allowed on terminal records [JOB-T6]) is seen and skipped.
     for job_id in done:
@@ -130,6 +131,7 @@ def test_the_rescanning_board_reads_only_what_is_not_final(store: FileStore) -> 
     board.close()
 
 
+@pytest.mark.file_only("unlinks the record file behind the store's back")
 def test_a_deleted_record_leaves_the_board(store: FileStore, notices: bool) -> None:
     job = store.submit(Record(kind="shell", spec={"argv": ["true"]}))
     board = Board(store, None, notices=notices)

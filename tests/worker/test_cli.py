@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
-from workertools import gone, job_argv, read_log, submit, wait_until
+from workertools import gone, job_argv, no_config, read_log, submit, wait_until
 
 from jobctl import FileStore, Record, schedule
 from jobctl.cli.main import State, cli
@@ -27,14 +27,14 @@ JOBCTL = str(Path(sys.executable).parent / "jobctl")
 
 
 def invoke(root: Path, *args: str, env: dict[str, str] | None = None) -> Result:
-    environ = {"JOB_STORE": str(root), "JOBCTL_CONFIG": str(root.parent / "no-config.ini"), **(env or {})}
+    environ = {"JOB_STORE": str(root), "JOBCTL_CONFIG": no_config(), **(env or {})}
     state = State(terminal=False, env=environ)
     return CliRunner().invoke(cli, list(args), obj=state, env=environ, catch_exceptions=False)
 
 
 def process_env(root: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JOB_", "JOBCTL_", "MAX_CONCURRENT"))}
-    env.update({"JOB_STORE": str(root), "JOBCTL_CONFIG": str(root.parent / "no-config.ini"), **extra})
+    env.update({"JOB_STORE": str(root), "JOBCTL_CONFIG": no_config(), **extra})
     return env
 
 
@@ -164,7 +164,7 @@ def test_worker_json_streams_events(store: FileStore, root: Path) -> None:
 
 
 def test_worker_settings_come_from_flags_then_env_then_the_config_file(store: FileStore, root: Path) -> None:
-    config = root.parent / "no-config.ini"
+    config = Path(no_config())
     config.write_text("[worker]\nconcurrency = 3\nttl = 9\n[handlers]\nresize = cat\n")
     result = invoke(root, "worker", "--once", "--ttl", "7", env={"MAX_CONCURRENT_JOBS": "2"})
     assert result.exit_code == 0
@@ -310,6 +310,7 @@ def test_drain_names_kinds_it_cannot_run_and_a_kind_without_handler_is_a_usage_e
     assert "no handler for kind thumb: give one with --handler thumb=CMD" in ran.stderr
 
 
+@pytest.mark.file_only("writes garbage into a record file; a database row is only ever written whole")
 def test_an_unreadable_record_is_named_once_and_its_dependents_are_blocked(store: FileStore, root: Path) -> None:
     broken = "1787202430967-a752f9a9c2c77b123ffd"
     path = Path(store.path(broken))

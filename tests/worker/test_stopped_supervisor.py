@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 from _campaign import JOB as FLOCK_JOB
 from _campaign import read_runs
-from workertools import WorkerProcess, gone, wait_until
+from workertools import WorkerProcess, gone, no_config, wait_until
 
 from jobctl import FileStore, LeaseHeld, Record, StaleEpoch, schedule
 from jobctl.runner import Guardian, LeaseRecord, Run, _guard_margin, shell_command
@@ -51,7 +51,7 @@ RECALL_GRACE = 2.0
 
 def process_env(root: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JOB_", "JOBCTL_", "MAX_CONCURRENT"))}
-    return {**env, "JOB_STORE": str(root), "JOBCTL_CONFIG": str(root.parent / "no-config.ini")}
+    return {**env, "JOB_STORE": str(root), "JOBCTL_CONFIG": no_config()}
 
 
 def flock_job(store: FileStore, tmp_path: Path) -> tuple[str, Path]:
@@ -147,6 +147,7 @@ def assert_no_double_run(lines: list[list[str]], job: str, first: tuple[int, int
     assert runs[0] == first and [epoch for epoch, _ in runs] == [first[0], second]
 
 
+@pytest.mark.file_only("the guardian reads the lease in the record file (Store.lease_file); a row has no file")
 @pytest.mark.parametrize("supervisor", ["worker", "run"])
 def test_a_recall_made_while_the_supervisor_is_stopped_kills_the_child_before_until(
     store: FileStore,
@@ -242,6 +243,7 @@ def guardian() -> Iterator[Guardian]:
     guard.close()  # kills whatever is still registered
 
 
+@pytest.mark.file_only("the guardian reads the lease in the record file (Store.lease_file); a row has no file")
 def test_the_guardian_kills_at_once_when_the_record_shows_another_epoch(store: FileStore, guardian: Guardian) -> None:
     job = store.submit(Record(kind="shell", spec={"argv": ["true"]}))
     held = store.claim(job, "me", 60)
@@ -253,6 +255,7 @@ def test_the_guardian_kills_at_once_when_the_record_shows_another_epoch(store: F
     assert child.wait(10) == -signal.SIGKILL
 
 
+@pytest.mark.file_only("the guardian reads the lease in the record file (Store.lease_file); a row has no file")
 def test_the_guardian_follows_a_recall_in_the_record(store: FileStore, guardian: Guardian) -> None:
     job = store.submit(Record(kind="shell", spec={"argv": ["true"]}))
     held = store.claim(job, "me", 60)
@@ -297,6 +300,7 @@ class Opens:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="counts opens with inotify")
+@pytest.mark.file_only("counts the guardian's opens of the record file; a row has no file")
 def test_the_guardian_reads_the_record_again_only_when_its_file_changed(store: FileStore, guardian: Guardian) -> None:
     job = store.submit(Record(kind="shell", spec={"argv": ["true"]}))
     held = store.claim(job, "me", 60)
@@ -324,6 +328,7 @@ def test_the_guardian_reads_the_record_again_only_when_its_file_changed(store: F
             child.wait()
 
 
+@pytest.mark.file_only("the guardian reads the lease in the record file (Store.lease_file); a row has no file")
 def test_the_guardian_follows_no_link_and_never_blocks_on_what_is_not_a_record(
     store: FileStore, guardian: Guardian, tmp_path: Path
 ) -> None:
@@ -350,6 +355,7 @@ def test_the_guardian_follows_no_link_and_never_blocks_on_what_is_not_a_record(
         proc.wait()
 
 
+@pytest.mark.file_only("the guardian reads the lease in the record file (Store.lease_file); a row has no file")
 def test_only_a_store_on_the_system_clock_offers_its_record(store: FileStore, root: Path) -> None:
     job = store.submit(Record(kind="shell", spec={"argv": ["true"]}))
     assert store.lease_file(job) == store.path(job)

@@ -1,4 +1,7 @@
-"""The worker loop in this process (fast checks of its rules); tests/worker/test_processes.py uses real workers."""
+"""The worker loop in this process (fast checks of its rules); tests/worker/test_processes.py uses real workers.
+
+One test here starts a worker process all the same: an idle worker woken by the store's notices.
+"""
 
 from __future__ import annotations
 
@@ -129,6 +132,7 @@ class CountingWorker(Worker):
         super()._idle(*args)
 
 
+@pytest.mark.file_only("another FileStore handle on the same directory writes beside the worker")
 def test_writes_to_the_store_do_not_wake_a_worker_whose_slots_are_all_taken(store: FileStore, tmp_path: Path) -> None:
     flag = tmp_path / "writes-done"
     job = store.submit(Record(kind="shell", spec={"argv": ["sh", "-c", f"while [ ! -e {flag} ]; do sleep 0.02; done"]}))
@@ -154,3 +158,17 @@ def test_writes_to_the_store_do_not_wake_a_worker_whose_slots_are_all_taken(stor
     assert len(written) == 30  # the writes happened while the job ran (it waited for them)
     # One wait from the start to the end: the slot's report ended it, not the 30 writes.
     assert seen["complete"] - seen["started"] == 1
+
+
+#: A poll interval no test waits out: a job taken before it was learnt of by a notice (Store.notices).
+LONG_POLL = 600.0
+
+
+def test_an_idle_worker_takes_a_new_job_without_waiting_its_poll_interval(store: FileStore, workers: Any) -> None:
+    """inotify on a directory, LISTEN/NOTIFY on PostgreSQL: either wakes the idle worker."""
+    w = workers(poll_interval=LONG_POLL)
+    first = submit(store, ["true"])
+    # Its first job done, the worker has looked and found nothing more: it is idle, for LONG_POLL.
+    w.next_event(lambda e: e["what"] == "complete" and e["id"] == first, timeout=30)
+    second = submit(store, ["true"])
+    w.next_event(lambda e: e["what"] == "complete" and e["id"] == second, timeout=30)

@@ -18,7 +18,8 @@ from workertools import job_argv, submit
 from jobctl import FileStore, Record
 from jobctl.worker import Worker
 
-pytestmark = pytest.mark.timeout(60)
+# About the file binding's bytes: records are read and planted as files in jobs/ (a Go seed among them).
+pytestmark = [pytest.mark.timeout(60), pytest.mark.file_only("scans and plants the record files themselves")]
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 GO_SEED = DATA / "go-zero-pending.json"

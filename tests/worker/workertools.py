@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import queue
 import signal
 import subprocess
@@ -20,6 +21,15 @@ from jobctl import FileStore, Record, schedule
 HERE = Path(__file__).resolve().parent
 JOB = str(HERE / "_job.py")
 DRIVER = str(HERE / "_driver.py")
+
+
+#: Where conftest's autouse fixture puts the test's config file path (tmp_path/no-config.ini).
+CONFIG_ENV = "WORKER_TEST_CONFIG"
+
+
+def no_config() -> str:
+    """The test's config file: absent unless the test writes it, beside the test's other files, whatever the store."""
+    return os.environ[CONFIG_ENV]
 
 
 def job_argv(*args: object) -> list[str]:

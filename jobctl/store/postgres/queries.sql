@@ -107,3 +107,18 @@ SELECT data FROM jobctl_jobs WHERE id = %(id)s FOR UPDATE;
 
 -- name: remove
 DELETE FROM jobctl_jobs WHERE id = %(id)s;
+
+-- name: listen
+-- Change notices (schema version 2): the trigger jobctl_jobs_notify sends one
+-- per row written or removed, when its transaction commits.
+LISTEN jobctl_jobs;
+
+-- name: current_schema
+-- Which store's notices are this listener's: the schema its search_path finds first.
+SELECT current_schema();
+
+-- name: notices_sync
+-- One round trip on the listening connection: the server sends every notice
+-- committed before it first, so a read after a write another process made is
+-- never behind it, and a dropped connection shows at once.
+SELECT 1;
