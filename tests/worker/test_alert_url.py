@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner, Result
 from hookserver import hook
 from workertools import WorkerProcess, job_argv, submit
@@ -106,6 +107,7 @@ def invoke(root: Path, *args: str, env: dict[str, str] | None = None) -> Result:
     return CliRunner().invoke(cli, list(args), obj=state, env=environ, catch_exceptions=False)
 
 
+@pytest.mark.file_only("the command line is given the directory, with a config file beside it")
 def test_worker_on_failure_url_posts_and_says_so(store: FileStore, root: Path) -> None:
     first = submit(store, job_argv("exit", 5))
     with hook() as served:
@@ -121,6 +123,7 @@ def test_worker_on_failure_url_posts_and_says_so(store: FileStore, root: Path) -
     assert "secret" not in ran.stderr
 
 
+@pytest.mark.file_only("the command line is given the directory, with a config file beside it")
 def test_a_malformed_url_is_a_usage_error_naming_the_option(root: Path) -> None:
     FileStore(root)
     ran = invoke(root, "worker", "--drain", "--on-failure-url", "hooks.slack.com/services/x")
@@ -131,6 +134,7 @@ def test_a_malformed_url_is_a_usage_error_naming_the_option(root: Path) -> None:
     assert ran.stderr.startswith("jobctl: invalid: on_failure_url from env JOBCTL_ON_FAILURE_URL: ")
 
 
+@pytest.mark.file_only("the command line is given the directory, with a config file beside it")
 def test_paths_shows_the_webhook_host_not_its_secret(root: Path, tmp_path: Path) -> None:
     FileStore(root)
     config = tmp_path / "config.ini"

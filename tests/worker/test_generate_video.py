@@ -204,10 +204,10 @@ class Pipeline:
                 proc.wait()
 
 
-@pytest.fixture(params=["file", "postgres"])
-def pipeline(request: pytest.FixtureRequest, tmp_path: Path, store: FileStore) -> Iterator[Pipeline]:
-    """On the directory store, then on PostgreSQL (the workers open it from its URL)."""
-    p = Pipeline(tmp_path, store if request.param == "file" else request.getfixturevalue("pg_store"))
+@pytest.fixture
+def pipeline(tmp_path: Path, store: FileStore) -> Iterator[Pipeline]:
+    """On the directory store, then on PostgreSQL (the workers open it from its URL; see conftest)."""
+    p = Pipeline(tmp_path, store)
     yield p
     p.stop()
 

@@ -23,14 +23,6 @@ from jobctl.processor import FunctionWork, NewJob, next_id, submit_next
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.fixture(params=["file", "postgres"])
-def backend(request: pytest.FixtureRequest, store: FileStore) -> Any:
-    """The directory store, then PostgreSQL: the processors' promises hold on both."""
-    if request.param == "file":
-        return store
-    return request.getfixturevalue("pg_store")
-
-
 def app(store: Any, **options: Any) -> jobctl.Worker:
     options.setdefault("poll_interval", 0.05)
     options.setdefault("ttl", 5.0)
@@ -54,19 +46,19 @@ def in_thread(target: Callable[[], Any]) -> threading.Thread:
 # -- results and next jobs --------------------------------------------------------------
 
 
-def test_a_processors_result_is_stored_with_the_completion(backend: Any) -> None:
-    worker = app(backend)
+def test_a_processors_result_is_stored_with_the_completion(store: Any) -> None:
+    worker = app(store)
 
     @worker.processor("count")
     def count(j: jobctl.Job) -> jobctl.Result:
         assert (j.kind, j.attempt, j.spec, j.checkpoint_data) == ("count", 1, {"text": "abc"}, None)
         return jobctl.Result(data={"chars": len(j.spec["text"])})
 
-    one = job(backend, "count", {"text": "abc"})
+    one = job(store, "count", {"text": "abc"})
     summary = worker.drain()
     assert summary.ran == {one: "complete"}
-    assert results.result_of(backend.load(one)) == {"chars": 3}
-    assert b"processor " in (runner.log_read(backend, one, 1) or b"")  # its attempt has a log, as a command's
+    assert results.result_of(store.load(one)) == {"chars": 3}
+    assert b"processor " in (runner.log_read(store, one, 1) or b"")  # its attempt has a log, as a command's
 
 
 def test_returning_a_json_value_is_its_result_and_none_is_no_result(store: FileStore) -> None:
@@ -89,8 +81,8 @@ def test_a_result_that_is_not_json_fails_the_attempt(store: FileStore) -> None:
     assert not results.has_result(rec)
 
 
-def test_next_jobs_get_derived_ids_wait_for_the_parent_and_each_other_and_join_its_pipeline(backend: Any) -> None:
-    worker = app(backend, concurrency=3)
+def test_next_jobs_get_derived_ids_wait_for_the_parent_and_each_other_and_join_its_pipeline(store: Any) -> None:
+    worker = app(store, concurrency=3)
     seen: list[tuple[str, str]] = []
     lock = threading.Lock()
 
@@ -109,35 +101,35 @@ def test_next_jobs_get_derived_ids_wait_for_the_parent_and_each_other_and_join_i
 
     for kind in ("voice", "image", "video"):
         worker.add_processor(kind, stage)
-    parent = job(backend, "script", pipeline="gv", retries=2)
+    parent = job(store, "script", pipeline="gv", retries=2)
     worker.drain()
-    rec = backend.load(parent)
+    rec = store.load(parent)
     ids = {kind: next_id(rec, n, kind) for n, kind in enumerate(["video", "voice", "image"])}
-    assert sorted(backend.ids()) == sorted([parent, *ids.values()])
+    assert sorted(store.ids()) == sorted([parent, *ids.values()])
     for kind, child in ids.items():
-        c = backend.load(child)
+        c = store.load(child)
         assert c.state == "complete" and results.result_of(c) == {"stage": kind}
         assert schedule.pipeline_of(c) == ("gv", kind)
         retry = schedule.retry_of(c)
         assert retry is not None and retry.intervals == schedule.retry_of(rec).intervals and retry.failures == 0  # type: ignore[union-attr]
-    assert schedule.after_of(backend.load(ids["voice"])) == [parent]
-    assert schedule.after_of(backend.load(ids["video"])) == [parent, ids["voice"], ids["image"]]
+    assert schedule.after_of(store.load(ids["voice"])) == [parent]
+    assert schedule.after_of(store.load(ids["video"])) == [parent, ids["voice"], ids["image"]]
     order = [kind for kind, _ in seen]
     assert order[-1] == "video" and sorted(order) == ["image", "video", "voice"]
 
 
-def test_submitting_the_next_jobs_again_finds_the_same_ids_and_changes_nothing(backend: Any) -> None:
+def test_submitting_the_next_jobs_again_finds_the_same_ids_and_changes_nothing(store: Any) -> None:
     """What an adopter does when the holder died between submitting and completing: nothing is duplicated."""
-    parent = backend.load(job(backend, "script", pipeline="p"))
+    parent = store.load(job(store, "script", pipeline="p"))
     voice = NewJob("voice", {"n": 1})
     video = NewJob("video", after=[voice])
-    first = submit_next(backend, parent, [voice, video])
-    before = {i: backend.load_bytes(i) for i in first}
+    first = submit_next(store, parent, [voice, video])
+    before = {i: store.load_bytes(i) for i in first}
     # The re-run may even compute other specs: the first submission stands.
-    again = submit_next(backend, parent, [NewJob("voice", {"n": 2}), NewJob("video", after=[first[0]])])
+    again = submit_next(store, parent, [NewJob("voice", {"n": 2}), NewJob("video", after=[first[0]])])
     assert again == first
-    assert len(backend.ids()) == 3
-    assert {i: backend.load_bytes(i) for i in first} == before
+    assert len(store.ids()) == 3
+    assert {i: store.load_bytes(i) for i in first} == before
 
 
 def test_next_jobs_that_wait_in_a_cycle_or_for_a_stranger_are_refused_before_any_is_submitted(store: FileStore) -> None:
@@ -173,8 +165,8 @@ def test_a_processor_whose_next_jobs_are_wrong_fails_its_attempt(store: FileStor
 # -- failures ---------------------------------------------------------------------------
 
 
-def test_an_exception_is_a_failed_attempt_retried_under_the_policy(backend: Any) -> None:
-    worker = app(backend)
+def test_an_exception_is_a_failed_attempt_retried_under_the_policy(store: Any) -> None:
+    worker = app(store)
     attempts: list[int] = []
 
     @worker.processor("flaky")
@@ -184,17 +176,17 @@ def test_an_exception_is_a_failed_attempt_retried_under_the_policy(backend: Any)
             raise ConnectionError(f"try {j.attempt}")
         return "ok"
 
-    one = job(backend, "flaky", intervals=[0, 0, 0])
+    one = job(store, "flaky", intervals=[0, 0, 0])
     assert worker.drain().ran == {one: "complete"}
     assert attempts == [1, 2, 3]
-    rec = backend.load(one)
+    rec = store.load(one)
     assert results.result_of(rec) == "ok" and schedule.retry_of(rec).failures == 2  # type: ignore[union-attr]
-    log = runner.log_read(backend, one, 1) or b""
+    log = runner.log_read(store, one, 1) or b""
     assert b"ConnectionError: try 1" in log and b"Traceback" in log
 
 
-def test_not_retryable_fails_at_once_with_retries_left(backend: Any) -> None:
-    worker = app(backend)
+def test_not_retryable_fails_at_once_with_retries_left(store: Any) -> None:
+    worker = app(store)
     attempts: list[int] = []
 
     @worker.processor("doomed")
@@ -202,10 +194,10 @@ def test_not_retryable_fails_at_once_with_retries_left(backend: Any) -> None:
         attempts.append(j.attempt)
         raise jobctl.NotRetryable("bad input")
 
-    one = job(backend, "doomed", intervals=[0, 0, 0])
+    one = job(store, "doomed", intervals=[0, 0, 0])
     assert worker.drain().ran == {one: "failed"}
     assert attempts == [1]
-    assert backend.load(one).error == "attempt 1: NotRetryable: bad input"
+    assert store.load(one).error == "attempt 1: NotRetryable: bad input"
 
 
 def test_a_subclass_of_not_retryable_is_not_retried_either(store: FileStore) -> None:
@@ -222,8 +214,8 @@ def test_a_subclass_of_not_retryable_is_not_retried_either(store: FileStore) -> 
 # -- fenced writes, checkpoints, progress ---------------------------------------------------
 
 
-def test_checkpoint_and_progress_are_fenced_writes_a_successor_reads(backend: Any) -> None:
-    worker = app(backend)
+def test_checkpoint_and_progress_are_fenced_writes_a_successor_reads(store: Any) -> None:
+    worker = app(store)
 
     @worker.processor("pages")
     def pages(j: jobctl.Job) -> Any:
@@ -235,9 +227,9 @@ def test_checkpoint_and_progress_are_fenced_writes_a_successor_reads(backend: An
                 raise OSError("disk hiccup")
         return {"from": start}
 
-    one = job(backend, "pages", intervals=[0])
+    one = job(store, "pages", intervals=[0])
     worker.drain()
-    rec = backend.load(one)
+    rec = store.load(one)
     assert rec.state == "complete" and results.result_of(rec) == {"from": 2}
     assert (rec.progress.done, rec.progress.total) == (3, 4)
 
@@ -273,8 +265,8 @@ def test_a_write_after_the_lease_is_lost_is_refused(store: FileStore) -> None:
 # -- stopping ----------------------------------------------------------------------------------
 
 
-def test_a_cancelled_jobs_processor_sees_the_stop_request_and_ends_within_the_grace(backend: Any) -> None:
-    worker = app(backend, grace=10.0)
+def test_a_cancelled_jobs_processor_sees_the_stop_request_and_ends_within_the_grace(store: Any) -> None:
+    worker = app(store, grace=10.0)
     saw: list[bool] = []
     running = threading.Event()
 
@@ -286,11 +278,11 @@ def test_a_cancelled_jobs_processor_sees_the_stop_request_and_ends_within_the_gr
         saw.append(True)
         return None
 
-    one = job(backend, "long")
-    in_thread(lambda: (running.wait(10), backend.set_intent(one, "cancel", "tester")))
+    one = job(store, "long")
+    in_thread(lambda: (running.wait(10), store.set_intent(one, "cancel", "tester")))
     summary = worker.drain()
     assert saw == [True]
-    rec = backend.load(one)
+    rec = store.load(one)
     assert rec.state == "cancelled" and rec.error == "cancelled at the request of tester"
     assert summary.ran == {one: "cancelled"}
 
@@ -400,9 +392,9 @@ def test_stopping_the_worker_stops_the_processors(store: FileStore) -> None:
 
 
 def test_async_processors_share_one_loop_and_run_at_once_beside_sync_ones_and_commands(
-    backend: Any, tmp_path: Path
+    store: Any, tmp_path: Path
 ) -> None:
-    worker = app(backend, concurrency=4)
+    worker = app(store, concurrency=4)
     loops: set[int] = set()
     both = asyncio.Event  # made on the shared loop by the first to arrive
     state: dict[str, Any] = {}
@@ -424,8 +416,8 @@ def test_async_processors_share_one_loop_and_run_at_once_beside_sync_ones_and_co
     worker.add_processor("meet", meet)
     worker.add_processor("plain", plain)
     marker = tmp_path / "shell-ran"
-    ids = [job(backend, "meet", {"n": 1}), job(backend, "meet", {"n": 2}), job(backend, "plain")]
-    ids.append(job(backend, "shell", {"argv": ["touch", str(marker)]}))
+    ids = [job(store, "meet", {"n": 1}), job(store, "meet", {"n": 2}), job(store, "plain")]
+    ids.append(job(store, "shell", {"argv": ["touch", str(marker)]}))
     summary = worker.drain()
     assert summary.ran == {i: "complete" for i in ids}
     assert len(loops) == 1 and marker.exists()
