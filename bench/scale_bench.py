@@ -11,7 +11,7 @@ repository. Then, interleaved, each of these is timed as a whole process
   in this process -- the least any answer that looks at every file costs;
 * ``list``, ``orphans``, ``claim --next`` (the claim released again, in
   process, so each sample sees the same store), ``worker --once`` (with
-  ``--kind none``: it scans and picks, and finds nothing of that kind to run);
+  ``--kind none`` and a handler for it: it scans and picks, and finds nothing of that kind to run);
 * ``pick``: the board's start-up scan plus one pick, in process;
 
 each with the summary cache absent (``cold``: removed before every sample) and
@@ -174,7 +174,7 @@ def measure(n: int, work: str) -> dict[str, float]:
         os.replace(path + ".bench.tmp", path)
 
     claim = ["claim", "--next", "--owner", "bench", "--ttl", "60"]
-    worker = ["worker", "--once", "--kind", "none", "--name", "bench", "-q"]
+    worker = ["worker", "--once", "--kind", "none", "--handler", "none=true", "--name", "bench", "-q"]
     out: dict[str, float] = {"build": built}
     out["floor"] = median(lambda: floor(jobs), samples)
     for mode, before in (("cold", cold), ("warm", None)):

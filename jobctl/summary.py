@@ -17,9 +17,14 @@ tick (with a recycled inode and the same size) would look identical. The
 kernel sets ``st_ctime`` on every rename and write and no caller can set it
 back, so any change made after the scan began shows in it.
 
-The store's ``jobs/`` directory has an identity too. When it is unchanged
-(and was not racy when remembered), no entry was added, removed or renamed,
-so the finished records are known without statting them (:meth:`Summaries.fresh`).
+The store's ``jobs/`` directory has an identity too (device, inode, mtime,
+ctime, link count, size). When it is unchanged, no entry was added, removed
+or renamed, so the finished records are known without statting them
+(:meth:`Summaries.fresh`, :meth:`Listed.fresh`). The same racy rule guards
+it, with the scan's start as the cache's own write time: a directory changed
+within :data:`RACY_NS` of that moment may change again within the same tick
+without its identity showing it, so such a directory is not remembered and
+the next call stats every file (git's racily clean index entry, re-checked).
 
 The cache is optional and per user: ``<user cache dir>/summaries/<key>``
 (platformdirs: ``~/.cache/jobctl`` on Linux), the key hashing the real path
@@ -37,6 +42,7 @@ import os
 import stat
 import sys
 import time
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple
 
@@ -49,6 +55,7 @@ except ImportError:  # a Python built without it
 __all__ = [
     "Summary",
     "Summaries",
+    "States",
     "Listed",
     "Identity",
     "RACY_NS",
@@ -63,7 +70,7 @@ __all__ = [
 #: later one; such a file is read every time until it is older. Two seconds
 #: covers FAT's granularity and modest clock skew on a network filesystem.
 RACY_NS = 2_000_000_000
-_VERSION = 2
+_VERSION = 3
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
@@ -187,6 +194,107 @@ def _save_file(path: str, value: Any) -> bool:
         return False
 
 
+class States(dict[str, str]):
+    """Every record's state, the finished ones' taken from the cache only when a look-up needs them.
+
+    ``orphans`` never looks at a finished record's state, and ``claim --next``
+    only at those its open jobs wait for: building a dict of 100,000 states
+    would cost more than the rest of the call. The states set directly (the
+    records read now) always win over the cache's. Every reading method
+    fills the dict first, so it answers exactly as the filled dict would.
+    """
+
+    __slots__ = ("_fill",)
+
+    def __init__(self, fill: Callable[[], dict[str, str]] | None = None) -> None:
+        super().__init__()
+        self._fill = fill
+
+    def _load(self) -> None:
+        fill = self._fill
+        if fill is not None:
+            self._fill = None
+            read_now = dict(self.items())
+            dict.update(self, fill())
+            dict.update(self, read_now)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        if self._fill is not None and not dict.__contains__(self, key):
+            self._load()
+        return dict.get(self, key, default)
+
+    def __getitem__(self, key: str) -> str:
+        if self._fill is not None and not dict.__contains__(self, key):
+            self._load()
+        return dict.__getitem__(self, key)
+
+    def __contains__(self, key: object) -> bool:
+        if self._fill is not None and not dict.__contains__(self, key):
+            self._load()
+        return dict.__contains__(self, key)
+
+    def __iter__(self) -> Iterator[str]:
+        self._load()
+        return dict.__iter__(self)
+
+    def __len__(self) -> int:
+        self._load()
+        return dict.__len__(self)
+
+    def __eq__(self, other: object) -> bool:
+        self._load()
+        if isinstance(other, States):
+            other._load()
+        return dict.__eq__(self, other)
+
+    __hash__ = None  # a dict is unhashable; defining __eq__ says so again
+
+    def __repr__(self) -> str:
+        self._load()
+        return dict.__repr__(self)
+
+    def keys(self) -> Any:
+        self._load()
+        return dict.keys(self)
+
+    def values(self) -> Any:
+        self._load()
+        return dict.values(self)
+
+    def items(self) -> Any:
+        if self._fill is not None:
+            self._load()
+        return dict.items(self)
+
+    def copy(self) -> dict[str, str]:
+        self._load()
+        return dict(dict.items(self))
+
+    def pop(self, key: str, *default: Any) -> Any:
+        self._load()
+        return dict.pop(self, key, *default)
+
+    def popitem(self) -> tuple[str, str]:
+        self._load()
+        return dict.popitem(self)
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        self._load()
+        return dict.setdefault(self, key, default)
+
+    def __delitem__(self, key: str) -> None:
+        self._load()
+        dict.__delitem__(self, key)
+
+    def clear(self) -> None:
+        self._fill = None
+        dict.clear(self)
+
+    def __reduce__(self) -> Any:
+        self._load()
+        return (dict, (dict(dict.items(self)),))
+
+
 class Summaries:
     """What the last full scan of one store learnt, and what the current one learns.
 
@@ -221,8 +329,10 @@ class Summaries:
         self.dirty = False
 
     @classmethod
-    def load(cls, directory: str | None, jobs_dir: str, jobs_stat: os.stat_result | None) -> Summaries:
-        """The ``.open`` part of the cache for the store whose ``jobs/`` is ``jobs_dir``."""
+    def load(
+        cls, directory: str | None, jobs_dir: str, jobs_stat: os.stat_result | None, *, read: bool = True
+    ) -> Summaries:
+        """The ``.open`` part of the cache for the store whose ``jobs/`` is ``jobs_dir`` (``read=False``: name only)."""
         self = cls(directory, jobs_dir)
         if directory is None or jobs_stat is None:
             self.directory = None
@@ -234,7 +344,7 @@ class Summaries:
             return self
         key = f"{self.real}\0{jobs_stat.st_dev}\0{jobs_stat.st_ino}".encode("utf-8", "surrogateescape")
         self.base = os.path.join(directory, blake2b(key, digest_size=16).hexdigest())
-        if not _private_dir(directory, create=False):
+        if not read or not _private_dir(directory, create=False):
             return self
         data = _load_file(self.base + ".open")
         try:
@@ -260,6 +370,10 @@ class Summaries:
             if ids:
                 out.update(dict.fromkeys(ids.split("\n"), state))
         return out
+
+    def lazy_states(self) -> States:
+        """:meth:`states`, built only when a look-up needs a finished record's state."""
+        return States(self.states)
 
     def begin(self) -> None:
         """Start a full scan: load the ``.stat`` part into :attr:`table`; note in :attr:`seen` what is confirmed.
@@ -325,21 +439,39 @@ class Summaries:
             self.dirty = False
 
 
-_make = Summary._make
+_new = tuple.__new__
+_FIELDS = len(Summary._fields)
+_intern = sys.intern
 
 
 class Listed:
-    """The ``<key>.list`` part: a :class:`Summary` of each finished record, by :func:`key`, for a whole listing.
+    """The ``<key>.list`` part: a :class:`Summary` of each finished record, for a whole listing.
 
     Kept apart from the ``.open``/``.stat`` parts (which picking reads on
-    every call) because it is larger. Self-contained: each entry is vouched
-    for by the identity in its key alone.
+    every call) because it is larger. Self-contained: each summary carries
+    the identity of the file it was taken from, and the part carries the
+    identity of ``jobs/`` as the listing that wrote it saw it (None when
+    racy) and ``others``, every other record name it met (open, unreadable,
+    too recent to trust). While ``jobs/`` keeps that identity, a listing
+    takes the names from here and the summaries without a ``stat``
+    (:meth:`fresh`); otherwise each file's identity is compared.
+
+    Laid out for loading: the summaries as a list of plain tuples in id
+    order beside a list of identity strings -- a marshalled dict of 100,000
+    entries costs twice as much to load.
     """
 
     def __init__(self, base: str, directory: str | None, real: str) -> None:
         self.base, self.directory, self.real = base, directory, real
-        self.table: dict[str, tuple[Any, ...]] = {}
-        self.seen: dict[str, tuple[Any, ...]] = {}
+        #: The summaries' fields, in id order, and beside each the identity of its file (:func:`ident`).
+        self.rows: list[tuple[Any, ...]] = []
+        self.idents: list[str] = []
+        self.others: list[str] = []
+        self.dir_id: tuple[int, ...] | None = None
+        self._index: dict[str, int] | None = None
+        self.seen: dict[str, tuple[str, tuple[Any, ...]]] = {}  # what this listing confirmed or learnt
+        self._others: list[str] = []
+        self._fresh = False
         self.dirty = False
         self._started = time.time_ns()
         if directory is None or not base or not _private_dir(directory, create=False):
@@ -347,9 +479,17 @@ class Listed:
             return
         data = _load_file(base + ".list")
         try:
-            version, real_path, table = data
-            if version == _VERSION and real_path == real and type(table) is dict:
-                self.table = table
+            version, real_path, dir_id, others, rows, idents = data
+            if (
+                version == _VERSION
+                and real_path == real
+                and type(rows) is list
+                and type(idents) is list
+                and type(others) is list
+                and len(rows) == len(idents)
+            ):
+                self.rows, self.idents, self.others = rows, idents, others
+                self.dir_id = tuple(dir_id) if dir_id is not None else None
         except (TypeError, ValueError):
             pass
 
@@ -357,25 +497,112 @@ class Listed:
     def of(cls, summaries: Summaries) -> Listed:
         return cls(summaries.base, summaries.directory, summaries.real)
 
+    def forget(self) -> None:
+        """Neither believe nor write this part (a listing that needs whole records)."""
+        self.directory = None
+        self.rows, self.idents, self.others, self.dir_id = [], [], [], None
+
+    def fresh(self, jobs_stat: os.stat_result) -> bool:
+        """True when ``jobs/`` has not changed since this part was written: see :meth:`walk`."""
+        self._fresh = self.dir_id is not None and self.dir_id == _dir_identity(jobs_stat)
+        return self._fresh
+
+    def walk(self) -> Iterator[Summary | str]:
+        """Only while :meth:`fresh`: every record name as written, in id order, without a ``stat``.
+
+        A summarised record comes as its :class:`Summary`; any other (to be
+        read whole) as its id.
+        """
+        others = self.others
+        k, n = 0, len(others)
+        for fields in self.rows:
+            try:
+                job_id = fields[0]
+                while k < n and others[k] < job_id:
+                    yield others[k]
+                    k += 1
+                if len(fields) != _FIELDS:
+                    raise ValueError
+            except (TypeError, ValueError, IndexError):
+                continue  # a malformed row: ignored here, and not written again
+            yield _new(Summary, fields)
+        while k < n:
+            yield others[k]
+            k += 1
+
     def lookup(self, job_id: str, st: os.stat_result) -> Summary | None:
         """The summary of ``job_id`` when its file (``lstat``) is still the one summarised."""
-        k = f"{job_id} {st.st_ino} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns}"  # key(job_id, st)
-        got = self.table.get(k)
-        if got is None or type(got) is not tuple or len(got) != len(Summary._fields) - 1:
+        index = self._index
+        if index is None:
+            index = self._index = {}
+            for i, fields in enumerate(self.rows):
+                try:
+                    index[fields[0]] = i
+                except (TypeError, IndexError, KeyError):
+                    pass
+        at = index.get(job_id)
+        if at is None:
             return None
-        self.seen[k] = got
-        return _make((job_id, *got))
+        seen = ident(st)
+        fields = self.rows[at]
+        if self.idents[at] != seen or len(fields) != _FIELDS:
+            return None
+        self.seen[job_id] = (seen, fields)
+        return _new(Summary, fields)
 
     def remember(self, summary: Summary, st: os.stat_result) -> None:
-        """A finished record just read (``st`` from the open file); racy ones are not kept."""
+        """A finished record just read (``st`` from the open file); racy ones are only named."""
         if max(st.st_mtime_ns, st.st_ctime_ns) >= self._started - RACY_NS:
+            self._others.append(summary.id)
             return
-        self.seen[key(summary.id, st)] = tuple(summary[1:])
+        # Interned, the strings most records share are marshalled once, and loaded once.
+        fields: tuple[Any, ...] = (summary.id, _intern(summary.kind), _intern(summary.state), *summary[3:5])
+        fields += (_intern(summary.owner), summary.epoch, _intern(summary.error), *summary[8:])
+        self.seen[summary.id] = (ident(st), fields)
         self.dirty = True
 
-    def save(self) -> None:
-        """Write what this listing saw, when it differs from what was loaded."""
-        if self.directory is None or not (self.dirty or len(self.seen) != len(self.table)):
+    def other(self, job_id: str) -> None:
+        """A record name read whole on every listing (open, unreadable, odd)."""
+        self._others.append(job_id)
+
+    def save(self, jobs_stat: os.stat_result | None) -> None:
+        """Write what this listing saw, when it differs from what was loaded.
+
+        ``jobs_stat`` is ``jobs/`` as statted before the listing began (None:
+        unknown, so never trusted as unchanged).
+        """
+        if self.directory is None:
             return
+        dir_id: tuple[int, ...] | None = None
+        if jobs_stat is not None and max(jobs_stat.st_mtime_ns, jobs_stat.st_ctime_ns) < self._started - RACY_NS:
+            dir_id = _dir_identity(jobs_stat)
+        self._others.sort()
+        if self._fresh:
+            # Walked, not statted: every row still holds, and whatever was remembered joins them.
+            if not self.dirty and self._others == self.others and dir_id == self.dir_id:
+                return
+            seen = {
+                fields[0]: (known, fields)
+                for known, fields in zip(self.idents, self.rows, strict=True)
+                if type(fields) is tuple and len(fields) == _FIELDS
+            }
+            seen.update(self.seen)
+        else:
+            if (
+                not self.dirty
+                and len(self.seen) == len(self.rows)
+                and self._others == self.others
+                and dir_id == self.dir_id
+            ):
+                return
+            seen = self.seen
+        order = sorted(seen)
+        rows = [seen[job_id][1] for job_id in order]
+        idents = [seen[job_id][0] for job_id in order]
         if _private_dir(self.directory, create=True):
-            _save_file(self.base + ".list", (_VERSION, self.real, self.seen))
+            _save_file(self.base + ".list", (_VERSION, self.real, dir_id, self._others, rows, idents))
+
+
+def ident(st: os.stat_result) -> str:
+    """``"<st_ino> <st_size> <st_mtime_ns> <st_ctime_ns>"``: a record file's identity, as ``.list`` keeps it."""
+    return f"{st.st_ino} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns}"

@@ -286,14 +286,20 @@ def _list_piped(
                     ended.append((micros(item.created_at), item.id, item))
             for job_id, exc in scanned:
                 unreadable.setdefault(job_id, exc)
-            ended.sort(key=lambda entry: entry[:2])
+            ended.sort()  # by (created, id): ids are unique, so the items themselves are never compared
             if newest:
                 ended.reverse()
             picked = [item for _, _, item in ended[:left]]
             flagged |= state.long_leases([item for item in picked if isinstance(item, Record)])
             flagged |= _long_summaries(state, [item for item in picked if isinstance(item, Summary)], now)
+            line = render.summary_line
+            out = lines.out
             for item in picked:
-                emit(item)
+                if type(item) is Summary:  # most of a big store: written without the checks emit() makes
+                    shown.append(item)
+                    out(line(item))
+                else:
+                    emit(item)
     finally:
         lines.flush()
     for item in shown:
@@ -308,7 +314,12 @@ def _long_summaries(state: State, items: list[Summary], now: datetime) -> set[st
     """:meth:`State.long_leases` for finished records known by their summaries."""
     from .. import limits
 
-    ahead = [s for s in items if s.expires and limits.lease_too_long(moment(s.expires), now, limits.MAX_TTL.low)]
+    # A lease ending more than the smallest max_ttl (and the slack) ahead, compared in whole microseconds
+    # first -- a millisecond short, so that float rounding cannot drop one -- then as State.long_leases does.
+    cutoff = micros(now) + int((limits.MAX_TTL.low + limits.LEASE_SLACK) * 1e6) - 1000
+    ahead = [
+        s for s in items if s.expires > cutoff and limits.lease_too_long(moment(s.expires), now, limits.MAX_TTL.low)
+    ]
     if not ahead:
         return set()
     ceiling = state.max_ttl()

@@ -255,7 +255,9 @@ class FileStore(ContractStore):
         out = OpenListing()
         states = out.states
         if jobs_stat is not None and cache.fresh(jobs_stat):
-            states.update(cache.states())
+            # The finished records' states come from the cache only if a look-up needs one:
+            # orphans never does, claim --next only for what its open jobs wait for.
+            out.states = states = cache.lazy_states()
             for job_id in cache.others:
                 self._take_open(jobs, job_id, out, None)
             out.sort(key=_by_id)
@@ -301,7 +303,11 @@ class FileStore(ContractStore):
         False); every other one is read (through :mod:`jobctl.fsio`, no link
         followed) and decoded. The unreadable ones are appended to
         ``unreadable`` as they are met. Memory holds the ids and the
-        summaries, never the records.
+        summaries, never the records. When ``jobs/`` is unchanged since the
+        listing that wrote the cache's ``.list`` part (and was not racy
+        then), the names and summaries come from it without a ``stat``, as
+        :meth:`list_open` takes the finished records' states; the records
+        it could not summarise are read as always.
         """
         from .. import summary
 
@@ -310,26 +316,35 @@ class FileStore(ContractStore):
             jobs_stat: os.stat_result | None = os.fstat(jobs.fd)
         except OSError:
             jobs_stat = None
-        cache = summary.Summaries.load(self._summaries_dir(), self.jobs_dir, jobs_stat)
-        listed = summary.Listed.of(cache)
+        listed = summary.Listed.of(summary.Summaries.load(self._summaries_dir(), self.jobs_dir, jobs_stat, read=False))
         if not summaries:
-            listed.directory = None  # neither believed nor written
-            listed.table = {}
-        lookup = listed.lookup
+            listed.forget()
+        if jobs_stat is not None and listed.fresh(jobs_stat):
+            # jobs/ unchanged since the listing that wrote .list: its names are the names, and
+            # its summaries the files' (no rename since, so no file replaced) [JOB-W3].
+            names: Iterable[summary.Summary | str] = listed.walk()
+            lookup = None  # the names it gives were not summarised when it was written
+        else:
+            names = self._ids(jobs)
+            lookup = listed.lookup
         fd = jobs.fd
-        for job_id in self._ids(jobs):
+        for job_id in names:
+            if not isinstance(job_id, str):
+                yield job_id  # a summary, vouched for by the unchanged directory
+                continue
             name = job_id + ".json"
             try:
                 st = os.stat(name, dir_fd=fd, follow_symlinks=False)
             except FileNotFoundError:
                 continue
             except OSError as exc:
+                listed.other(job_id)
                 unreadable.append((job_id, fsio.refusal(jobs.join(name), exc, job_id)))
                 continue
-            if st.st_mode & _S_IFMT == _S_IFREG:
-                known = lookup(job_id, st)
-                if known is not None:
-                    yield known
+            if lookup is not None and st.st_mode & _S_IFMT == _S_IFREG:
+                got_summary = lookup(job_id, st)
+                if got_summary is not None:
+                    yield got_summary
                     continue
             try:
                 got = fsio.read_file_stat(jobs, name, job_id)
@@ -338,12 +353,15 @@ class FileStore(ContractStore):
                 data, fst = got
                 rec = decode(data, job_id)
             except JobError as exc:
+                listed.other(job_id)
                 unreadable.append((job_id, exc))
                 continue
             if rec.terminal:
-                listed.remember(_summary_of(rec), fst)
+                listed.remember(_summary_of(rec), fst)  # or named among the others, when racy
+            else:
+                listed.other(job_id)
             yield rec
-        listed.save()
+        listed.save(jobs_stat)
 
     def _take_open(self, jobs: fsio.Dir, job_id: str, out: OpenListing, cache: summary.Summaries | None) -> None:
         """Read and decode one record into ``out``; tell ``cache`` what it was."""

@@ -219,18 +219,52 @@ def same_size(rec: Record, state: str, size: int) -> bytes:
     return data
 
 
+def listed(store: FileStore) -> tuple[list[tuple[object, ...]], list[str]]:
+    """What a whole listing sees: each record as its summary (read or cached), and the unreadable ids."""
+    unreadable: list[tuple[str, jobctl.errors.JobError]] = []
+    items = [
+        tuple(item) if isinstance(item, summary.Summary) else tuple(file_store._summary_of(item))
+        for item in store.scan(unreadable)
+    ]
+    return items, [job_id for job_id, _ in unreadable]
+
+
+#: The simulated timestamp tick of jobs/ in the coarse run, and the racy window then: the window must
+#: span a tick and the lag of the kernel's coarse clock behind time.time_ns() (a jiffy, <= 10 ms).
+TICK_NS = 200_000_000
+COARSE_RACY_NS = 250_000_000
+
+
+@pytest.mark.parametrize("coarse", [False, True], ids=["fine", "coarse-directory"])
 def test_cached_answers_equal_uncached_ones_under_interleaved_writers(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, coarse: bool
 ) -> None:
     """Library writes and raw foreign replacements (same size, same mtime too) between cached and uncached reads.
 
-    The racy window is shrunk to 30 ms (still several kernel timestamp ticks)
-    and the test sleeps past it now and then, so that cached entries and the
-    directory fast path are really used -- which the counters prove.
+    Both list_open and a whole listing (scan) are compared. The racy window
+    is shrunk to 30 ms (still several kernel timestamp ticks) and the test
+    sleeps past it now and then, so that cached entries and the directory
+    fast paths are really used -- which the counters prove.
+
+    ``coarse``: jobs/ behaves as on a filesystem whose timestamps have a
+    200 ms tick, so a replacement made within the tick of the one before
+    leaves the directory's identity as it was -- git's racy case. The racy
+    rule (a directory changed within the window of a scan is not
+    remembered) must still make every such replacement seen; the counter
+    proves that such replacements happened.
     """
-    monkeypatch.setattr(summary, "RACY_NS", 30_000_000)
-    fresh_hits = 0
+    racy = COARSE_RACY_NS if coarse else 30_000_000
+    monkeypatch.setattr(summary, "RACY_NS", racy)
+    same_tick = 0
+    if coarse:
+
+        def coarse_identity(st: os.stat_result) -> tuple[int, ...]:
+            return (st.st_dev, st.st_ino, st.st_mtime_ns // TICK_NS, st.st_ctime_ns // TICK_NS, st.st_nlink, st.st_size)
+
+        monkeypatch.setattr(summary, "_dir_identity", coarse_identity)
+    fresh_hits = listed_hits = 0
     real_fresh = summary.Summaries.fresh
+    real_listed_fresh = summary.Listed.fresh
 
     def fresh(self: summary.Summaries, st: os.stat_result) -> bool:
         nonlocal fresh_hits
@@ -238,7 +272,14 @@ def test_cached_answers_equal_uncached_ones_under_interleaved_writers(
         fresh_hits += got
         return got
 
+    def listed_fresh(self: summary.Listed, st: os.stat_result) -> bool:
+        nonlocal listed_hits
+        got = real_listed_fresh(self, st)
+        listed_hits += got
+        return got
+
     monkeypatch.setattr(summary.Summaries, "fresh", fresh)
+    monkeypatch.setattr(summary.Listed, "fresh", listed_fresh)
     decoded = 0
     real_decode = file_store.decode
 
@@ -262,6 +303,7 @@ def test_cached_answers_equal_uncached_ones_under_interleaved_writers(
         op = rng.random()
         job_id = rng.choice(ids)
         path = cached.path(job_id)
+        before_op = os.stat(cached.jobs_dir)
         try:
             if op < 0.15:
                 ids.append(cached.submit(Record(kind="k", spec={"step": step})))
@@ -286,17 +328,25 @@ def test_cached_answers_equal_uncached_ones_under_interleaved_writers(
                 ids.append(rec.id)
         except jobctl.JobError:
             pass  # refused (terminal, held, broken, gone): the store said no, nothing changed
-        if rng.random() < 0.25:
-            time.sleep(0.04)  # past the racy window: what was just written may now be cached
+        after_op = os.stat(cached.jobs_dir)
+        if coarse and after_op.st_ctime_ns != before_op.st_ctime_ns:
+            same_tick += summary._dir_identity(after_op) == summary._dir_identity(before_op)
+        if rng.random() < (0.1 if coarse else 0.25):
+            time.sleep(racy / 1e9 + 0.01)  # past the racy window: what was just written may now be cached
         before = decoded
         got = answer(cached.list_open())
         decoded_total += decoded - before
         scanned_files += len(got[1]) + len(got[2])
         assert got == answer(plain.list_open()) == reference(cached), f"step {step}"
+        if step % 2:
+            assert listed(cached) == listed(plain), f"step {step}"
         compared += 1
     assert compared == 160
     assert fresh_hits > 0, "the directory fast path was never taken"
+    assert listed_hits > 0, "the listing's directory fast path was never taken"
     assert decoded_total < scanned_files / 2, "the cache hardly ever answered"
+    if coarse:
+        assert same_tick > 0, "no change ever fell within the tick of the one before"
 
 
 def test_a_worker_board_starts_from_the_cache(tmp_path: Path, later: None, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -340,3 +390,106 @@ def test_a_link_at_a_record_name_is_never_followed_nor_cached(tmp_path: Path, la
         unreadable: list[tuple[str, jobctl.errors.JobError]] = []
         assert [item.id for item in store.scan(unreadable)] == [kept]
         assert [job_id for job_id, _ in unreadable] == ["planted"]
+
+
+# -- the unchanged-directory fast paths -----------------------------------------------------------
+
+
+def test_lazy_states_answer_as_the_filled_dict() -> None:
+    """summary.States: every reading method fills it first; what was set directly wins over the cache."""
+    fills = 0
+
+    def fill() -> dict[str, str]:
+        nonlocal fills
+        fills += 1
+        return {"a": "complete", "b": "failed", "open": "complete"}
+
+    def fresh() -> summary.States:
+        states = summary.States(fill)
+        states["open"] = "pending"  # read now: newer than the cache's word
+        return states
+
+    want = {"a": "complete", "b": "failed", "open": "pending"}
+    states = fresh()
+    assert states.get("open") == "pending" and states["open"] == "pending" and "open" in states
+    assert fills == 0  # a directly set id needs no fill
+    assert states.get("a") == "complete" and fills == 1
+    assert fresh() == want and want == fresh()
+    assert dict(fresh()) == want and {**fresh()} == want and fresh().copy() == want
+    assert len(fresh()) == 3 and sorted(fresh()) == sorted(want) and sorted(fresh().items()) == sorted(want.items())
+    assert sorted(fresh().keys()) == sorted(want) and sorted(fresh().values()) == sorted(want.values())
+    assert fresh()["b"] == "failed" and "missing" not in fresh() and fresh().get("missing", "x") == "x"
+    popped = fresh()
+    assert popped.pop("a") == "complete" and "a" not in popped and len(popped) == 2
+    with pytest.raises(KeyError):
+        fresh()["missing"]
+
+
+def test_orphans_of_an_unchanged_directory_build_no_finished_state(
+    tmp_path: Path, later: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """orphans never looks at a finished record's state; claim --next only for a dependency."""
+    from jobctl import schedule
+
+    store = FileStore(tmp_path / "root", summaries=str(tmp_path / "cache"))
+    done = [store.submit(Record(kind="k", spec={})) for _ in range(4)]
+    for job_id in done:
+        finish(store, job_id)
+    free = store.submit(Record(kind="free", spec={}))
+    store.list_open()  # writes the cache
+    built = 0
+    real_states = summary.Summaries.states
+
+    def counting(self: summary.Summaries) -> dict[str, str]:
+        nonlocal built
+        built += 1
+        return real_states(self)
+
+    monkeypatch.setattr(summary.Summaries, "states", counting)
+    assert [rec.id for rec in store.orphans()] == [free]
+    claimed = store.claim_next("w", 30, ["free"])
+    assert claimed is not None and claimed.id == free
+    assert built == 0
+    waiting = store.submit(schedule.plan(Record(kind="k", spec={}), after=[done[0]]))
+    moved_on = time.time_ns() + 10**12  # past the racy window of the submit (the clock is patched already)
+    monkeypatch.setattr(summary.time, "time_ns", lambda: moved_on)
+    store.list_open()  # the directory changed: statted once more, and the cache rewritten
+    built = 0
+    claimed = store.claim_next("w", 30, ["k"])
+    assert claimed is not None and claimed.id == waiting  # its dependency complete, by the cache's word
+    assert built == 1
+
+
+def test_a_listing_of_an_unchanged_directory_stats_only_what_it_reads(
+    tmp_path: Path, later: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = FileStore(tmp_path / "root", summaries=str(tmp_path / "cache"))
+    plain = FileStore(tmp_path / "root", summaries=False)
+    done = [store.submit(Record(kind="k", spec={"n": n})) for n in range(5)]
+    for job_id in done:
+        finish(store, job_id)
+    pending = store.submit(Record(kind="k", spec={}))
+    (Path(store.jobs_dir) / "1-broken.json").write_bytes(b"{")
+    expected = listed(plain)
+    assert listed(store) == expected  # cold: writes .list
+    assert [p.suffix for p in cache_files(tmp_path / "cache")] == [".list"]
+    statted: list[object] = []
+    real_stat, real_scandir = os.stat, os.scandir
+
+    def counting(path: object, *args: object, **kwargs: object) -> os.stat_result:
+        statted.append(path)
+        return real_stat(path, *args, **kwargs)  # type: ignore[arg-type]  # passed through as given
+
+    def refuse(path: object) -> object:
+        raise AssertionError("scandir on the fast path")
+
+    monkeypatch.setattr(file_store.os, "stat", counting)
+    monkeypatch.setattr(file_store.os, "scandir", refuse)
+    assert listed(store) == expected
+    assert sorted(statted) == sorted(["1-broken.json", pending + ".json"])  # the ones read whole, no other
+    monkeypatch.setattr(file_store.os, "scandir", real_scandir)
+    finish(store, pending)  # jobs/ changed: every file statted again, the answer follows
+    want = listed(plain)
+    statted.clear()
+    assert listed(store) == want
+    assert {str(p) for p in statted} >= {name + ".json" for name in [*done, pending, "1-broken"]}  # every name
