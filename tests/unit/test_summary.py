@@ -344,7 +344,9 @@ def test_cached_answers_equal_uncached_ones_under_interleaved_writers(
     assert compared == 160
     assert fresh_hits > 0, "the directory fast path was never taken"
     assert listed_hits > 0, "the listing's directory fast path was never taken"
-    assert decoded_total < scanned_files / 2, "the cache hardly ever answered"
+    # With a coarse tick the racy window is wide, and how many steps fall inside it depends on how
+    # fast this machine runs them: there it is enough that the cache answered some of the time.
+    assert decoded_total < scanned_files * (0.8 if coarse else 0.5), "the cache hardly ever answered"
     if coarse:
         assert same_tick > 0, "no change ever fell within the tick of the one before"
 
