@@ -19,13 +19,15 @@ this module. It talks through libpq, so ``PGHOST``, ``PGPASSWORD``,
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from .. import ids
 from ..errors import Exists, JobError, NotFound, Refused
@@ -46,6 +48,9 @@ __all__ = ["PostgresStore", "SCHEMA_VERSION", "SQL_DIR", "queries", "schema_stat
 
 #: Rows per page of :meth:`PostgresStore.scan`.
 SCAN_PAGE = 500
+
+#: Seconds a store goes on trying to reach its server again after a connection it had was lost.
+RECONNECT_WAIT = 30.0
 
 #: The schema version this jobctl writes and reads.
 SCHEMA_VERSION = 1
@@ -74,6 +79,49 @@ def _connect(url: str) -> psycopg.Connection[Any]:
         err = Refused(f"cannot connect to {masked(url)}: {reason}")
         err.hint = "check the URL, the server, and libpq's settings (PGHOST, PGPASSWORD, ~/.pgpass)"
         raise err from None
+
+
+class _Lost(Refused):
+    """The connection went away before the transaction could commit: nothing was written.
+
+    The server rolls back a transaction whose connection ends, so the call
+    that raised this may run again as a whole, on a new connection
+    (:func:`_retried`). A connection lost while committing is not this: its
+    outcome is unknown, and it is a plain ``Refused``.
+    """
+
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+def _retried(method: Callable[Concatenate[PostgresStore, _P], _T]) -> Callable[Concatenate[PostgresStore, _P], _T]:
+    """Run ``method`` again while its connection was lost before commit, for up to ``reconnect_wait`` seconds.
+
+    Each call is whole transactions that either committed or did not, so a
+    server restart (or a dropped connection) costs a worker a pause, not a
+    crash or a job. Waits between tries double from 50 ms to 1 s.
+    """
+
+    def call(self: PostgresStore, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        deadline = None
+        pause = 0.05
+        while True:
+            try:
+                return method(self, *args, **kwargs)
+            except _Lost as exc:
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + self.reconnect_wait
+                if now >= deadline:
+                    err = Refused(f"{exc.message} (no connection for {self.reconnect_wait:g} s)", exc.job_id)
+                    err.hint = "check that the server is up and reachable from this host"
+                    raise err from exc
+                time.sleep(min(pause, deadline - now))
+                pause = min(pause * 2, 1.0)
+
+    functools.update_wrapper(call, method)  # its return value is typed as a wrapper object, not as ``call``
+    return call
 
 
 @contextmanager
@@ -187,13 +235,18 @@ class PostgresStore(ContractStore):
 
     ``clock`` replaces the server's clock; only tests that move time by hand
     pass one. Operations are serialised on one connection per process (a
-    forked child opens its own).
+    forked child opens its own). The first connection must succeed; one
+    lost later (the server restarted) is opened again, and the call that
+    found it lost runs again, for up to ``reconnect_wait`` seconds
+    (:func:`_retried`); ``reconnects`` counts the connections opened again.
     """
 
-    def __init__(self, url: str, clock: Clock | None = None) -> None:
+    def __init__(self, url: str, clock: Clock | None = None, reconnect_wait: float = RECONNECT_WAIT) -> None:
         self.url = url
         self.root = masked(url)
         self._clock = clock
+        self.reconnect_wait = float(reconnect_wait)
+        self.reconnects = 0
         self.work_dir = os.path.join(os.path.expanduser("~"), ".abstraction", "work")
         self._lock = threading.RLock()
         self._conn: psycopg.Connection[Any] | None = None
@@ -231,22 +284,40 @@ class PostgresStore(ContractStore):
         conn = self._conn
         # A forked child must not speak on its parent's socket; a broken
         # connection (the server restarted) is replaced at the next call.
-        if conn is None or self._pid != os.getpid() or conn.closed or conn.broken:
+        if conn is None or self._pid != os.getpid():
             conn = self._conn = _connect(self.url)
             self._pid = os.getpid()
+        elif conn.closed or conn.broken:
+            try:
+                conn = _connect(self.url)
+            except Refused as exc:  # the server is still away: the caller waits and tries again
+                raise _Lost(exc.message) from exc
+            self._conn = conn
+            self.reconnects += 1
         return conn
 
     @contextmanager
     def _tx(self) -> Iterator[psycopg.Connection[Any]]:
-        """One transaction on this process's connection; a driver error becomes ``Refused``."""
+        """One transaction on this process's connection; a driver error becomes ``Refused``.
+
+        A connection found lost before the commit (``BEGIN`` is sent at once,
+        so an idle connection the server dropped is found there) raises
+        ``_Lost``: nothing was written, and a :func:`_retried` call runs again.
+        """
         with self._lock:
             conn = self._connection()
+            committing = False
             try:
                 with conn.transaction():
                     yield conn
+                    committing = True
             except psycopg.Error as exc:
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                raise Refused(f"{self.root}: {first}") from exc
+                if not (conn.broken or conn.closed):
+                    raise Refused(f"{self.root}: {first}") from exc
+                if committing:
+                    raise Refused(f"{self.root}: the connection was lost while committing: {first}") from exc
+                raise _Lost(f"{self.root}: {first}") from exc
 
     def _now(self, conn: psycopg.Connection[Any]) -> datetime:
         if self._clock is not None:
@@ -256,6 +327,7 @@ class PostgresStore(ContractStore):
         when: datetime = row[0]
         return when.astimezone(timezone.utc)  # the session's time zone is the server's choice
 
+    @_retried
     def now(self) -> datetime:
         """The server's clock [JOB-O4]: every lease is judged by it, whoever asks."""
         with self._tx() as conn:
@@ -267,6 +339,7 @@ class PostgresStore(ContractStore):
 
     # -- reads -------------------------------------------------------------------
 
+    @_retried
     def load_bytes(self, job_id: str) -> bytes:
         ids.check(job_id)
         with self._tx() as conn:
@@ -278,6 +351,7 @@ class PostgresStore(ContractStore):
     def load(self, job_id: str) -> Record:
         return decode(self.load_bytes(job_id), job_id)
 
+    @_retried
     def _read_epoch(self, job_id: str) -> tuple[int, bytes, bool]:
         ids.check(job_id)
         with self._tx() as conn:
@@ -286,6 +360,7 @@ class PostgresStore(ContractStore):
             raise NotFound(f"no job {job_id}", job_id)
         return int(row[0]), bytes(row[1]), True  # the column is derived from the bytes: exact
 
+    @_retried
     def ids(self) -> list[str]:
         with self._tx() as conn:
             return [row[0] for row in conn.execute(Q["ids"])]
@@ -299,11 +374,13 @@ class PostgresStore(ContractStore):
                 listing.unreadable.append((job_id, exc))
         return listing
 
+    @_retried
     def list(self) -> Listing:
         with self._tx() as conn:
             rows = conn.execute(Q["list"]).fetchall()
         return self._listing(rows)
 
+    @_retried
     def list_open(self) -> OpenListing:
         """The rows not yet ended, decoded, and every row's state, in one statement.
 
@@ -350,6 +427,7 @@ class PostgresStore(ContractStore):
                 return
             after = rows[-1][0]
 
+    @_retried
     def orphans(self) -> Listing:
         """As the file store's: the index narrows the rows, :func:`is_orphan` decides each."""
         with self._tx() as conn:
@@ -362,6 +440,7 @@ class PostgresStore(ContractStore):
 
     # -- writes ------------------------------------------------------------------
 
+    @_retried
     def _write(self, job_id: str, apply: Apply, fresh: bool = False) -> Record:
         ids.check(job_id)
         try:
@@ -382,6 +461,7 @@ class PostgresStore(ContractStore):
             raise
         return decode(data, job_id) if fresh else rec
 
+    @_retried
     def _create(self, job_id: str, data: bytes) -> None:
         rec = decode(data, job_id)
         with self._tx() as conn:
@@ -389,6 +469,7 @@ class PostgresStore(ContractStore):
             if cur.rowcount != 1:
                 raise Exists(f"job {job_id} is already in the store", job_id)
 
+    @_retried
     def replace_bytes(self, job_id: str, data: bytes) -> None:
         """Overwrite a record's bytes as another writer would: the conformance driver's ``plant``.
 
@@ -413,6 +494,7 @@ class PostgresStore(ContractStore):
         ids.check(job_id)
         return None
 
+    @_retried
     def remove(self, job_id: str) -> bool:
         """Delete an ended job's row; False when it is missing, unreadable or not ended (``jobctl gc``).
 
@@ -433,6 +515,7 @@ class PostgresStore(ContractStore):
             conn.execute(Q["remove"], {"id": job_id})
             return True
 
+    @_retried
     def claim_next(
         self,
         owner: str,
@@ -477,6 +560,7 @@ class PostgresStore(ContractStore):
             self._name_unscheduled(skipped)
         return claimed
 
+    @_retried
     def _name_unscheduled(self, skipped: Skipped) -> None:
         """Jobs left out for malformed scheduling data, with the refusal reading it gives."""
         with self._tx() as conn:
