@@ -103,7 +103,7 @@ def _retried(method: Callable[Concatenate[PostgresStore, _P], _T]) -> Callable[C
     crash or a job. Waits between tries double from 50 ms to 1 s.
     """
 
-    def call(self: PostgresStore, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+    def call(self: PostgresStore, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
         deadline = None
         pause = 0.05
         while True:
