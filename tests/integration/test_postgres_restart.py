@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 
-import psycopg
 import pytest
 
 from jobctl import Record
@@ -66,21 +65,6 @@ def test_a_stale_epoch_from_before_a_restart_is_refused_after_it(server: object,
     finally:
         old.close()
         new.close()
-
-
-@pytest.mark.timeout(120)
-def test_a_dropped_connection_is_opened_again(pg_url: str) -> None:
-    store = _store(pg_url)
-    try:
-        job_id = store.submit(Record(kind="k", spec={}))
-        pid = store._connection().info.backend_pid
-        with psycopg.connect(pg_url, autocommit=True) as admin:
-            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
-        assert store.load(job_id).id == job_id
-        assert store.reconnects == 1
-        assert store._connection().info.backend_pid != pid
-    finally:
-        store.close()
 
 
 @pytest.mark.timeout(120)
