@@ -19,7 +19,8 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 
 from ..errors import JobError, Refused
-from . import postgres
+from . import postgres  # first: without psycopg it refuses, naming the extra to install
+from .location import masked
 
 __all__ = ["CLOCK_WARN", "examine", "clock_check"]
 
@@ -27,7 +28,8 @@ __all__ = ["CLOCK_WARN", "examine", "clock_check"]
 CLOCK_WARN = 1.0
 
 Q = postgres.queries(os.path.join(postgres.SQL_DIR, "health.sql"))
-#: Where the writable privileges a worker needs are shown.
+#: Where the privileges a worker needs are shown.
+GRANTS_PAGE = "grants of docs/howto/hosts.md"
 GRANTS = "the grants a worker needs are in docs/howto/hosts.md"
 
 Fact = tuple[str, str]
@@ -50,6 +52,8 @@ def clock_check(offset: float, limit: float = CLOCK_WARN) -> str:
 
 def examine(url: str, host_now: Callable[[], datetime] | None = None) -> tuple[list[Fact], bool]:
     """The facts and checks of the database store at ``url``, and whether it is fit to use."""
+    import psycopg  # present: importing .postgres above refused without it
+
     host_now = host_now or _host_now
     try:
         conn = postgres._connect(url)
@@ -74,9 +78,9 @@ def examine(url: str, host_now: Callable[[], datetime] | None = None) -> tuple[l
             offset = (server_now - (before + (after - before) / 2)).total_seconds()
             privileges = conn.execute(Q["privileges"]).fetchone()
             assert privileges is not None
-        except postgres.psycopg.Error as exc:
+        except psycopg.Error as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            return [*facts, ("check_connect", f"FAILED: {postgres.masked(url)}: {first}")], False
+            return [*facts, ("check_connect", f"FAILED: {masked(url)}: {first}")], False
     facts.append(("check_connect", "ok"))
 
     try:
@@ -121,4 +125,4 @@ def _owner(user: str, row: tuple[object, ...]) -> str:
         why = f"role {user} owns schema {schema}, which holds the store's tables"
     else:
         return "ok"
-    return f"WARNING: {why}: it may alter or drop the store; run workers as a role with only the grants of docs/howto/hosts.md"
+    return f"WARNING: {why}: it may alter or drop the store; run workers as a role with only the {GRANTS_PAGE}"
