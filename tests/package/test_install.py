@@ -178,7 +178,9 @@ def test_the_wheel_holds_the_package_its_type_marker_and_license_and_nothing_els
     assert sorted(n for n in names if not n.startswith(("jobctl/", info))) == []  # no tests, no bench
     # Besides the modules, only what runs needs: the type marker and the PostgreSQL store's named queries.
     others = sorted(n for n in names if n.startswith("jobctl/") and not n.endswith((".py", "py.typed")))
-    assert others == ["jobctl/store/postgres/queries.sql", "jobctl/store/postgres/schema-1.sql"]
+    sql = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "jobctl" / "store" / "postgres").glob("*.sql"))
+    assert "jobctl/store/postgres/queries.sql" in sql
+    assert others == sql
     assert license_text == (REPO / "LICENSE").read_bytes()
     assert meta["Version"] == VERSION
     assert meta["License-Expression"] == "Apache-2.0"
