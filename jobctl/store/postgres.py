@@ -102,11 +102,23 @@ def _retried(method: Callable[Concatenate[PostgresStore, _P], _T]) -> Callable[C
     server restart (or a dropped connection) costs a worker a pause, not a
     crash or a job. Waits between tries double from 50 ms to 1 s.
     """
+    return _retrying(method, reads=False)
 
+
+def _read(method: Callable[Concatenate[PostgresStore, _P], _T]) -> Callable[Concatenate[PostgresStore, _P], _T]:
+    """:func:`_retried` for a method that only reads: a connection lost even while committing is retried."""
+    return _retrying(method, reads=True)
+
+
+def _retrying(
+    method: Callable[Concatenate[PostgresStore, _P], _T], reads: bool
+) -> Callable[Concatenate[PostgresStore, _P], _T]:
     def call(self: PostgresStore, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
         deadline = None
         pause = 0.05
         while True:
+            outer = getattr(self._local, "reads", False)
+            self._local.reads = reads or outer
             try:
                 return method(self, *args, **kwargs)
             except _Lost as exc:
@@ -119,6 +131,8 @@ def _retried(method: Callable[Concatenate[PostgresStore, _P], _T]) -> Callable[C
                     raise err from exc
                 time.sleep(min(pause, deadline - now))
                 pause = min(pause * 2, 1.0)
+            finally:
+                self._local.reads = outer
 
     functools.update_wrapper(call, method)  # its return value is typed as a wrapper object, not as ``call``
     return call
@@ -247,6 +261,7 @@ class PostgresStore(ContractStore):
         self._clock = clock
         self.reconnect_wait = float(reconnect_wait)
         self.reconnects = 0
+        self._local = threading.local()  # .reads: this thread's call only reads (see _read)
         self.work_dir = os.path.join(os.path.expanduser("~"), ".abstraction", "work")
         self._lock = threading.RLock()
         self._conn: psycopg.Connection[Any] | None = None
@@ -315,7 +330,7 @@ class PostgresStore(ContractStore):
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                 if not (conn.broken or conn.closed):
                     raise Refused(f"{self.root}: {first}") from exc
-                if committing:
+                if committing and not getattr(self._local, "reads", False):
                     raise Refused(f"{self.root}: the connection was lost while committing: {first}") from exc
                 raise _Lost(f"{self.root}: {first}") from exc
 
@@ -327,7 +342,7 @@ class PostgresStore(ContractStore):
         when: datetime = row[0]
         return when.astimezone(timezone.utc)  # the session's time zone is the server's choice
 
-    @_retried
+    @_read
     def now(self) -> datetime:
         """The server's clock [JOB-O4]: every lease is judged by it, whoever asks."""
         with self._tx() as conn:
@@ -339,7 +354,7 @@ class PostgresStore(ContractStore):
 
     # -- reads -------------------------------------------------------------------
 
-    @_retried
+    @_read
     def load_bytes(self, job_id: str) -> bytes:
         ids.check(job_id)
         with self._tx() as conn:
@@ -351,7 +366,7 @@ class PostgresStore(ContractStore):
     def load(self, job_id: str) -> Record:
         return decode(self.load_bytes(job_id), job_id)
 
-    @_retried
+    @_read
     def _read_epoch(self, job_id: str) -> tuple[int, bytes, bool]:
         ids.check(job_id)
         with self._tx() as conn:
@@ -360,7 +375,7 @@ class PostgresStore(ContractStore):
             raise NotFound(f"no job {job_id}", job_id)
         return int(row[0]), bytes(row[1]), True  # the column is derived from the bytes: exact
 
-    @_retried
+    @_read
     def ids(self) -> list[str]:
         with self._tx() as conn:
             return [row[0] for row in conn.execute(Q["ids"])]
@@ -374,13 +389,13 @@ class PostgresStore(ContractStore):
                 listing.unreadable.append((job_id, exc))
         return listing
 
-    @_retried
+    @_read
     def list(self) -> Listing:
         with self._tx() as conn:
             rows = conn.execute(Q["list"]).fetchall()
         return self._listing(rows)
 
-    @_retried
+    @_read
     def list_open(self) -> OpenListing:
         """The rows not yet ended, decoded, and every row's state, in one statement.
 
@@ -427,7 +442,7 @@ class PostgresStore(ContractStore):
                 return
             after = rows[-1][0]
 
-    @_retried
+    @_read
     def orphans(self) -> Listing:
         """As the file store's: the index narrows the rows, :func:`is_orphan` decides each."""
         with self._tx() as conn:
@@ -560,7 +575,7 @@ class PostgresStore(ContractStore):
             self._name_unscheduled(skipped)
         return claimed
 
-    @_retried
+    @_read
     def _name_unscheduled(self, skipped: Skipped) -> None:
         """Jobs left out for malformed scheduling data, with the refusal reading it gives."""
         with self._tx() as conn:

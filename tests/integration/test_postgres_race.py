@@ -79,12 +79,12 @@ fi
 echo "$JOB_ID $JOB_EPOCH start" >>"{log}"
 if [ "$JOB_CHECKPOINT" = null ]; then
     if [ "$CHECKPOINT" = 1 ]; then
-        # A command started while the server is away cannot connect (exit 10): try again.
+        # A command started while the server is away cannot connect (exit 1): try again.
         tries=0
         until {jobctl} checkpoint "{{\\"by\\":$JOB_EPOCH}}" >/dev/null; do
             rc=$?
             tries=$((tries + 1))
-            if [ "$rc" != 10 ] || [ "$tries" -ge 100 ]; then exit "$rc"; fi
+            if [ "$rc" != 1 ] || [ "$tries" -ge 100 ]; then exit "$rc"; fi
             sleep 0.1
         done
         echo "$JOB_ID $JOB_EPOCH checkpointed" >>"{log}"
