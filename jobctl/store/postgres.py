@@ -19,6 +19,7 @@ this module. It talks through libpq, so ``PGHOST``, ``PGPASSWORD``,
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -303,6 +304,8 @@ class PostgresStore(ContractStore):
             conn = self._conn = _connect(self.url)
             self._pid = os.getpid()
         elif conn.closed or conn.broken:
+            with contextlib.suppress(psycopg.Error):
+                conn.close()  # broken already: this only releases it
             try:
                 conn = _connect(self.url)
             except Refused as exc:  # the server is still away: the caller waits and tries again
