@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import tempfile
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import quote
 
@@ -68,9 +69,9 @@ class Server:
         server = cls("", data=data, bin=bin, user=user)
         server.top = top
         server._run("initdb", "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
-        options = f"-k {top} -c listen_addresses='' -p {PORT} -c fsync=off -c synchronous_commit=off"
+        server.options = f"-k {top} -c listen_addresses='' -p {PORT} -c fsync=off -c synchronous_commit=off"
         try:
-            server._run("pg_ctl", "-D", data, "-o", options, "-l", os.path.join(top, "log"), "-w", "-t", "60", "start")
+            server._pg_ctl("start")
         except RuntimeError:
             log = os.path.join(top, "log")
             tail = Path(log).read_text(errors="replace")[-2000:] if os.path.exists(log) else ""
@@ -80,6 +81,35 @@ class Server:
         return server
 
     top = ""
+    options = ""
+
+    @property
+    def restartable(self) -> bool:
+        """True for a server this suite started (one named by ``JOBCTL_TEST_PG_URL`` is somebody else's)."""
+        return self.data is not None
+
+    def restart(self, while_down: Callable[[], object] | None = None) -> None:
+        """Stop the server (fast: every session is ended, open transactions rolled back) and start it again.
+
+        The same data directory, socket and options: what was committed is
+        there after, and every connection from before is gone. ``while_down``
+        runs between the stop and the start.
+        """
+        if not self.restartable:
+            raise RuntimeError("this server was not started by the tests; it is not theirs to restart")
+        if while_down is None:
+            self._pg_ctl("restart", "-m", "fast")
+            return
+        self._pg_ctl("stop", "-m", "fast")
+        try:
+            while_down()
+        finally:
+            self._pg_ctl("start")
+
+    def _pg_ctl(self, *action: str) -> None:
+        assert self.data is not None
+        log = os.path.join(self.top, "log")
+        self._run("pg_ctl", "-D", self.data, "-o", self.options, "-l", log, "-w", "-t", "60", *action)
 
     def _run(self, tool: str, *args: str) -> None:
         assert self.bin is not None

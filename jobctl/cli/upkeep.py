@@ -242,6 +242,13 @@ def _facts(state: State) -> tuple[list[tuple[str, str]], bool]:
     else:
         config_status = "absent"
     facts = [("root", masked(root)), ("rung", rung), ("config", config), ("config_status", config_status)]
+    from ..store.location import is_database_url
+
+    if is_database_url(root):  # who and where, the connection, the privileges, the clock
+        from ..store import postgres_health
+
+        found, healthy = postgres_health.examine(root)
+        return facts + found, healthy
     healthy = True
     try:
         store = discovery.open_store(root, rung)
@@ -251,21 +258,7 @@ def _facts(state: State) -> tuple[list[tuple[str, str]], bool]:
     except NoStore as exc:  # a missing store is a failed check, not ok (jobctl init creates one)
         facts.append(("check_open", f"FAILED: {exc.message}; jobctl init creates it"))
         return facts, False
-    if not isinstance(store, FileStore):  # a database: the connection and schema were checked on opening
-        from datetime import datetime, timezone
-
-        # The server's clock decides every lease; a host far off it reads lease times misleadingly.
-        try:
-            offset = (store.now() - datetime.now(timezone.utc)).total_seconds()
-        finally:
-            store.close()
-        facts += [
-            ("work", store.work_dir),
-            ("schema_version", str(store.schema_version)),
-            ("clock_offset", f"{offset:+.3f}s"),
-            ("check_open", "ok"),
-        ]
-        return facts, healthy
+    assert isinstance(store, FileStore)  # a path, not a URL (above)
     facts += [("jobs", store.jobs_dir), ("work", store.work_dir), ("check_open", "ok")]
     checks: tuple[tuple[str, Callable[[], str]], ...] = (
         ("check_access", lambda: check_access(store.jobs_dir, store.work_dir)),
@@ -316,7 +309,12 @@ current user; every record and lock is the current user's to read and
 write (a file store belongs to one user; several users want the
 PostgreSQL store); flock excludes a second holder; a write by rename
 lands; no lease runs more than max_ttl ahead (jobctl recall ends one).
-Exit 1 when a check fails. Last, the worker's settings (jobctl worker,
+On a database store (a postgresql:// URL, its password masked): the
+server, database, user, schema and schema version, then the checks: the
+connection; the store opens (`jobctl db init` creates one); the role may
+read and write the jobs table; the role does not own the tables or their
+schema (a warning); this host's clock is within 1 s of the server's (a
+warning). Exit 1 when a check fails; a warning does not fail. Last, the worker's settings (jobctl worker,
 jobctl run): each value and where it came from -- environment, config file
 or default.
 

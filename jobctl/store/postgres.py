@@ -19,14 +19,17 @@ this module. It talks through libpq, so ``PGHOST``, ``PGPASSWORD``,
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
 import re
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from .. import ids
 from ..errors import Exists, JobError, NotFound, Refused
@@ -48,6 +51,9 @@ __all__ = ["PostgresStore", "Listener", "SCHEMA_VERSION", "SQL_DIR", "queries", 
 
 #: Rows per page of :meth:`PostgresStore.scan`.
 SCAN_PAGE = 500
+
+#: Seconds a store goes on trying to reach its server again after a connection it had was lost.
+RECONNECT_WAIT = 30.0
 
 #: The schema version this jobctl writes and reads (2: the change-notice trigger).
 SCHEMA_VERSION = 2
@@ -80,6 +86,64 @@ def _connect(url: str) -> psycopg.Connection[Any]:
         err = Refused(f"cannot connect to {masked(url)}: {reason}")
         err.hint = "check the URL, the server, and libpq's settings (PGHOST, PGPASSWORD, ~/.pgpass)"
         raise err from None
+
+
+class _Lost(Refused):
+    """The connection went away before the transaction could commit: nothing was written.
+
+    The server rolls back a transaction whose connection ends, so the call
+    that raised this may run again as a whole, on a new connection
+    (:func:`_retried`). A connection lost while committing is not this: its
+    outcome is unknown, and it is a plain ``Refused``.
+    """
+
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+def _retried(method: Callable[Concatenate[PostgresStore, _P], _T]) -> Callable[Concatenate[PostgresStore, _P], _T]:
+    """Run ``method`` again while its connection was lost before commit, for up to ``reconnect_wait`` seconds.
+
+    Each call is whole transactions that either committed or did not, so a
+    server restart (or a dropped connection) costs a worker a pause, not a
+    crash or a job. Waits between tries double from 50 ms to 1 s.
+    """
+    return _retrying(method, reads=False)
+
+
+def _read(method: Callable[Concatenate[PostgresStore, _P], _T]) -> Callable[Concatenate[PostgresStore, _P], _T]:
+    """:func:`_retried` for a method that only reads: a connection lost even while committing is retried."""
+    return _retrying(method, reads=True)
+
+
+def _retrying(
+    method: Callable[Concatenate[PostgresStore, _P], _T], reads: bool
+) -> Callable[Concatenate[PostgresStore, _P], _T]:
+    def call(self: PostgresStore, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        deadline = None
+        pause = 0.05
+        while True:
+            outer = getattr(self._local, "reads", False)
+            self._local.reads = reads or outer
+            self._local.again = deadline is not None  # a try after a lost connection (see _create)
+            try:
+                return method(self, *args, **kwargs)
+            except _Lost as exc:
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + self.reconnect_wait
+                if now >= deadline:
+                    err = Refused(f"{exc.message} (no connection for {self.reconnect_wait:g} s)", exc.job_id)
+                    err.hint = "check that the server is up and reachable from this host"
+                    raise err from exc
+                time.sleep(min(pause, deadline - now))
+                pause = min(pause * 2, 1.0)
+            finally:
+                self._local.reads = outer
+
+    functools.update_wrapper(call, method)  # its return value is typed as a wrapper object, not as ``call``
+    return call
 
 
 @contextmanager
@@ -193,13 +257,19 @@ class PostgresStore(ContractStore):
 
     ``clock`` replaces the server's clock; only tests that move time by hand
     pass one. Operations are serialised on one connection per process (a
-    forked child opens its own).
+    forked child opens its own). The first connection must succeed; one
+    lost later (the server restarted) is opened again, and the call that
+    found it lost runs again, for up to ``reconnect_wait`` seconds
+    (:func:`_retried`); ``reconnects`` counts the connections opened again.
     """
 
-    def __init__(self, url: str, clock: Clock | None = None) -> None:
+    def __init__(self, url: str, clock: Clock | None = None, reconnect_wait: float = RECONNECT_WAIT) -> None:
         self.url = url
         self.root = masked(url)
         self._clock = clock
+        self.reconnect_wait = float(reconnect_wait)
+        self.reconnects = 0
+        self._local = threading.local()  # .reads: this thread's call only reads (see _read); .again: a retry
         self.work_dir = os.path.join(os.path.expanduser("~"), ".abstraction", "work")
         self._lock = threading.RLock()
         self._conn: psycopg.Connection[Any] | None = None
@@ -237,10 +307,28 @@ class PostgresStore(ContractStore):
         conn = self._conn
         # A forked child must not speak on its parent's socket; a broken
         # connection (the server restarted) is replaced at the next call.
-        if conn is None or self._pid != os.getpid() or conn.closed or conn.broken:
+        if conn is None or self._pid != os.getpid():
             conn = self._conn = _connect(self.url)
             self._pid = os.getpid()
+        elif conn.closed or conn.broken:
+            with contextlib.suppress(psycopg.Error):
+                conn.close()  # broken already: this only releases it
+            try:
+                conn = _connect(self.url)
+            except Refused as exc:  # the server is still away: the caller waits and tries again
+                raise _Lost(exc.message) from exc
+            self._conn = conn
+            self.reconnects += 1
         return conn
+
+    def _failed(self, conn: psycopg.Connection[Any], exc: psycopg.Error, committing: bool) -> Refused:
+        """The refusal a driver error becomes: ``_Lost`` when the connection went away before the commit."""
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if not (conn.broken or conn.closed):
+            return Refused(f"{self.root}: {first}")
+        if committing and not getattr(self._local, "reads", False):
+            return Refused(f"{self.root}: the connection was lost while committing: {first}")
+        return _Lost(f"{self.root}: {first}")
 
     @contextmanager
     def _tx(self, *, pipelined: bool = False) -> Iterator[psycopg.Connection[Any]]:
@@ -249,19 +337,27 @@ class PostgresStore(ContractStore):
         ``pipelined`` runs it in pipeline mode (:meth:`_pipelined`): a
         read-decide-write transaction costs two round trips, the locked read
         and then the write with its commit, not four.
+
+        A connection found lost before the commit (the first statement finds
+        an idle connection the server dropped) raises ``_Lost``: nothing was
+        written, and a :func:`_retried` call runs again. Lost while the commit
+        (the pipeline's Sync, or ``COMMIT``) was under way, a write's outcome
+        is unknown: a plain ``Refused``.
         """
         with self._lock:
             conn = self._connection()
+            committing = False
             try:
                 if pipelined and _PIPELINE:
                     with self._pipelined(conn):
                         yield conn
+                        committing = True
                 else:
                     with conn.transaction():
                         yield conn
+                        committing = True
             except psycopg.Error as exc:
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                raise Refused(f"{self.root}: {first}") from exc
+                raise self._failed(conn, exc, committing) from exc
 
     @staticmethod
     @contextmanager
@@ -290,14 +386,16 @@ class PostgresStore(ContractStore):
 
         For a read, or a write, that a single statement makes whole: wrapping it
         in ``BEGIN`` and ``COMMIT`` would add two round trips and nothing else.
+        A lost connection raises ``_Lost`` for a retry: the reads are safe to
+        run again, and the one write here (:meth:`_create`'s ``INSERT``)
+        recognises its own row when it runs again.
         """
         with self._lock:
             conn = self._connection()
             try:
                 yield conn
             except psycopg.Error as exc:
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                raise Refused(f"{self.root}: {first}") from exc
+                raise self._failed(conn, exc, committing=False) from exc
 
     def _now(self, conn: psycopg.Connection[Any]) -> datetime:
         if self._clock is not None:
@@ -307,6 +405,7 @@ class PostgresStore(ContractStore):
         when: datetime = row[0]
         return when.astimezone(timezone.utc)  # the session's time zone is the server's choice
 
+    @_read
     def now(self) -> datetime:
         """The server's clock [JOB-O4]: every lease is judged by it, whoever asks."""
         if self._clock is not None:
@@ -320,6 +419,7 @@ class PostgresStore(ContractStore):
 
     # -- reads -------------------------------------------------------------------
 
+    @_read
     def load_bytes(self, job_id: str) -> bytes:
         ids.check(job_id)
         with self._alone() as conn:
@@ -331,6 +431,7 @@ class PostgresStore(ContractStore):
     def load(self, job_id: str) -> Record:
         return decode(self.load_bytes(job_id), job_id)
 
+    @_read
     def _read_epoch(self, job_id: str) -> tuple[int, bytes, bool]:
         ids.check(job_id)
         with self._alone() as conn:
@@ -339,6 +440,7 @@ class PostgresStore(ContractStore):
             raise NotFound(f"no job {job_id}", job_id)
         return int(row[0]), bytes(row[1]), True  # the column is derived from the bytes: exact
 
+    @_read
     def ids(self) -> list[str]:
         with self._tx() as conn:
             return [row[0] for row in conn.execute(Q["ids"])]
@@ -352,11 +454,13 @@ class PostgresStore(ContractStore):
                 listing.unreadable.append((job_id, exc))
         return listing
 
+    @_read
     def list(self) -> Listing:
         with self._tx() as conn:
             rows = conn.execute(Q["list"]).fetchall()
         return self._listing(rows)
 
+    @_read
     def list_open(self) -> OpenListing:
         """The rows not yet ended, decoded, and every row's state, in one statement.
 
@@ -403,6 +507,7 @@ class PostgresStore(ContractStore):
                 return
             after = rows[-1][0]
 
+    @_read
     def orphans(self) -> Listing:
         """As the file store's: the index narrows the rows, :func:`is_orphan` decides each."""
         with self._tx() as conn:
@@ -415,6 +520,7 @@ class PostgresStore(ContractStore):
 
     # -- writes ------------------------------------------------------------------
 
+    @_retried
     def _write(self, job_id: str, apply: Apply, fresh: bool = False) -> Record:
         ids.check(job_id)
         try:
@@ -435,13 +541,21 @@ class PostgresStore(ContractStore):
             raise
         return decode(data, job_id) if fresh else rec
 
+    @_retried
     def _create(self, job_id: str, data: bytes) -> None:
         rec = decode(data, job_id)
         with self._alone() as conn:  # one INSERT is a transaction of its own
             cur = conn.execute(Q["insert"], _columns(job_id, data, rec))
             if cur.rowcount != 1:
+                if getattr(self._local, "again", False):
+                    # Run again after a lost connection: the INSERT that was under way may have
+                    # committed. The same bytes under the id are that INSERT, not somebody else's job.
+                    row = conn.execute(Q["load"], {"id": job_id}, binary=True).fetchone()
+                    if row is not None and bytes(row[0]) == data:
+                        return
                 raise Exists(f"job {job_id} is already in the store", job_id)
 
+    @_retried
     def replace_bytes(self, job_id: str, data: bytes) -> None:
         """Overwrite a record's bytes as another writer would: the conformance driver's ``plant``.
 
@@ -466,6 +580,7 @@ class PostgresStore(ContractStore):
         ids.check(job_id)
         return None
 
+    @_retried
     def remove(self, job_id: str) -> bool:
         """Delete an ended job's row; False when it is missing, unreadable or not ended (``jobctl gc``).
 
@@ -486,6 +601,7 @@ class PostgresStore(ContractStore):
             conn.execute(Q["remove"], {"id": job_id})
             return True
 
+    @_retried
     def claim_next(
         self,
         owner: str,
