@@ -59,13 +59,16 @@ def complete(server: Server, job_id: str, result: object) -> None:
     store.finish(job_id, epoch, "complete")
 
 
+#: The step indicator of pipeline ``%s`` as the page shows it: ``stage=step`` words.
+STEPS_JS = (
+    "[...document.querySelectorAll('[data-pipeline=\"%s\"] .step')]"
+    ".map(s => s.dataset.stage + '=' + s.dataset.step).join(' ')"
+)
+
+
 def steps(browser: Browser, pipeline: str) -> str:
     """The pipeline's step indicator as the page shows it: ``stage=step`` words."""
-    value = browser.evaluate(
-        f"[...document.querySelectorAll('[data-pipeline=\"{pipeline}\"] .step')]"
-        ".map(s => s.dataset.stage + '=' + s.dataset.step).join(' ')"
-    )
-    return str(value)
+    return str(browser.evaluate(STEPS_JS % pipeline))
 
 
 def test_the_page_shows_a_pipeline_follows_it_and_approves_a_held_stage(
@@ -94,6 +97,8 @@ def test_the_page_shows_a_pipeline_follows_it_and_approves_a_held_stage(
     expected = (
         "script_generation=done voice_synthesis=done image_generation=running video_generation=pending compositing=held"
     )
+    # The first load and the refresh the stream's connection asks for may still be under way on a busy machine.
+    browser.wait_for(f"({STEPS_JS % 'generate-video'}) === {json.dumps(expected)}", "the pipeline's steps")
     assert steps(browser, "generate-video") == expected
     assert steps(browser, "weekly-report") == "fetch=failed"
     shown = browser.evaluate(f"document.querySelector('[data-job=\"{script}\"] pre').textContent")
