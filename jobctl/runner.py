@@ -61,13 +61,12 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import IO, Any, Protocol
 
 from . import fsio
 from .errors import Invalid, JobError, LeaseExpired, NotFound
 from .jobenv import JobEnvironment
-from .keeper import Keeper, Outcome, Work
+from .keeper import Keeper, KeeperStore, Outcome, Work
 from .record import Record, format_time
 from .schedule import attempt as attempt_of
 from .store.location import address
@@ -101,18 +100,9 @@ __all__ = [
 SHELL = "shell"
 
 
-class RunStore(Protocol):
-    """What a run needs of a store: the holder's operations and the job's paths."""
-
-    root: str
-
-    def now(self) -> datetime: ...
-    def load(self, job_id: str) -> Record: ...
-    def renew(self, job_id: str, epoch: int, ttl_seconds: float) -> Record: ...
-    def release(self, job_id: str, epoch: int) -> Record: ...
-    def update(self, job_id: str, epoch: int, mutate: Callable[[Record], object]) -> Record: ...
-    def work_path(self, job_id: str) -> str: ...
-    def lease_file(self, job_id: str) -> str | None: ...
+#: What a run needs of a store: the holder's operations and the job's paths, as
+#: the lease keeper needs them (one protocol, kept in jobctl.keeper).
+RunStore = KeeperStore
 
 
 # -- what to run ----------------------------------------------------------------
