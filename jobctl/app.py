@@ -89,9 +89,10 @@ class Worker:
             "name": name,
         }
         #: The options given to the constructor (``jobctl worker --app`` lets its flags override them).
-        self.options: dict[str, Any] = {key: value for key, value in given.items() if value is not None}
-        if "concurrency" in self.options and int(self.options["concurrency"]) < 1:
-            raise Invalid(f"concurrency must be at least 1, not {concurrency}")
+        from .settings import check
+
+        # Judged here by the rules the flags follow, so a bad value is refused where it is written.
+        self.options: dict[str, Any] = {key: check(key, value) for key, value in given.items() if value is not None}
         self.handlers: dict[str, str] = dict(handlers or {})
         self.kinds = None if kinds is None else list(kinds)
         self.on_failure = on_failure

@@ -350,17 +350,46 @@ def _parse(spec: _Spec, text: str, source: str) -> Any:
         raise Invalid(f"{spec.name} from {source}: {text!r} is not valid ({spec.what})") from None
 
 
+def check(name: str, value: Any) -> Any:
+    """A setting given as a Python value (``jobctl.Worker(ttl=...)``), judged by the rules its flag follows.
+
+    Returns the value as the setting holds it; ``Invalid`` names the setting,
+    the value and what it takes. A number must be one (``True`` is not 1),
+    a whole one where the setting counts.
+    """
+    spec = _BY_NAME.get(name)
+    if spec is None:
+        raise Invalid(f"{name} is not a worker setting ({', '.join(_BY_NAME)})")
+    if isinstance(value, str):
+        text = value
+    elif isinstance(value, bool) and spec.parse is _switch:
+        text = "yes" if value else "no"
+    elif isinstance(value, (list, tuple)) and spec.parse in (_names, _words):
+        text = ",".join(str(v) for v in value)
+    elif isinstance(value, (int, float)) and not isinstance(value, bool) and spec.parse not in (_text, _url):
+        text = repr(value)
+    else:
+        raise Invalid(f"{name}: {value!r} is not valid ({spec.what})")
+    try:
+        return spec.parse(text)
+    except ValueError:
+        raise Invalid(f"{name}: {value!r} is not valid ({spec.what})") from None
+
+
 def load(
     flags: Mapping[str, Any] | None = None,
     handlers: Iterable[str] = (),
     env: Mapping[str, str] | None = None,
     path: str | None = None,
+    sources: Mapping[str, str] | None = None,
 ) -> Settings:
     """Resolve every worker setting: ``flags`` (name -> value, None = not given) > env > config file > default.
 
     ``handlers`` are ``KIND=CMD`` strings from the command line; they override
-    the config file's ``[handlers]`` kind by kind.
+    the config file's ``[handlers]`` kind by kind. ``sources`` names where a
+    flag-level value came from when it was not a flag (``--app myapp:worker``).
     """
+    sources = sources or {}
     env = os.environ if env is None else env
     flags = flags or {}
     out = Settings()
@@ -373,14 +402,15 @@ def load(
     for spec in SETTINGS:
         flag = flags.get(spec.name)
         if flag is not None and flag != ():
+            source = sources.get(spec.name, f"flag {spec.flag}")
             value = flag
             if isinstance(flag, str) and spec.parse is not _text:
-                value = _parse(spec, flag, f"flag {spec.flag}")
+                value = _parse(spec, flag, source)
             elif isinstance(flag, (list, tuple)):
                 value = tuple(flag)
             if isinstance(value, tuple) and spec.parse is _names:
-                value = _parse(spec, ",".join(value), f"flag {spec.flag}")
-            out.values[spec.name] = Setting(spec.name, value, f"flag {spec.flag}")
+                value = _parse(spec, ",".join(value), source)
+            out.values[spec.name] = Setting(spec.name, value, source)
             continue
         text = env.get(spec.env, "")
         if text.strip():

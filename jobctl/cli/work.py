@@ -516,12 +516,14 @@ def worker(
         "pass_env": pass_env,
         "allow_loader_env": allow_loader_env,
     }
+    sources: dict[str, str] = {}
     if defined is not None:
         # The object's own options stand where no flag is given: they beat the
         # environment and the config file, and a flag beats them.
         for key, value in defined.options.items():
             if flags.get(key) is None:
                 flags[key] = value
+                sources[key] = f"--app {app}"
         if defined.kinds is not None and not kinds:
             flags["kinds"] = tuple(defined.kinds)
         if defined.on_failure and on_failure is None:
@@ -529,7 +531,7 @@ def worker(
         if defined.on_failure_url and on_failure_url is None:
             flags["on_failure_url"] = defined.on_failure_url
         handlers = (*(f"{kind}={command}" for kind, command in defined.handlers.items()), *handlers)
-    resolved = settings.load(flags, handlers, env=state.env)
+    resolved = settings.load(flags, handlers, env=state.env, sources=sources)
     for warning in resolved.warnings:
         _say(f"jobctl: {warning}")
     store = state.store() if defined is None else defined.store

@@ -81,6 +81,37 @@ def test_an_app_that_cannot_be_loaded_is_one_line_and_an_exit_code(
     assert says in done.stderr and "Traceback" not in done.stderr
 
 
+BAD_OPTIONS = textwrap.dedent(
+    """
+    import os
+    import jobctl
+
+    worker = jobctl.Worker(os.environ["APP_STORE"], ttl=float(os.environ["APP_TTL"]))
+    """
+)
+
+
+@pytest.mark.parametrize(
+    ("ttl", "code", "says"),
+    [
+        # Refused where it is written: the object's constructor judges it as --ttl is judged.
+        ("-5", 9, "cannot import badapp: Invalid: ttl: -5.0 is not valid (lease length in seconds"),
+        ("nan", 9, "ttl: nan is not valid"),
+        # Valid on its own, beyond max_ttl: the refusal names the object, not a flag it was not given as.
+        ("90000", 9, "ttl from --app badapp:worker: 90000 is more than max_ttl (86400, default)"),
+    ],
+)
+def test_an_apps_option_is_judged_as_its_flag_and_named_by_its_source(
+    tmp_path: Path, ttl: str, code: int, says: str
+) -> None:
+    (tmp_path / "badapp.py").write_text(BAD_OPTIONS)
+    store = tmp_path / "s"
+    done = jobctl_worker(tmp_path, "--app", "badapp:worker", "--once", APP_STORE=str(store), APP_TTL=ttl)
+    assert done.returncode == code, done.stderr
+    assert says in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+
+
 RUNNER = textwrap.dedent(
     """
     import os

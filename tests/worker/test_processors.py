@@ -441,6 +441,31 @@ def test_one_processor_per_kind(store: FileStore) -> None:
         worker.add_processor("k", lambda j: None)
 
 
+@pytest.mark.parametrize(
+    ("option", "value", "says"),
+    [
+        ("concurrency", 0, "concurrency: 0 is not valid"),
+        ("concurrency", 2.5, "concurrency: 2.5 is not valid"),
+        ("concurrency", True, "concurrency: True is not valid"),
+        ("ttl", -5, "ttl: -5 is not valid (lease length in seconds"),
+        ("ttl", float("inf"), "ttl: inf is not valid"),
+        ("grace", "soon", "grace: 'soon' is not valid"),
+        ("poll_interval", 0, "poll_interval: 0 is not valid"),
+        ("shutdown_grace", -1.0, "shutdown_grace: -1.0 is not valid"),
+        ("name", 7, "name: 7 is not valid"),
+    ],
+)
+def test_a_workers_options_are_judged_as_its_flags_are(store: FileStore, option: str, value: object, says: str) -> None:
+    with pytest.raises(Invalid) as caught:
+        jobctl.Worker(store, **{option: value})  # type: ignore[arg-type]
+    assert says in str(caught.value)
+
+
+def test_a_workers_good_options_are_kept_as_given(store: FileStore) -> None:
+    worker = jobctl.Worker(store, concurrency=3, ttl=5, grace="2.5", poll_interval=0.05, name="w1")
+    assert worker.options == {"concurrency": 3, "ttl": 5.0, "grace": 2.5, "poll_interval": 0.05, "name": "w1"}
+
+
 def test_the_processor_api_is_not_imported_by_import_jobctl() -> None:
     heavy = "('asyncio', 'jobctl.processor', 'jobctl.app', 'jobctl.worker')"
     code = f"import sys, jobctl; print(sorted(m for m in sys.modules if m in {heavy}))"
