@@ -3,7 +3,9 @@
 It loads, shows a pipeline's stages, updates when a job changes (from the
 change stream: the page never polls), and its approve button lets a held
 stage run. The screenshot in docs/images/pipeline-page.png is taken here,
-so it shows the page as it is. Without chromium the test skips with one
+so it shows the page as it is: each run takes one (in the test's temporary
+directory, so a run leaves the checkout as it found it), and with
+``JOBCTL_SCREENSHOT=1`` it is copied over the docs' image. Without chromium the test skips with one
 line; under ``CI=true`` (as PostgreSQL's tests) it fails instead, so CI
 cannot pass without it.
 """
@@ -27,6 +29,8 @@ from jobctl.wire import Raw
 pytestmark = pytest.mark.timeout(180)
 
 SCREENSHOT = REPO / "docs" / "images" / "pipeline-page.png"
+#: Set to 1 to replace the docs' screenshot with this run's.
+UPDATE_SCREENSHOT = "JOBCTL_SCREENSHOT"
 
 
 @pytest.fixture
@@ -72,7 +76,7 @@ def steps(browser: Browser, pipeline: str) -> str:
 
 
 def test_the_page_shows_a_pipeline_follows_it_and_approves_a_held_stage(
-    start: Callable[..., Server], browser: Browser
+    start: Callable[..., Server], browser: Browser, tmp_path: Path
 ) -> None:
     server = start()
     store = server.store
@@ -112,7 +116,11 @@ def test_the_page_shows_a_pipeline_follows_it_and_approves_a_held_stage(
         [f"{image}:cancel", f"{video}:cancel", f"{compositing}:approve", f"{compositing}:cancel", f"{report}:retry"]
     )
     browser.evaluate(f"document.querySelector('.step[data-job=\"{script}\"] details').open = true")
-    browser.screenshot(SCREENSHOT)
+    shot = tmp_path / SCREENSHOT.name
+    browser.screenshot(shot)
+    assert shot.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    if os.environ.get(UPDATE_SCREENSHOT) == "1":
+        SCREENSHOT.write_bytes(shot.read_bytes())
 
     # A job changes in the store: the page follows, from the change stream alone.
     events = int(browser.evaluate("Number(document.body.dataset.events || 0)"))
