@@ -71,8 +71,11 @@ __all__ = [
 #: covers FAT's granularity and modest clock skew on a network filesystem.
 RACY_NS = 2_000_000_000
 #: The layout of the cache files; one of another version is ignored, and replaced when written.
+#: 5: ``.open`` as a head (what an unchanged directory needs) and its rows after it, read only when needed;
 #: 4: ``.open`` alone, rows packed (see :class:`Summaries`); 3 had ``.open`` and ``.stat``, one string per record.
-_VERSION = 4
+_VERSION = 5
+#: A cache file with a head starts with the head's marshalled length in this many bytes (little-endian).
+_HEAD_LENGTH = 8
 #: The code of a row read on every call, and its size: st_size is a signed 64-bit off_t, so no file has it.
 _OTHER = 255
 _NEVER = (1 << 64) - 1
@@ -157,18 +160,97 @@ def _load_file(path: str) -> Any:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
             return None  # not ours alone: never believed
-        chunks = []
+        # One read of the whole file (a byte more, to see the end): megabytes at 100,000 records,
+        # which read in chunks and joined cost several times as much.
+        chunks = [os.read(fd, st.st_size + 1)]
         while chunk := os.read(fd, 1 << 20):
             chunks.append(chunk)
-        return marshal.loads(b"".join(chunks))
+        return marshal.loads(chunks[0] if len(chunks) == 1 else b"".join(chunks))
     except (OSError, ValueError, EOFError, TypeError):
         return None
     finally:
         os.close(fd)
 
 
-def _save_file(path: str, value: Any) -> bool:
-    """Replace ``path`` atomically with ``value`` marshalled, 0600; False when that failed."""
+class _Later:
+    """The rows of a cache file whose head was read: read from that very file, the first time they are needed.
+
+    The file stays open until then (and is closed when this is dropped), so
+    the rows are those written with the head even if the cache has been
+    replaced since.
+    """
+
+    __slots__ = ("_fd", "_offset")
+
+    def __init__(self, fd: int = -1, offset: int = 0) -> None:
+        self._fd = fd
+        self._offset = offset
+
+    def __del__(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def read(self) -> Any:
+        """The unmarshalled rows; None when they cannot be read (or were read already)."""
+        fd, offset = self._fd, self._offset
+        if fd < 0:
+            return None
+        try:
+            size = os.fstat(fd).st_size - offset
+            data = os.pread(fd, size, offset) if size > 0 else b""
+            while 0 < len(data) < size:
+                more = os.pread(fd, size - len(data), offset + len(data))
+                if not more:
+                    return None
+                data += more
+            return marshal.loads(data)
+        except (OSError, ValueError, EOFError, TypeError):
+            return None
+        finally:
+            self.close()
+
+
+def _load_head(path: str) -> tuple[Any, _Later]:
+    """The head of a cache file of ours alone, and its rows to read later; ``(None, nothing)`` for anything else."""
+    nothing = _Later()
+    try:
+        fd = os.open(path, os.O_RDONLY | _O_CLOEXEC | _O_NOFOLLOW)
+    except OSError:
+        return None, nothing
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+            return None, nothing  # not ours alone: never believed
+        first = os.read(fd, 1 << 16)
+        end = _HEAD_LENGTH + int.from_bytes(first[:_HEAD_LENGTH], "little")
+        if len(first) < _HEAD_LENGTH or end > st.st_size:
+            return None, nothing
+        while len(first) < end:
+            more = os.read(fd, end - len(first))
+            if not more:
+                return None, nothing
+            first += more
+        head = marshal.loads(memoryview(first)[_HEAD_LENGTH:end])
+        later = _Later(fd, end)
+        fd = -1  # the rows' now
+        return head, later
+    except (OSError, ValueError, EOFError, TypeError):
+        return None, nothing
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def _save_file(path: str, value: Any, rows: Any = None) -> bool:
+    """Replace ``path`` atomically with ``value`` marshalled, 0600; False when that failed.
+
+    With ``rows``: ``value`` is a head, written after its length and before
+    the rows, so that a reader can take the head alone (:func:`_load_head`).
+    """
     tmp = f"{path}.{os.urandom(5).hex()}.tmp"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC | _O_NOFOLLOW, 0o600)
@@ -176,7 +258,10 @@ def _save_file(path: str, value: Any) -> bool:
         return False
     try:
         try:
-            view = memoryview(marshal.dumps(value))
+            data = marshal.dumps(value)
+            if rows is not None:
+                data = len(data).to_bytes(_HEAD_LENGTH, "little") + data + marshal.dumps(rows)
+            view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
         finally:
@@ -296,9 +381,13 @@ class Summaries:
     """What the last full scan of one store learnt, and what the current one learns.
 
     One file per store, ``<key>.open``, written by a full scan and read by
-    every :meth:`jobctl.store.file.FileStore.list_open`. Marshalled, it is
-    ``(version, byte order, real path of jobs/, identity of jobs/ or None
-    when racy, others, names, states, codes, sizes, times)``:
+    every :meth:`jobctl.store.file.FileStore.list_open`: the length of its
+    head (8 bytes, little-endian), the head marshalled, ``(version, byte
+    order, real path of jobs/, identity of jobs/ or None when racy,
+    others)``, then the rows marshalled, ``(names, states, codes, sizes,
+    times)``. A call that finds ``jobs/`` unchanged reads the head alone;
+    the rows are read (from the same open file) only when a full scan walks
+    them or a look-up needs a finished record's state:
 
     ``others``
         the ids of the record files read on every call (open, unreadable,
@@ -357,6 +446,7 @@ class Summaries:
         self._new_times = array("q")
         self._ended_other = self._remembered = 0
         self._rows_out: tuple[str, bytes, bytes, bytes] = ("", b"", b"", b"")  # what save() writes
+        self._later = _Later()  # the rows of the file whose head was taken, not yet read
 
     @classmethod
     def load(
@@ -375,39 +465,58 @@ class Summaries:
         key = f"{self.real}\0{jobs_stat.st_dev}\0{jobs_stat.st_ino}".encode("utf-8", "surrogateescape")
         self.base = os.path.join(directory, blake2b(key, digest_size=16).hexdigest())
         if read and _private_dir(directory, create=False):
-            self._take(_load_file(self.base + ".open"))
+            self._take(*_load_head(self.base + ".open"))
         return self
 
-    def _take(self, data: Any) -> None:
-        """Believe ``data`` (a loaded ``.open``) when it is whole and of this version; else stay empty."""
+    def _take(self, head: Any, later: _Later) -> None:
+        """Believe ``head`` (of a loaded ``.open``) when it is whole and of this version; else stay empty.
+
+        Its rows (``later``) are read when first needed (:meth:`_need_rows`):
+        while ``jobs/`` is unchanged, a call needs only the head.
+        """
         try:
-            version, order, real, dir_id, others, text, table, codes, sizes, times = data
+            version, order, real, dir_id, others = head
         except (TypeError, ValueError):
             return
         if version != _VERSION or order != sys.byteorder or real != self.real:
             return
-        if not (type(others) is list and type(text) is str and type(table) is tuple):
+        if type(others) is not list or not all(type(job_id) is str for job_id in others):
             return
-        if not (type(codes) is bytes and type(sizes) is bytes and type(times) is bytes):
-            return
-        n = text.count("\n") + 1 if text else 0
-        if len(codes) != n or len(sizes) != 16 * n or len(times) != 16 * n or len(table) >= _OTHER:
-            return
-        if not all(type(s) is str for s in table) or not all(type(job_id) is str for job_id in others):
-            return
-        if codes.translate(None, bytes([*range(len(table)), _OTHER])):
-            return  # a code naming no state
         try:
             self.dir_id = tuple(dir_id) if dir_id is not None else None
         except TypeError:
             return
-        self.others, self._text, self._table, self._codes = others, text, list(table), codes
+        self.others, self._later = others, later
+
+    def _need_rows(self) -> bool:
+        """Read the rows of the head taken, once; True when they were whole (else the cache has none)."""
+        later, self._later = self._later, _Later()
+        rows = later.read()
+        if rows is None:
+            return self._loaded
+        try:
+            text, table, codes, sizes, times = rows
+        except (TypeError, ValueError):
+            return False
+        if not (type(text) is str and type(table) is tuple):
+            return False
+        if not (type(codes) is bytes and type(sizes) is bytes and type(times) is bytes):
+            return False
+        n = text.count("\n") + 1 if text else 0
+        if len(codes) != n or len(sizes) != 16 * n or len(times) != 16 * n or len(table) >= _OTHER:
+            return False
+        if not all(type(s) is str for s in table):
+            return False
+        if codes.translate(None, bytes([*range(len(table)), _OTHER])):
+            return False  # a code naming no state
+        self._text, self._table, self._codes = text, list(table), codes
         self._sizes_raw, self._times_raw = sizes, times
         self._sizes, self._times = memoryview(sizes).cast("Q"), memoryview(times).cast("q")
         self._n = n
         self._finished = n - codes.count(_OTHER)
         self._rows_out = (text, codes, sizes, times)
         self._loaded = True
+        return True
 
     def _rows(self) -> list[str]:
         """The stored names, split once, with a sentinel after the last that no entry can equal."""
@@ -429,12 +538,18 @@ class Summaries:
         )
 
     def states(self) -> dict[str, str]:
-        """Every finished record's state as the cache knows it."""
+        """Every finished record's state as the cache knows it (none when its rows cannot be read)."""
+        self._need_rows()
         return self._states_where(self._codes.translate(_FINISHED))
 
-    def lazy_states(self) -> States:
-        """:meth:`states`, built only when a look-up needs a finished record's state."""
-        return States(self.states)
+    def lazy_states(self, fallback: Callable[[], dict[str, str]]) -> States:
+        """:meth:`states`, built only when a look-up needs a finished record's state.
+
+        The head vouched for them; should the rows behind it turn out
+        unreadable when they are needed at last, ``fallback`` (every record
+        read) answers instead -- slower, never different.
+        """
+        return States(lambda: self.states() if self._need_rows() else fallback())
 
     def confirmed_states(self) -> States:
         """After :meth:`check`: the states of the rows it confirmed, built only when a look-up needs one."""
@@ -462,6 +577,7 @@ class Summaries:
         expected next; one that is not there is looked up among all of them.
         """
         self._started = time.time_ns()
+        self._need_rows()
         names = self._rows()
         sizes, times = self._sizes, self._times
         codes = self._codes
@@ -618,9 +734,8 @@ class Summaries:
         if not _private_dir(self.directory, create=True):
             return
         text, codes, sizes, times = self._rows_out
-        table = tuple(self._table)
-        data = (_VERSION, sys.byteorder, self.real, self.dir_id, self.others, text, table, codes, sizes, times)
-        if _save_file(self.base + ".open", data):
+        head = (_VERSION, sys.byteorder, self.real, self.dir_id, self.others)
+        if _save_file(self.base + ".open", head, (text, tuple(self._table), codes, sizes, times)):
             self.dirty = False
             if not self._loaded:
                 try:  # the second part of the cache of jobctl 0.x before version 4: no longer read

@@ -244,6 +244,10 @@ class FileStore(ContractStore):
         a link or odd file at a record's name is never cached, and is named
         unreadable on every call, as :meth:`list` names it.
         """
+        return self._list_open(self._summaries_dir())
+
+    def _list_open(self, cache_dir: str | None) -> OpenListing:
+        """:meth:`list_open` with the summary cache in ``cache_dir`` (None: every record read)."""
         from .. import summary
 
         jobs = self._jobs()
@@ -251,12 +255,12 @@ class FileStore(ContractStore):
             jobs_stat: os.stat_result | None = os.fstat(jobs.fd)
         except OSError:
             jobs_stat = None
-        cache = summary.Summaries.load(self._summaries_dir(), self.jobs_dir, jobs_stat)
+        cache = summary.Summaries.load(cache_dir, self.jobs_dir, jobs_stat)
         out = OpenListing()
         if jobs_stat is not None and cache.fresh(jobs_stat):
             # The finished records' states come from the cache only if a look-up needs one:
             # orphans never does, claim --next only for what its open jobs wait for.
-            out.states = cache.lazy_states()
+            out.states = cache.lazy_states(lambda: dict(self._list_open(None).states))
             for job_id in cache.others:
                 self._take_open(jobs, job_id, out, None)
         else:
