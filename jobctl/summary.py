@@ -502,13 +502,17 @@ class Summaries:
             return False
         if not (type(codes) is bytes and type(sizes) is bytes and type(times) is bytes):
             return False
-        n = text.count("\n") + 1 if text else 0
+        # Split now: every use of the rows walks the names, and their count checks the rest.
+        names = text.split("\n") if text else []
+        n = len(names)
         if len(codes) != n or len(sizes) != 16 * n or len(times) != 16 * n or len(table) >= _OTHER:
             return False
         if not all(type(s) is str for s in table):
             return False
         if codes.translate(None, bytes([*range(len(table)), _OTHER])):
             return False  # a code naming no state
+        names.append("/")  # the sentinel (see _rows)
+        self._names = names
         self._text, self._table, self._codes = text, list(table), codes
         self._sizes_raw, self._times_raw = sizes, times
         self._sizes, self._times = memoryview(sizes).cast("Q"), memoryview(times).cast("q")
