@@ -38,6 +38,7 @@ from .errors import JobError, NotFound
 from .record import TERMINAL, ZERO_TIME, Record, held
 from .schedule import blocked_by, not_before
 from .store.base import Notices, OpenListing
+from .summary import States
 
 __all__ = ["Board", "BoardStore", "Pick"]
 
@@ -137,15 +138,24 @@ class Board:
         """The first scan: the open records, and the states of the finished ones without reading them.
 
         ``list_open`` is the store's own way to that answer (the file store's
-        summary cache stats a finished record instead of decoding it) [JOB-T1].
+        summary cache stats a finished record instead of decoding it, and
+        builds the finished ones' states only when asked) [JOB-T1]; the board
+        asks for them only when a look-up needs one (:class:`jobctl.summary.States`).
         """
         self._scanned = time.monotonic()
         self.rescans += 1
         listing = self.store.list_open()
         self.reads += len(listing) + len(listing.unreadable)
-        for job_id, state in listing.states.items():
-            if state in TERMINAL:
-                self.states[job_id] = state
+        known = listing.states
+
+        def finished() -> dict[str, str]:
+            return {job_id: state for job_id, state in known.items() if state in TERMINAL}
+
+        # The finished records' states only when a look-up needs one (a dependency, a notice
+        # about an id not read now, a rescan): a pick among jobs that wait for nothing never does,
+        # and copying 100,000 of them would cost more than the rest of the start [JOB-T1].
+        # What is set below (and later) wins over them, as a filled dict would have it.
+        self.states = States(finished)
         for job_id, exc in listing.unreadable:
             self.states[job_id] = UNREADABLE
             self.unreadable[job_id] = exc

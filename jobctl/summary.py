@@ -42,8 +42,11 @@ import os
 import stat
 import sys
 import time
+from array import array
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
+from itertools import compress
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 try:
@@ -57,11 +60,8 @@ __all__ = [
     "Summaries",
     "States",
     "Listed",
-    "Identity",
     "RACY_NS",
     "default_dir",
-    "identity",
-    "key",
     "micros",
     "moment",
 ]
@@ -70,12 +70,21 @@ __all__ = [
 #: later one; such a file is read every time until it is older. Two seconds
 #: covers FAT's granularity and modest clock skew on a network filesystem.
 RACY_NS = 2_000_000_000
-_VERSION = 3
+#: The layout of the cache files; one of another version is ignored, and replaced when written.
+#: 5: ``.open`` as a head (what an unchanged directory needs) and its rows after it, read only when needed;
+#: 4: ``.open`` alone, rows packed (see :class:`Summaries`); 3 had ``.open`` and ``.stat``, one string per record.
+_VERSION = 5
+#: A cache file with a head starts with the head's marshalled length in this many bytes (little-endian).
+_HEAD_LENGTH = 8
+#: The code of a row read on every call, and its size: st_size is a signed 64-bit off_t, so no file has it.
+_OTHER = 255
+_NEVER = (1 << 64) - 1
+_FINISHED = bytes([1] * _OTHER + [0])  # codes -> 1 for a finished record's row, 0 for an other row
+_ID = itemgetter(slice(None, -5))  # "<id>.json" -> "<id>"
+_S_IFMT = 0o170000
+_S_IFREG = stat.S_IFREG
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-
-#: ``(st_ino, st_size, st_mtime_ns, st_ctime_ns)`` of a record file.
-Identity = tuple[int, int, int, int]
 
 
 class Summary(NamedTuple):
@@ -106,15 +115,6 @@ def micros(when: datetime | None) -> int:
 def moment(us: int) -> datetime:
     """The inverse of :func:`micros`."""
     return _EPOCH + us * _MICROSECOND
-
-
-def identity(st: os.stat_result) -> Identity:
-    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
-def key(job_id: str, st: os.stat_result) -> str:
-    """``"<id> <st_ino> <st_size> <st_mtime_ns> <st_ctime_ns>"``: a record file as the cache knows it."""
-    return f"{job_id} {st.st_ino} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns}"
 
 
 def _dir_identity(st: os.stat_result) -> tuple[int, ...]:
@@ -160,18 +160,97 @@ def _load_file(path: str) -> Any:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
             return None  # not ours alone: never believed
-        chunks = []
+        # One read of the whole file (a byte more, to see the end): megabytes at 100,000 records,
+        # which read in chunks and joined cost several times as much.
+        chunks = [os.read(fd, st.st_size + 1)]
         while chunk := os.read(fd, 1 << 20):
             chunks.append(chunk)
-        return marshal.loads(b"".join(chunks))
+        return marshal.loads(chunks[0] if len(chunks) == 1 else b"".join(chunks))
     except (OSError, ValueError, EOFError, TypeError):
         return None
     finally:
         os.close(fd)
 
 
-def _save_file(path: str, value: Any) -> bool:
-    """Replace ``path`` atomically with ``value`` marshalled, 0600; False when that failed."""
+class _Later:
+    """The rows of a cache file whose head was read: read from that very file, the first time they are needed.
+
+    The file stays open until then (and is closed when this is dropped), so
+    the rows are those written with the head even if the cache has been
+    replaced since.
+    """
+
+    __slots__ = ("_fd", "_offset")
+
+    def __init__(self, fd: int = -1, offset: int = 0) -> None:
+        self._fd = fd
+        self._offset = offset
+
+    def __del__(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def read(self) -> Any:
+        """The unmarshalled rows; None when they cannot be read (or were read already)."""
+        fd, offset = self._fd, self._offset
+        if fd < 0:
+            return None
+        try:
+            size = os.fstat(fd).st_size - offset
+            data = os.pread(fd, size, offset) if size > 0 else b""
+            while 0 < len(data) < size:
+                more = os.pread(fd, size - len(data), offset + len(data))
+                if not more:
+                    return None
+                data += more
+            return marshal.loads(data)
+        except (OSError, ValueError, EOFError, TypeError):
+            return None
+        finally:
+            self.close()
+
+
+def _load_head(path: str) -> tuple[Any, _Later]:
+    """The head of a cache file of ours alone, and its rows to read later; ``(None, nothing)`` for anything else."""
+    nothing = _Later()
+    try:
+        fd = os.open(path, os.O_RDONLY | _O_CLOEXEC | _O_NOFOLLOW)
+    except OSError:
+        return None, nothing
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+            return None, nothing  # not ours alone: never believed
+        first = os.read(fd, 1 << 16)
+        end = _HEAD_LENGTH + int.from_bytes(first[:_HEAD_LENGTH], "little")
+        if len(first) < _HEAD_LENGTH or end > st.st_size:
+            return None, nothing
+        while len(first) < end:
+            more = os.read(fd, end - len(first))
+            if not more:
+                return None, nothing
+            first += more
+        head = marshal.loads(memoryview(first)[_HEAD_LENGTH:end])
+        later = _Later(fd, end)
+        fd = -1  # the rows' now
+        return head, later
+    except (OSError, ValueError, EOFError, TypeError):
+        return None, nothing
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def _save_file(path: str, value: Any, rows: Any = None) -> bool:
+    """Replace ``path`` atomically with ``value`` marshalled, 0600; False when that failed.
+
+    With ``rows``: ``value`` is a head, written after its length and before
+    the rows, so that a reader can take the head alone (:func:`_load_head`).
+    """
     tmp = f"{path}.{os.urandom(5).hex()}.tmp"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC | _O_NOFOLLOW, 0o600)
@@ -179,7 +258,10 @@ def _save_file(path: str, value: Any) -> bool:
         return False
     try:
         try:
-            view = memoryview(marshal.dumps(value))
+            data = marshal.dumps(value)
+            if rows is not None:
+                data = len(data).to_bytes(_HEAD_LENGTH, "little") + data + marshal.dumps(rows)
+            view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
         finally:
@@ -298,18 +380,38 @@ class States(dict[str, str]):
 class Summaries:
     """What the last full scan of one store learnt, and what the current one learns.
 
-    Two files per store, written by one scan with the same random ``token``:
+    One file per store, ``<key>.open``, written by a full scan and read by
+    every :meth:`jobctl.store.file.FileStore.list_open`: the length of its
+    head (8 bytes, little-endian), the head marshalled, ``(version, byte
+    order, real path of jobs/, identity of jobs/ or None when racy,
+    others)``, then the rows marshalled, ``(names, states, codes, sizes,
+    times)``. A call that finds ``jobs/`` unchanged reads the head alone;
+    the rows are read (from the same open file) only when a full scan walks
+    them or a look-up needs a finished record's state:
 
-    ``<key>.open``
-        the directory's identity (None when it was racy), the finished
-        records' ids grouped by state, and ``others``: every other record
-        file (open, unreadable, or too recent to trust) -- all a call needs
-        when the directory is unchanged;
-    ``<key>.stat``
-        each finished record's :func:`key` (its id and its file's identity)
-        grouped by state,
-        for a scan that must stat every file. Believed only beside a
-        ``.open`` of the same token.
+    ``others``
+        the ids of the record files read on every call (open, unreadable,
+        or too recent to trust), sorted -- all a call needs when ``jobs/``
+        is unchanged;
+    ``names``
+        every record file name the scan met (``<id>.json``), joined by
+        newlines, in the order ``os.scandir`` gave them: the next scan,
+        walking the directory in (nearly always) the same order, compares
+        each entry with the row it expects instead of looking it up;
+    ``states``, ``codes``
+        the state names, and one byte per row: its state's index there, or
+        :data:`_OTHER` for a row that is read on every call;
+    ``sizes``, ``times``
+        packed arrays (``Q`` and ``q``, native byte order): each row's
+        ``st_ino, st_size`` and ``st_mtime_ns, st_ctime_ns``. An other row's
+        size is :data:`_NEVER`, which no file has, so it never matches.
+
+    Loading it builds no object per record: the arrays are compared in
+    place (``memoryview``), the names split only when a scan walks them,
+    and the states built only when a look-up needs one (:class:`States`).
+    A scan that confirms every row and meets no new name rewrites nothing
+    but the directory's identity; the rows are rebuilt only when a record
+    appeared, went, changed or ended.
 
     Nothing here raises: a cache that cannot be read is empty, one that
     cannot be written is not.
@@ -320,19 +422,37 @@ class Summaries:
         self.jobs_dir = jobs_dir
         self.real = ""
         self.base = ""
-        self.token = ""
         self.dir_id: tuple[int, ...] | None = None
         self.others: list[str] = []
-        self.table: dict[str, str] = {}
-        self.seen: list[tuple[str, str]] = []
-        self._by_state: dict[str, str] = {}
         self.dirty = False
+        self._loaded = False
+        self._text = ""  # the names, as stored
+        self._names: list[str] | None = None
+        self._table: list[str] = []
+        self._codes = b""
+        self._sizes_raw = self._times_raw = b""
+        self._sizes: Any = memoryview(b"").cast("Q")
+        self._times: Any = memoryview(b"").cast("q")
+        self._n = 0
+        self._finished = 0  # rows that are not _OTHER
+        self._started = 0
+        # What a scan (check) learns, in the order it met it: runs of confirmed rows, (start, end),
+        # and the names it handed out to be read, whose rows remember() and other() make.
+        self._plan: list[tuple[int, int] | str] = []
+        self._jumps = self._unknown = self._met_other = 0
+        self._new_at: dict[str, int] = {}
+        self._new_codes = bytearray()
+        self._new_sizes = array("Q")
+        self._new_times = array("q")
+        self._ended_other = self._remembered = 0
+        self._rows_out: tuple[str, bytes, bytes, bytes] = ("", b"", b"", b"")  # what save() writes
+        self._later = _Later()  # the rows of the file whose head was taken, not yet read
 
     @classmethod
     def load(
         cls, directory: str | None, jobs_dir: str, jobs_stat: os.stat_result | None, *, read: bool = True
     ) -> Summaries:
-        """The ``.open`` part of the cache for the store whose ``jobs/`` is ``jobs_dir`` (``read=False``: name only)."""
+        """The cache for the store whose ``jobs/`` is ``jobs_dir`` (``read=False``: its name only)."""
         self = cls(directory, jobs_dir)
         if directory is None or jobs_stat is None:
             self.directory = None
@@ -344,99 +464,288 @@ class Summaries:
             return self
         key = f"{self.real}\0{jobs_stat.st_dev}\0{jobs_stat.st_ino}".encode("utf-8", "surrogateescape")
         self.base = os.path.join(directory, blake2b(key, digest_size=16).hexdigest())
-        if not read or not _private_dir(directory, create=False):
-            return self
-        data = _load_file(self.base + ".open")
-        try:
-            version, real, token, dir_id, by_state, others = data
-            if version != _VERSION or real != self.real or type(by_state) is not dict or type(others) is not list:
-                return self
-            if not all(type(k) is str and type(v) is str for k, v in by_state.items()):
-                return self
-            self.token, self._by_state, self.others = token, by_state, others
-            self.dir_id = tuple(dir_id) if dir_id is not None else None
-        except (TypeError, ValueError):
-            pass
+        if read and _private_dir(directory, create=False):
+            self._take(*_load_head(self.base + ".open"))
         return self
+
+    def _take(self, head: Any, later: _Later) -> None:
+        """Believe ``head`` (of a loaded ``.open``) when it is whole and of this version; else stay empty.
+
+        Its rows (``later``) are read when first needed (:meth:`_need_rows`):
+        while ``jobs/`` is unchanged, a call needs only the head.
+        """
+        try:
+            version, order, real, dir_id, others = head
+        except (TypeError, ValueError):
+            return
+        if version != _VERSION or order != sys.byteorder or real != self.real:
+            return
+        if type(others) is not list or not all(type(job_id) is str for job_id in others):
+            return
+        try:
+            self.dir_id = tuple(dir_id) if dir_id is not None else None
+        except TypeError:
+            return
+        self.others, self._later = others, later
+
+    def _need_rows(self) -> bool:
+        """Read the rows of the head taken, once; True when they were whole (else the cache has none)."""
+        later, self._later = self._later, _Later()
+        rows = later.read()
+        if rows is None:
+            return self._loaded
+        try:
+            text, table, codes, sizes, times = rows
+        except (TypeError, ValueError):
+            return False
+        if not (type(text) is str and type(table) is tuple):
+            return False
+        if not (type(codes) is bytes and type(sizes) is bytes and type(times) is bytes):
+            return False
+        # Split now: every use of the rows walks the names, and their count checks the rest.
+        names = text.split("\n") if text else []
+        n = len(names)
+        if len(codes) != n or len(sizes) != 16 * n or len(times) != 16 * n or len(table) >= _OTHER:
+            return False
+        if not all(type(s) is str for s in table):
+            return False
+        if codes.translate(None, bytes([*range(len(table)), _OTHER])):
+            return False  # a code naming no state
+        names.append("/")  # the sentinel (see _rows)
+        self._names = names
+        self._text, self._table, self._codes = text, list(table), codes
+        self._sizes_raw, self._times_raw = sizes, times
+        self._sizes, self._times = memoryview(sizes).cast("Q"), memoryview(times).cast("q")
+        self._n = n
+        self._finished = n - codes.count(_OTHER)
+        self._rows_out = (text, codes, sizes, times)
+        self._loaded = True
+        return True
+
+    def _rows(self) -> list[str]:
+        """The stored names, split once, with a sentinel after the last that no entry can equal."""
+        if self._names is None:
+            self._names = self._text.split("\n") if self._n else []
+            self._names.append("/")
+        return self._names
 
     def fresh(self, jobs_stat: os.stat_result) -> bool:
         """True when ``jobs/`` has not changed since the cache was written (no entry added, removed, renamed)."""
         return self.dir_id is not None and self.dir_id == _dir_identity(jobs_stat)
 
+    def _states_where(self, mask: bytes | bytearray) -> dict[str, str]:
+        """The state of every row whose byte in ``mask`` is set (never an other row's: callers mask those)."""
+        names = self._rows()
+        table = self._table
+        return dict(
+            zip(map(_ID, compress(names, mask)), map(table.__getitem__, compress(self._codes, mask)), strict=True)
+        )
+
     def states(self) -> dict[str, str]:
-        """Every finished record's state as the cache knows it."""
-        out: dict[str, str] = {}
-        for state, ids in self._by_state.items():
-            if ids:
-                out.update(dict.fromkeys(ids.split("\n"), state))
-        return out
+        """Every finished record's state as the cache knows it (none when its rows cannot be read)."""
+        self._need_rows()
+        return self._states_where(self._codes.translate(_FINISHED))
 
-    def lazy_states(self) -> States:
-        """:meth:`states`, built only when a look-up needs a finished record's state."""
-        return States(self.states)
+    def lazy_states(self, fallback: Callable[[], dict[str, str]]) -> States:
+        """:meth:`states`, built only when a look-up needs a finished record's state.
 
-    def begin(self) -> None:
-        """Start a full scan: load the ``.stat`` part into :attr:`table`; note in :attr:`seen` what is confirmed.
+        The head vouched for them; should the rows behind it turn out
+        unreadable when they are needed at last, ``fallback`` (every record
+        read) answers instead -- slower, never different.
+        """
+        return States(lambda: self.states() if self._need_rows() else fallback())
 
-        ``table`` maps the :func:`key` of each finished record's file, as
-        last summarised, to its state: one string built and one lookup per
-        file. A scan appends every ``(key, state)`` it confirms to ``seen``.
+    def confirmed_states(self) -> States:
+        """After :meth:`check`: the states of the rows it confirmed, built only when a look-up needs one."""
+
+        def fill() -> dict[str, str]:
+            mask = bytearray(self._n)
+            for item in self._plan:
+                if type(item) is tuple:
+                    a, b = item
+                    mask[a:b] = b"\x01" * (b - a)
+            return self._states_where(mask)
+
+        return States(fill)
+
+    def check(self, fd: int) -> Iterator[str]:
+        """A full scan of ``jobs/`` (open as ``fd``): the id of every record file the cache cannot vouch for.
+
+        A row is confirmed when the entry at its name is a regular file of
+        the row's identity; every other record name is handed out, and the
+        caller reads it and says what it was (:meth:`remember`,
+        :meth:`other`, or nothing when it went away) before asking for the
+        next. The entries come in the order the rows were stored in (the
+        directory's own order, which a rename over an existing name or a new
+        name elsewhere leaves as it was), so each is compared with the row
+        expected next; one that is not there is looked up among all of them.
         """
         self._started = time.time_ns()
-        self.table = {}
-        if self.token and self.directory is not None:
-            data = _load_file(self.base + ".stat")
-            try:
-                version, real, token, by_state = data
-                if version == _VERSION and real == self.real and token == self.token and type(by_state) is dict:
-                    for state, lines in by_state.items():
-                        if lines:
-                            self.table.update(dict.fromkeys(lines.split("\n"), state))
-            except (TypeError, ValueError, AttributeError):
-                self.table = {}
-        self.seen = []
-        self._others: list[str] = []
+        self._need_rows()
+        names = self._rows()
+        sizes, times = self._sizes, self._times
+        codes = self._codes
+        plan = self._plan
+        index: dict[str, int] | None = None
+        k = start = 0
+        expect = names[0]
+        with os.scandir(fd) as entries:
+            for entry in entries:
+                name = entry.name
+                if name != expect:
+                    if name[-5:] != ".json" or name[0] == ".":
+                        continue
+                    if index is None:
+                        index = dict(zip(names, range(self._n), strict=False))  # not the sentinel
+                    at = index.get(name)
+                    if start < k:
+                        plan.append((start, k))
+                    if at is None:
+                        self._unknown += 1
+                        plan.append(name)
+                        start = k
+                        yield name[:-5]
+                        continue
+                    self._jumps += 1
+                    k = start = at
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:  # removed since the directory was read
+                    st = None
+                j = k + k
+                if (
+                    st is not None
+                    and st.st_ctime_ns == times[j + 1]
+                    and st.st_mtime_ns == times[j]
+                    and st.st_size == sizes[j + 1]
+                    and st.st_ino == sizes[j]
+                    and st.st_mode & _S_IFMT == _S_IFREG
+                ):
+                    k += 1
+                    expect = names[k]
+                    continue
+                if start < k:
+                    plan.append((start, k))
+                at, k = k, k + 1
+                start = k
+                expect = names[k]
+                if st is not None:
+                    self._met_other += codes[at] == _OTHER
+                    plan.append(name)
+                    yield name[:-5]
+        if start < k:
+            plan.append((start, k))
+
+    def _add(self, job_id: str, code: int, sizes: tuple[int, int], times: tuple[int, int]) -> None:
+        self._new_at[job_id + ".json"] = len(self._new_codes)
+        self._new_codes.append(code)
+        self._new_sizes.extend(sizes)
+        self._new_times.extend(times)
 
     def remember(self, job_id: str, st: os.stat_result, state: str | None) -> None:
         """What was just read of ``job_id`` (``st`` from the open file; ``state`` None unless finished)."""
-        if state is None or max(st.st_mtime_ns, st.st_ctime_ns) >= self._started - RACY_NS:
-            self._others.append(job_id)
+        if self.directory is None:
             return
-        self.seen.append((key(job_id, st), state))
-        self.dirty = True
+        if state is None or max(st.st_mtime_ns, st.st_ctime_ns) >= self._started - RACY_NS:
+            self.other(job_id)
+            return
+        try:
+            code = self._table.index(state)
+        except ValueError:
+            if len(self._table) >= _OTHER - 1:
+                self.other(job_id)
+                return
+            code = len(self._table)
+            self._table.append(state)
+        self._remembered += 1
+        self._add(job_id, code, (st.st_ino, st.st_size), (st.st_mtime_ns, st.st_ctime_ns))
 
     def other(self, job_id: str) -> None:
         """A record file to read on every call."""
-        self._others.append(job_id)
+        if self.directory is None:
+            return
+        self._ended_other += 1
+        self._add(job_id, _OTHER, (0, _NEVER), (0, 0))
 
     def finish(self, jobs_stat: os.stat_result) -> None:
         """End a full scan; ``jobs_stat`` is the directory as statted before it began."""
+        if self.directory is None:
+            return
         dir_id: tuple[int, ...] | None = _dir_identity(jobs_stat)
         if max(jobs_stat.st_mtime_ns, jobs_stat.st_ctime_ns) >= self._started - RACY_NS:
             dir_id = None  # changed within a tick of the scan: the next call must look
-        self._others.sort()
-        # Every entry of seen is a hit in table or was remembered (which sets dirty):
-        # as many as in table and nothing remembered means the very same entries.
-        if len(self.seen) != len(self.table) or self._others != self.others or dir_id != self.dir_id:
+        confirmed = sum(item[1] - item[0] for item in self._plan if type(item) is tuple)
+        same_rows = (
+            self._loaded
+            and not self._jumps
+            and not self._unknown
+            and not self._remembered
+            and confirmed == self._finished
+            # every other row met again, and each still to be read on every call:
+            and self._met_other == self._n - self._finished == self._ended_other
+        )
+        if not same_rows:
+            self._rows_out = self._rebuild()
             self.dirty = True
-        self.others, self.dir_id = self._others, dir_id
-        del self._others
+        elif dir_id != self.dir_id:
+            self.dirty = True
+        self.dir_id = dir_id
+
+    def _rebuild(self) -> tuple[str, bytes, bytes, bytes]:
+        """The rows as this scan met them: the confirmed runs, and what was read in between.
+
+        Sets :attr:`others` from them; returns ``(names, codes, sizes, times)`` as stored.
+        """
+        names = self._rows()
+        codes, sizes, times = bytearray(), array("Q"), array("q")
+        out: list[str] = []
+        new_at, new_codes, new_sizes, new_times = self._new_at, self._new_codes, self._new_sizes, self._new_times
+        taken = bytearray(self._n) if self._jumps else None  # a jump back must not repeat a row
+
+        def run(a: int, b: int) -> None:
+            out.extend(names[a:b])
+            codes.extend(self._codes[a:b])
+            sizes.frombytes(self._sizes_raw[16 * a : 16 * b])
+            times.frombytes(self._times_raw[16 * a : 16 * b])
+
+        for item in self._plan:
+            if isinstance(item, str):
+                i = new_at.pop(item, None)  # None: gone before it was read, or met twice
+                if i is not None:
+                    out.append(item)
+                    codes.append(new_codes[i])
+                    sizes.extend(new_sizes[2 * i : 2 * i + 2])
+                    times.extend(new_times[2 * i : 2 * i + 2])
+                continue
+            a, b = item
+            if taken is None:
+                run(a, b)
+            elif not any(taken[a:b]):
+                taken[a:b] = b"\x01" * (b - a)
+                run(a, b)
+            else:
+                for x in range(a, b):
+                    if not taken[x]:
+                        taken[x] = 1
+                        run(x, x + 1)
+        self.others = sorted(_ID(name) for name, code in zip(out, codes, strict=True) if code == _OTHER)
+        return "\n".join(out), bytes(codes), sizes.tobytes(), times.tobytes()
 
     def save(self) -> None:
-        """Write both parts when they changed: ``.stat`` first, then the ``.open`` that vouches for it."""
+        """Write the cache when this scan changed it (atomically: a temporary renamed into place)."""
         if not self.dirty or self.directory is None or not self.base:
             return
         if not _private_dir(self.directory, create=True):
             return
-        grouped: dict[str, list[str]] = {}
-        for line, state in self.seen:
-            grouped.setdefault(state, []).append(line)
-        lines = {state: "\n".join(group) for state, group in grouped.items()}
-        by_state = {state: "\n".join(line[: line.index(" ")] for line in group) for state, group in grouped.items()}
-        token = os.urandom(8).hex()
-        if _save_file(self.base + ".stat", (_VERSION, self.real, token, lines)):
-            _save_file(self.base + ".open", (_VERSION, self.real, token, self.dir_id, by_state, self.others))
+        text, codes, sizes, times = self._rows_out
+        head = (_VERSION, sys.byteorder, self.real, self.dir_id, self.others)
+        if _save_file(self.base + ".open", head, (text, tuple(self._table), codes, sizes, times)):
             self.dirty = False
+            if not self._loaded:
+                try:  # the second part of the cache of jobctl 0.x before version 4: no longer read
+                    os.unlink(self.base + ".stat")
+                except OSError:
+                    pass
 
 
 _new = tuple.__new__

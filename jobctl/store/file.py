@@ -244,6 +244,10 @@ class FileStore(ContractStore):
         a link or odd file at a record's name is never cached, and is named
         unreadable on every call, as :meth:`list` names it.
         """
+        return self._list_open(self._summaries_dir())
+
+    def _list_open(self, cache_dir: str | None) -> OpenListing:
+        """:meth:`list_open` with the summary cache in ``cache_dir`` (None: every record read)."""
         from .. import summary
 
         jobs = self._jobs()
@@ -251,46 +255,24 @@ class FileStore(ContractStore):
             jobs_stat: os.stat_result | None = os.fstat(jobs.fd)
         except OSError:
             jobs_stat = None
-        cache = summary.Summaries.load(self._summaries_dir(), self.jobs_dir, jobs_stat)
+        cache = summary.Summaries.load(cache_dir, self.jobs_dir, jobs_stat)
         out = OpenListing()
-        states = out.states
         if jobs_stat is not None and cache.fresh(jobs_stat):
             # The finished records' states come from the cache only if a look-up needs one:
             # orphans never does, claim --next only for what its open jobs wait for.
-            out.states = states = cache.lazy_states()
+            out.states = cache.lazy_states(lambda: dict(self._list_open(None).states))
             for job_id in cache.others:
                 self._take_open(jobs, job_id, out, None)
-            out.sort(key=_by_id)
-            out.unreadable.sort(key=lambda pair: pair[0])
-            return out
-        cache.begin()
-        # The loop every record file passes through: one lstat, one lookup.
-        known = cache.table.get
-        seen = cache.seen.append
-        for entry in fsio.scan(jobs):
-            name = entry.name
-            if name[-5:] != ".json" or name[0] == ".":
-                continue
-            job_id = name[:-5]
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-            if st.st_mode & _S_IFMT != _S_IFREG:
-                # A link, FIFO or directory at a record's name: fsio refuses it, on every call.
-                cache.other(job_id)
-                self._take_open(jobs, job_id, out, None)
-                continue
-            key = f"{job_id} {st.st_ino} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns}"  # summary.key
-            state = known(key)
-            if state is not None:
-                states[job_id] = state
-                seen((key, state))
-                continue
-            self._take_open(jobs, job_id, out, cache)
-        if jobs_stat is not None:
-            cache.finish(jobs_stat)
-            cache.save()
+        else:
+            # Every record file statted (summary.Summaries.check: compared in place, nothing built
+            # per record); what the cache cannot vouch for is read. The confirmed finished
+            # records' states, again, only if a look-up needs one.
+            out.states = cache.confirmed_states()
+            for job_id in cache.check(jobs.fd):
+                self._take_open(jobs, job_id, out, cache)
+            if jobs_stat is not None:
+                cache.finish(jobs_stat)
+                cache.save()
         out.sort(key=_by_id)
         out.unreadable.sort(key=lambda pair: pair[0])
         return out

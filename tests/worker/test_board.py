@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import ItemsView, Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -138,4 +139,48 @@ def test_a_deleted_record_leaves_the_board(store: FileStore, notices: bool) -> N
     os.unlink(store.path(job))
     board.refresh(force=not notices)
     assert job not in board.states and board.pick(store.now()).record is None
+    board.close()
+
+
+class CountingStates(dict[str, str]):
+    """A listing's states that count how often the whole of them is read."""
+
+    reads = 0
+
+    def items(self) -> ItemsView[str, str]:
+        CountingStates.reads += 1
+        return super().items()
+
+    def __iter__(self) -> Iterator[str]:
+        CountingStates.reads += 1
+        return super().__iter__()
+
+
+def test_the_start_builds_no_finished_state_until_a_look_up_needs_one(
+    store: FileStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At 100,000 records, copying every finished state cost more than the rest of a pick [JOB-T1]."""
+    done = [finished(store, state) for state in ("complete", "failed", "cancelled")]
+    free = store.submit(Record(kind="shell", spec={"argv": ["true"]}))
+    waiting = submit(store, ["true"], after=[done[0]])
+    whole = store.list()
+    expected = {rec.id: rec.state for rec in whole}
+    real = store.list_open
+
+    def counted() -> object:
+        listing = real()
+        listing.states = CountingStates(listing.states)
+        return listing
+
+    monkeypatch.setattr(store, "list_open", counted)
+    CountingStates.reads = 0
+    board = Board(store, None, notices=False)
+    assert board.pick(store.now()).record.id == free  # type: ignore[union-attr]  # it waits for nothing
+    assert CountingStates.reads == 0
+    assert board.pick(store.now(), exclude={free}).record.id == waiting  # type: ignore[union-attr]
+    assert CountingStates.reads == 1  # its dependency's state, from the listing, once
+    assert dict(board.states) == expected and board.states == expected
+    store.finish(free, store.claim(free, "w", 30).lease.epoch, "complete")
+    board.refresh(force=True)
+    assert dict(board.states) == {**expected, free: "complete"} and board.open.keys() == {waiting}
     board.close()
