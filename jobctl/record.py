@@ -520,13 +520,166 @@ def decode(data: bytes | str, job_id: str = "") -> Record:
     the error message.
     """
     try:
-        return _decode(data)
+        text = wire.utf8_text(data, "record") if isinstance(data, bytes) else data
+        rec = _fast_decode(text)
+        return rec if rec is not None else _decode(text)
     except (Invalid, UnknownSchema) as exc:
         if job_id and not exc.job_id:
             exc.job_id = job_id
         if isinstance(exc, Invalid) and job_id:
             exc.hint = f"the record file jobs/{job_id}.json is damaged: look at it, restore or remove it"
         raise
+
+
+_new_record = object.__new__
+_fromiso = datetime.fromisoformat
+
+
+def _time(value: Any, what: str) -> datetime | None:
+    """:func:`parse_time`, its common case (every conforming writer's spelling) inlined."""
+    if type(value) is str and len(value) == 27 and value[26] == "Z" and value[10] == "T" and value[19] == ".":
+        return _fromiso(value[:26] + "+00:00")  # a ValueError sends the record to _decode, which says why
+    return parse_time(value, what)
+
+
+def _fast_decode(text: str) -> Record | None:
+    """The record :func:`_decode` gives for ``text``, or None when this path is not sure it would.
+
+    Every record jobctl reads goes through here first: ``claim --next``,
+    ``orphans`` and ``list`` on a store without a summary cache decode every
+    record file. This path takes the common shape only -- a text that starts
+    with ``{``, no more brackets than the depth limit allows, no envelope,
+    step, recall or delegation, no legacy ``schema`` -- and runs the same
+    scanner (duplicate names refused at every depth [JOB-E9]) and the same
+    field helpers as :func:`_decode`, without the generality that costs a
+    function call per absent field. Anything it does not expect, and every
+    refusal, returns None: :func:`_decode` then decides, so its verdicts and
+    their messages are the only ones there are. tests/property/test_fast_decode.py
+    compares the two on the contract's vectors and on mutated records.
+    """
+    if text[:1] != "{" or text.count("{") + text.count("[") > wire.MAX_DEPTH:
+        return None  # a deeper text needs check_text's exact count
+    try:
+        top, end = wire._scan(text, 0)
+        if end != len(text) and text[end:].strip(" \t\n\r"):
+            return None
+        if "\\" in text:
+            wire.check_surrogates(text, top)  # an escaped lone surrogate needs a backslash
+        return _fast_fields(top, text)
+    # Whatever goes wrong here -- a refusal, a number past int_max_str_digits, a nesting
+    # the C scanner's recursion guard stops -- _decode meets again and reports in its words.
+    except Exception:
+        return None
+
+
+def _fast_fields(top: Any, text: str) -> Record | None:
+    """The fields of :func:`_decode` for the common shape of record (see :func:`_fast_decode`)."""
+    if type(top) is not dict:
+        return None
+    get = top.get
+    content = get("content")
+    if type(content) is not list or not content:
+        return None  # a legacy record, or one that says nothing of its content
+    for name in content:
+        if type(name) is not str:
+            return None
+    given = get("critical")
+    if given is None:
+        given = []
+    elif type(given) is not list:
+        return None
+    critical = []
+    for name in given:
+        if type(name) is not str:
+            return None
+        if name in _NEVER_CRITICAL:
+            continue
+        if name not in _UNDERSTOOD or name not in content:
+            return None
+        critical.append(name)
+    if not _TOP_KEYS.issuperset(top):
+        return None
+    for rare in ("envelope", "delegation"):
+        if get(rare) is not None:
+            return None
+
+    rec: Record = _new_record(Record)
+    rec.content = content
+    rec.critical = critical
+    rec._raw = {}
+    rec._text = text
+    rec._exposed = True
+    rec.envelope = rec.delegation = None
+    intent = get("intent")
+    if intent is not None:
+        if type(intent) is not dict or not _INTENT_KEYS.issuperset(intent):
+            return None
+        want = intent.get("want")
+        if want not in WANTS:
+            return None
+        rec.intent = Intent(want, _str(intent.get("by"), "intent.by"), _time(intent.get("at"), "intent.at"))
+    else:
+        rec.intent = None
+    job_id = get("id")
+    kind = get("kind")
+    state = get("state")
+    if type(job_id) is not str or type(kind) is not str or not job_id.strip() or not kind.strip():
+        return None
+    if state not in STATES:
+        return None
+    rec.id = job_id
+    rec.kind = kind
+    rec.state = state
+    spec = get("spec")
+    if spec is None:
+        return None
+    checkpoint = get("checkpoint")
+    rec.spec = spec
+    rec.checkpoint = checkpoint
+    orig = rec._orig = {"spec": spec, "checkpoint": checkpoint}
+
+    progress = get("progress")
+    if progress is None:
+        progress = {}
+    elif type(progress) is not dict or not _PROGRESS_KEYS.issuperset(progress) or progress.get("step") is not None:
+        return None
+    done = progress.get("done", 0)
+    total = progress.get("total", 0)
+    if type(done) is not int or type(total) is not int or not 0 <= done <= _INT64 or not 0 <= total <= _INT64:
+        return None  # null among them too: _decode reads it as 0
+    rec.progress = Progress(done, total, _time(progress.get("updated_at"), "progress.updated_at"))
+    lease = get("lease")
+    if lease is None:
+        lease = {}
+    elif type(lease) is not dict or not _LEASE_KEYS.issuperset(lease) or lease.get("recall") is not None:
+        return None
+    owner = lease.get("owner", "")
+    epoch = lease.get("epoch", 0)
+    if type(owner) is not str or type(epoch) is not int or not 0 <= epoch <= _INT64:
+        return None
+    rec.lease = Lease(owner, epoch, _time(lease.get("expires_at"), "lease.expires_at"))
+    requires = get("requires")
+    rec.requires = [] if requires is None else list(_names(requires, "requires"))
+    error = get("error")
+    if error is None:
+        rec.error = ""
+    elif type(error) is str:
+        rec.error = error
+    else:
+        return None
+    rec._error_present = "error" in top and not rec.error
+    extensions = get("extensions")
+    rec.extensions = {}
+    if extensions is not None:
+        if type(extensions) is not dict:
+            return None
+        for name, value in extensions.items():
+            if not name.strip():
+                return None
+            rec.extensions[name] = orig["x:" + name] = value
+    rec.created_at = _time(get("created_at"), "created_at")
+    rec.updated_at = _time(get("updated_at"), "updated_at")
+    return rec
 
 
 def _not_an_object(text: str, start: int) -> str:
