@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from datetime import datetime
+from typing import Any, NamedTuple
 
 import click
 
 from ..errors import JobError
 from ..record import TERMINAL, Record, encode
 from ..store.base import Listing
-from ..store.file import is_orphan
+from ..store.file import is_orphan, summary_of
 from ..summary import Summary, micros, moment
 from . import render
 from .main import EXIT_FAILURE, STATE_CHOICE, STATES_HELP, TEXT, JobCommand, State, common, job_id_argument, pass_state
@@ -225,6 +226,18 @@ def list_jobs(
     _list_piped(state, wanted, kind, states, owner, pipeline, active or only_orphans, newest, limit)
 
 
+class _Shown(NamedTuple):
+    """A finished record's JSON line, rendered when it was read, and its summary (for the lease warning)."""
+
+    line: str
+    summary: Summary
+    long_lease: bool
+
+    @property
+    def id(self) -> str:
+        return self.summary.id
+
+
 def _list_piped(
     state: State,
     wanted: Callable[[Record], bool],
@@ -243,37 +256,57 @@ def _list_piped(
     :meth:`Store.scan` -- a finished record the summary cache vouches for as
     its summary, undecoded [JOB-T1] -- and are written once all are in,
     because they are shown by creation time, which their ids need not follow.
+
+    Every record is read and decoded at most once: a finished record that
+    ``list_open`` decodes anyway (the cache is absent, or does not vouch
+    for it) is kept from there and ``scan`` leaves it out. What is kept of a
+    finished record until it is written is its summary, or with ``--json``
+    its line, never the record, so memory does not grow with the records
+    beyond what the lines say.
     """
     store = state.store()
     now = store.now()
-    opened = store.list_open()
+    ended: list[tuple[int, str, Summary | _Shown]] = []
+    taken: dict[str, tuple[Summary, Any]] = {}
+    wants_ended = not open_only and (not states or any(s in TERMINAL for s in states))
+
+    def keep(rec: Record, how: Any) -> None:
+        """A finished record met (and decoded) in either step: what its line needs, and no more."""
+        brief = summary_of(rec)
+        if how is not None:
+            taken[rec.id] = (brief, how)
+        if not wanted(rec):
+            return
+        if state.json:
+            flag = rec.id in state.long_leases([rec])
+            # An ended job's JSON does not look at other jobs' states (render.scheduling).
+            line = render.json_line(render.job_json(rec, now, None, flag))
+            ended.append((brief.created, rec.id, _Shown(line, brief, flag)))
+        else:
+            ended.append((brief.created, rec.id, brief))
+
+    opened = store.list_open(finished=keep if wants_ended else None)
     every = opened.states  # what dependencies are in, for the JSON
     unreadable = {job_id: exc for job_id, exc in opened.unreadable}
     lines = render.Lines()
     shown: list[Record | Summary] = []
     flagged: set[str] = set()
 
-    def emit(item: Record | Summary) -> None:
-        shown.append(item)
-        if isinstance(item, Summary):
-            lines.out(render.summary_line(item))
-        elif state.json:
-            lines.out_json(render.job_json(item, now, every, item.id in flagged))
-        else:
-            lines.out(render.list_line(item))
-
     try:
         chosen = render.view_order([rec for rec in opened if wanted(rec)], newest)[:limit]
         flagged |= state.long_leases(chosen)
         for rec in chosen:
-            emit(rec)
+            shown.append(rec)
+            if state.json:
+                lines.out_json(render.job_json(rec, now, every, rec.id in flagged))
+            else:
+                lines.out(render.list_line(rec))
         left = None if limit is None else limit - len(chosen)
-        if not open_only and (not states or any(s in TERMINAL for s in states)) and (left is None or left > 0):
+        if wants_ended and (left is None or left > 0):
             # Ended jobs: a summary serves unless the JSON or --pipeline needs the whole record.
-            ended: list[tuple[int, str, Record | Summary]] = []
             skip = {rec.id for rec in opened} | set(unreadable)  # in the snapshot of the active ones
             scanned: list[tuple[str, JobError]] = []
-            for item in store.scan(scanned, summaries=not state.json and pipeline is None):
+            for item in store.scan(scanned, summaries=not state.json and pipeline is None, taken=taken):
                 if item.id in skip:
                     continue
                 if isinstance(item, Summary):
@@ -282,29 +315,34 @@ def _list_piped(
                     if owner is not None and item.owner != owner:
                         continue
                     ended.append((item.created, item.id, item))
-                elif item.terminal and wanted(item):
-                    ended.append((micros(item.created_at), item.id, item))
+                elif item.terminal:
+                    keep(item, None)
+            taken.clear()
             for job_id, exc in scanned:
                 unreadable.setdefault(job_id, exc)
             ended.sort()  # by (created, id): ids are unique, so the items themselves are never compared
             if newest:
                 ended.reverse()
-            picked = [item for _, _, item in ended[:left]]
-            flagged |= state.long_leases([item for item in picked if isinstance(item, Record)])
-            flagged |= _long_summaries(state, [item for item in picked if isinstance(item, Summary)], now)
+            picked = [entry for _, _, entry in ended[:left]]
+            del ended[:]
             line = render.summary_line
             out = lines.out
-            for item in picked:
-                if type(item) is Summary:  # most of a big store: written without the checks emit() makes
-                    shown.append(item)
-                    out(line(item))
+            if not state.json:
+                flagged |= _long_summaries(state, [entry for entry in picked if isinstance(entry, Summary)], now)
+            for entry in picked:
+                if isinstance(entry, _Shown):
+                    if entry.long_lease:
+                        flagged.add(entry.id)
+                    shown.append(entry.summary)
+                    out(entry.line)
                 else:
-                    emit(item)
+                    shown.append(entry)
+                    out(line(entry))
     finally:
         lines.flush()
-    for item in shown:
-        if item.id in flagged:
-            _warn_long_lease(state, item)
+    for done in shown:
+        if done.id in flagged:
+            _warn_long_lease(state, done)
     if unreadable:
         click.echo(render.unreadable_line(sorted(unreadable.items())), err=True)
         click.get_current_context().exit(EXIT_FAILURE)

@@ -24,9 +24,10 @@ import contextlib
 import os
 import re
 import stat
-from collections.abc import Callable, Iterable, Iterator
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from .. import fsio, ids, limits, lock
 from ..errors import Exists, JobError, NoStore, NotFound, Untrusted
@@ -43,9 +44,20 @@ from .contract import ContractStore
 if TYPE_CHECKING:  # the summary cache (hashlib and all) loads only when a listing asks for it
     from .. import summary
 
-__all__ = ["FileStore", "Clock"]
+__all__ = ["FileStore", "Clock", "Finished", "FileIdentity", "summary_of"]
 
 Clock = Callable[[], datetime]
+#: ``list_open(finished=...)``: handed each finished record decoded, and its file's :class:`FileIdentity`.
+Finished = Callable[[Record, "FileIdentity"], None]
+
+
+class FileIdentity(NamedTuple):
+    """The part of a record file's status the summary cache compares: a quarter of an ``os.stat_result``."""
+
+    st_ino: int
+    st_size: int
+    st_mtime_ns: int
+    st_ctime_ns: int
 
 
 def _system_clock() -> datetime:
@@ -228,7 +240,7 @@ class FileStore(ContractStore):
             return summary.default_dir()
         return os.fspath(self.summaries)
 
-    def list_open(self) -> OpenListing:
+    def list_open(self, *, finished: Finished | None = None) -> OpenListing:
         """The open records and every record's state, decoding only what the cache cannot vouch for.
 
         A record file whose identity matches its cached summary is taken as
@@ -243,6 +255,11 @@ class FileStore(ContractStore):
         ``jobs/`` descriptor without following links (:mod:`jobctl.fsio`):
         a link or odd file at a record's name is never cached, and is named
         unreadable on every call, as :meth:`list` names it.
+
+        ``finished`` is handed each finished record this call decodes anyway,
+        with the status of the file it was read from: a listing keeps what
+        it shows of them and passes them to :meth:`scan` as ``taken``, so a
+        cold listing reads and decodes every record once, not twice.
         """
         from .. import summary
 
@@ -259,7 +276,7 @@ class FileStore(ContractStore):
             # orphans never does, claim --next only for what its open jobs wait for.
             out.states = states = cache.lazy_states()
             for job_id in cache.others:
-                self._take_open(jobs, job_id, out, None)
+                self._take_open(jobs, job_id, out, None, finished)
             out.sort(key=_by_id)
             out.unreadable.sort(key=lambda pair: pair[0])
             return out
@@ -287,7 +304,7 @@ class FileStore(ContractStore):
                 states[job_id] = state
                 seen((key, state))
                 continue
-            self._take_open(jobs, job_id, out, cache)
+            self._take_open(jobs, job_id, out, cache, finished)
         if jobs_stat is not None:
             cache.finish(jobs_stat)
             cache.save()
@@ -295,7 +312,13 @@ class FileStore(ContractStore):
         out.unreadable.sort(key=lambda pair: pair[0])
         return out
 
-    def scan(self, unreadable: Unreadable, *, summaries: bool = True) -> Iterator[Record | summary.Summary]:
+    def scan(
+        self,
+        unreadable: Unreadable,
+        *,
+        summaries: bool = True,
+        taken: Mapping[str, tuple[summary.Summary, FileIdentity]] | None = None,
+    ) -> Iterator[Record | summary.Summary]:
         """Every record in id order, one at a time, for a listing that prints as it reads.
 
         A finished record the summary cache vouches for (same file identity)
@@ -308,6 +331,11 @@ class FileStore(ContractStore):
         then), the names and summaries come from it without a ``stat``, as
         :meth:`list_open` takes the finished records' states; the records
         it could not summarise are read as always.
+
+        ``taken``: the finished records the caller has already read in this
+        process (from :meth:`list_open`'s ``finished``), each with its summary
+        and the status of its file. They are neither statted, read nor
+        yielded again; their summaries go to the cache as if read now.
         """
         from .. import summary
 
@@ -328,9 +356,17 @@ class FileStore(ContractStore):
             names = self._ids(jobs)
             lookup = listed.lookup
         fd = jobs.fd
+        if not taken:
+            taken = {}
+        elif listed.directory is not None:
+            for brief, known in taken.values():
+                listed.remember(brief, known)  # type: ignore[arg-type]  # reads only these four fields
         for job_id in names:
             if not isinstance(job_id, str):
-                yield job_id  # a summary, vouched for by the unchanged directory
+                if job_id.id not in taken:
+                    yield job_id  # a summary, vouched for by the unchanged directory
+                continue
+            if job_id in taken:
                 continue
             name = job_id + ".json"
             try:
@@ -357,14 +393,21 @@ class FileStore(ContractStore):
                 unreadable.append((job_id, exc))
                 continue
             if rec.terminal:
-                listed.remember(_summary_of(rec), fst)  # or named among the others, when racy
+                listed.remember(summary_of(rec), fst)  # or named among the others, when racy
             else:
                 listed.other(job_id)
             yield rec
         listed.save(jobs_stat)
 
-    def _take_open(self, jobs: fsio.Dir, job_id: str, out: OpenListing, cache: summary.Summaries | None) -> None:
-        """Read and decode one record into ``out``; tell ``cache`` what it was."""
+    def _take_open(
+        self,
+        jobs: fsio.Dir,
+        job_id: str,
+        out: OpenListing,
+        cache: summary.Summaries | None,
+        finished: Finished | None = None,
+    ) -> None:
+        """Read and decode one record into ``out``; tell ``cache`` what it was, and ``finished`` a finished one."""
         try:
             got = fsio.read_file_stat(jobs, job_id + ".json", job_id)
             if got is None:
@@ -379,6 +422,8 @@ class FileStore(ContractStore):
         out.states[job_id] = rec.state
         if not rec.terminal:
             out.append(rec)
+        elif finished is not None:
+            finished(rec, FileIdentity(st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
         if cache is not None:
             cache.remember(job_id, st, rec.state if rec.terminal else None)
 
@@ -557,18 +602,20 @@ class FileStore(ContractStore):
             return removed
 
 
-def _summary_of(rec: Record) -> summary.Summary:
+def summary_of(rec: Record) -> summary.Summary:
+    """What a listing line shows of a finished record, as the summary cache keeps it."""
     from .. import summary
 
+    intern = sys.intern  # kind, state, owner and error repeat across a store: one copy each when held
     return summary.Summary(
         rec.id,
-        rec.kind,
-        rec.state,
+        intern(rec.kind),
+        intern(rec.state),
         rec.progress.done,
         rec.progress.total,
-        rec.lease.owner,
+        intern(rec.lease.owner),
         rec.lease.epoch,
-        rec.error,
+        intern(rec.error),
         rec.checkpoint_text(),
         summary.micros(rec.created_at),
         summary.micros(rec.lease.expires_at),
