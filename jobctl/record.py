@@ -9,6 +9,7 @@ re-deriving ``content``/``critical`` on the way [JOB-D2].
 from __future__ import annotations
 
 import re
+import sys
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 from typing import Any
@@ -535,10 +536,16 @@ _new_record = object.__new__
 _fromiso = datetime.fromisoformat
 
 
+#: From 3.11 ``fromisoformat`` reads the ``Z`` itself; before, it must be spelt as an offset.
+_Z = "Z" if sys.version_info >= (3, 11) else "+00:00"
+
+
 def _time(value: Any, what: str) -> datetime | None:
     """:func:`parse_time`, its common case (every conforming writer's spelling) inlined."""
     if type(value) is str and len(value) == 27 and value[26] == "Z" and value[10] == "T" and value[19] == ".":
-        return _fromiso(value[:26] + "+00:00")  # a ValueError sends the record to _decode, which says why
+        # The same instant parse_time reads from value[:26] + "+00:00"; a ValueError sends
+        # the record to _decode, which says why.
+        return _fromiso(value if _Z == "Z" else value[:26] + _Z)
     return parse_time(value, what)
 
 
@@ -560,6 +567,10 @@ def _fast_decode(text: str) -> Record | None:
     if text[:1] != "{" or text.count("{") + text.count("[") > wire.MAX_DEPTH:
         return None  # a deeper text needs check_text's exact count
     try:
+        if text.startswith(_CANONICAL_START):
+            rec = _canonical(text)
+            if rec is not None:
+                return rec
         top, end = wire._scan(text, 0)
         if end != len(text) and text[end:].strip(" \t\n\r"):
             return None
@@ -570,6 +581,114 @@ def _fast_decode(text: str) -> Record | None:
     # the C scanner's recursion guard stops -- _decode meets again and reports in its words.
     except Exception:
         return None
+
+
+# The canonical layout [JOB-E1], piece by piece, for the common shape. A string here has no
+# escape and no control character, so its text is its value; a number is a JSON integer.
+_S = r'"([^"\\\x00-\x1f]*)"'
+_N = "(0|[1-9][0-9]*)"
+_NAMES_BLOCK = r'\[\n((?:    "[^"\\\x00-\x1f]*",\n)*    "[^"\\\x00-\x1f]*")\n  \],\n'
+_HEAD: re.Pattern[str] = wire.lazy_pattern(
+    globals(),
+    "_HEAD",
+    rf'\{{\n  "content": {_NAMES_BLOCK}(?:  "critical": {_NAMES_BLOCK})?  "id": {_S},\n  "kind": {_S},\n'
+    r'  "state": "(pending|running|transferred|complete|failed|cancelled)",\n  "spec": ',
+)
+_BODY: re.Pattern[str] = wire.lazy_pattern(
+    globals(),
+    "_BODY",
+    rf',\n  "progress": \{{\n    "done": {_N},\n(?:    "total": {_N},\n)?    "updated_at": {_S}\n  \}},\n'
+    rf'  "lease": \{{\n    "owner": {_S},\n    "epoch": {_N},\n    "expires_at": {_S}\n  \}},\n'
+    rf'(?:  "requires": {_NAMES_BLOCK})?(?:  "error": {_S},\n)?'
+    rf'(?:  "intent": \{{\n    "want": "(run|pause|cancel)"(?:,\n    "by": {_S})?(?:,\n    "at": {_S})?\n  \}},\n)?',
+)
+_TAIL: re.Pattern[str] = wire.lazy_pattern(globals(), "_TAIL", rf'  "created_at": {_S},\n  "updated_at": {_S}\n\}}\n\Z')
+
+
+def _block(names: str) -> list[str]:
+    """The names of a ``_NAMES_BLOCK`` as matched: ``    "a",\n    "b"``."""
+    return [line[5:-1] for line in names.split(",\n")]
+
+
+def _canonical(text: str) -> Record | None:
+    """:func:`_fast_decode` for a record in the canonical layout: fixed text by regex, opaque values by the scanner.
+
+    Each member of the record's own is matched where the layout puts it, at
+    most once (so no name can be a duplicate); ``spec``, ``checkpoint`` and
+    ``extensions`` are scanned by the strict scanner, which refuses duplicate
+    names inside them. The caller has checked the depth.
+    """
+    m = _HEAD.match(text)
+    if m is None:
+        return None
+    content_block, critical_block, job_id, kind, state = m.groups()
+    spec, end = wire._scan(text, m.end())
+    if spec is None:
+        return None
+    checkpoint = None
+    if text.startswith(',\n  "checkpoint": ', end):
+        checkpoint, end = wire._scan(text, end + 17)
+    b = _BODY.match(text, end)
+    if b is None:
+        return None
+    done, total, p_updated, owner, epoch, expires, requires, error, want, by, at = b.groups()
+    end = b.end()
+    extensions = None
+    if text.startswith('  "extensions": ', end):
+        extensions, end = wire._scan(text, end + 16)
+        if type(extensions) is not dict or not text.startswith(",\n", end):
+            return None
+        end += 2
+    t = _TAIL.match(text, end)
+    if t is None:
+        return None
+    if "\\" in text:  # an escaped lone surrogate can only be in an opaque value here
+        wire.check_surrogates(text, [spec, checkpoint, extensions])
+    content = _block(content_block)
+    critical = []
+    if critical_block is not None:
+        for name in _block(critical_block):
+            if name in _NEVER_CRITICAL:
+                continue
+            if name not in _UNDERSTOOD or name not in content:
+                return None
+            critical.append(name)
+    if not job_id.strip() or not kind.strip():
+        return None
+    done_n, epoch_n = int(done), int(epoch)
+    total_n = 0 if total is None else int(total)
+    if done_n > _INT64 or total_n > _INT64 or epoch_n > _INT64:
+        return None
+
+    rec: Record = _new_record(Record)
+    rec.content = content
+    rec.critical = critical
+    rec.id = job_id
+    rec.kind = kind
+    rec.state = state
+    rec.spec = spec
+    rec.checkpoint = checkpoint
+    orig = rec._orig = {"spec": spec, "checkpoint": checkpoint}
+    rec.progress = Progress(done_n, total_n, _time(p_updated, "progress.updated_at"))
+    rec.lease = Lease(owner, epoch_n, _time(expires, "lease.expires_at"))
+    rec.intent = None if want is None else Intent(want, by or "", _time(at, "intent.at"))
+    rec.envelope = rec.delegation = None
+    rec.requires = [] if requires is None else _block(requires)
+    rec.error = error or ""
+    rec._error_present = error == ""
+    rec.extensions = {}
+    if extensions:
+        for name, value in extensions.items():
+            if not name.strip():
+                return None
+            rec.extensions[name] = orig["x:" + name] = value
+    created, updated = t.groups()
+    rec.created_at = _time(created, "created_at")
+    rec.updated_at = _time(updated, "updated_at")
+    rec._raw = {}
+    rec._text = text
+    rec._exposed = True
+    return rec
 
 
 def _fast_fields(top: Any, text: str) -> Record | None:
