@@ -274,6 +274,10 @@ class FileStore(ContractStore):
         except OSError:
             jobs_stat = None
         cache = summary.Summaries.load(self._summaries_dir(), self.jobs_dir, jobs_stat)
+        try:
+            limit: int | None = fsio.max_record_bytes()  # once, not once a file
+        except JobError:
+            limit = None  # a bad setting: each read refuses its record with it, as without this pass
         out = OpenListing()
         states = out.states
         if jobs_stat is not None and cache.fresh(jobs_stat):
@@ -281,7 +285,7 @@ class FileStore(ContractStore):
             # orphans never does, claim --next only for what its open jobs wait for.
             out.states = states = cache.lazy_states()
             for job_id in cache.others:
-                self._take_open(jobs, job_id, out, None, finished)
+                self._take_open(jobs, job_id, out, None, finished, limit)
             out.sort(key=_by_id)
             out.unreadable.sort(key=lambda pair: pair[0])
             return out
@@ -298,7 +302,7 @@ class FileStore(ContractStore):
                 continue
             job_id = name[:-5]
             if cold:
-                self._take_open(jobs, job_id, out, cache, finished)
+                self._take_open(jobs, job_id, out, cache, finished, limit)
                 continue
             try:
                 st = entry.stat(follow_symlinks=False)
@@ -307,7 +311,7 @@ class FileStore(ContractStore):
             if st.st_mode & _S_IFMT != _S_IFREG:
                 # A link, FIFO or directory at a record's name: fsio refuses it, on every call.
                 cache.other(job_id)
-                self._take_open(jobs, job_id, out, None)
+                self._take_open(jobs, job_id, out, None, None, limit)
                 continue
             key = f"{job_id} {st.st_ino} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns}"  # summary.key
             state = known(key)
@@ -315,7 +319,7 @@ class FileStore(ContractStore):
                 states[job_id] = state
                 seen((key, state))
                 continue
-            self._take_open(jobs, job_id, out, cache, finished)
+            self._take_open(jobs, job_id, out, cache, finished, limit)
         if jobs_stat is not None:
             cache.finish(jobs_stat)
             cache.save()
@@ -419,10 +423,11 @@ class FileStore(ContractStore):
         out: OpenListing,
         cache: summary.Summaries | None,
         finished: Finished | None = None,
+        limit: int | None = None,
     ) -> None:
         """Read and decode one record into ``out``; tell ``cache`` what it was, and ``finished`` a finished one."""
         try:
-            got = fsio.read_file_stat(jobs, job_id + ".json", job_id)
+            got = fsio.read_file_stat(jobs, job_id + ".json", job_id, limit)
             if got is None:
                 return  # removed since the directory was read
             data, st = got
