@@ -154,3 +154,29 @@ LIST_ORDERS = [
     ("list", "--active"),
     ("list", "--state", "complete", "--newest"),
 ]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("list",),
+        ("list", "--json"),
+        ("list", "--newest", "--limit", "3"),
+        ("list", "--state", "failed", "--json"),
+        ("list", "--kind", "backup", "--owner", "w1"),
+        ("list", "--pipeline", "nightly"),
+    ],
+    ids=" ".join,
+)
+def test_a_cold_listing_reads_each_finished_record_once(
+    jobctl: Jobctl, later: None, decoded: list[str], args: tuple[str, ...]
+) -> None:
+    """With no cache, list_open decodes every record to learn its state; the listing keeps what it needs then."""
+    finished, _ = populate(jobctl)
+    decoded.clear()
+    cold = jobctl(*args)
+    assert cold.code == 0, cold.err
+    assert {job_id: decoded.count(job_id) for job_id in finished} == dict.fromkeys(finished, 1)
+    decoded.clear()
+    again = jobctl(*args)  # the cache that cold pass wrote gives the same answer
+    assert (again.code, again.out, again.err) == (cold.code, cold.out, cold.err)
