@@ -540,6 +540,10 @@ _fromiso = datetime.fromisoformat
 _Z = "Z" if sys.version_info >= (3, 11) else "+00:00"
 
 
+def _offset_iso(value: str) -> datetime:
+    return _fromiso(value[:26] + "+00:00")
+
+
 def _time(value: Any, what: str) -> datetime | None:
     """:func:`parse_time`, its common case (every conforming writer's spelling) inlined."""
     if type(value) is str and len(value) == 27 and value[26] == "Z" and value[10] == "T" and value[19] == ".":
@@ -587,6 +591,8 @@ def _fast_decode(text: str) -> Record | None:
 # escape and no control character, so its text is its value; a number is a JSON integer.
 _S = r'"([^"\\\x00-\x1f]*)"'
 _N = "(0|[1-9][0-9]*)"
+# An instant as jobctl and the other conforming writers spell it: what _time reads with one call.
+_T = r'"([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z)"'
 _NAMES_BLOCK = r'\[\n((?:    "[^"\\\x00-\x1f]*",\n)*    "[^"\\\x00-\x1f]*")\n  \],\n'
 _HEAD: re.Pattern[str] = wire.lazy_pattern(
     globals(),
@@ -597,17 +603,37 @@ _HEAD: re.Pattern[str] = wire.lazy_pattern(
 _BODY: re.Pattern[str] = wire.lazy_pattern(
     globals(),
     "_BODY",
-    rf',\n  "progress": \{{\n    "done": {_N},\n(?:    "total": {_N},\n)?    "updated_at": {_S}\n  \}},\n'
-    rf'  "lease": \{{\n    "owner": {_S},\n    "epoch": {_N},\n    "expires_at": {_S}\n  \}},\n'
+    rf',\n  "progress": \{{\n    "done": {_N},\n(?:    "total": {_N},\n)?    "updated_at": {_T}\n  \}},\n'
+    rf'  "lease": \{{\n    "owner": {_S},\n    "epoch": {_N},\n    "expires_at": {_T}\n  \}},\n'
     rf'(?:  "requires": {_NAMES_BLOCK})?(?:  "error": {_S},\n)?'
     rf'(?:  "intent": \{{\n    "want": "(run|pause|cancel)"(?:,\n    "by": {_S})?(?:,\n    "at": {_S})?\n  \}},\n)?',
 )
-_TAIL: re.Pattern[str] = wire.lazy_pattern(globals(), "_TAIL", rf'  "created_at": {_S},\n  "updated_at": {_S}\n\}}\n\Z')
+_TAIL: re.Pattern[str] = wire.lazy_pattern(globals(), "_TAIL", rf'  "created_at": {_T},\n  "updated_at": {_T}\n\}}\n\Z')
 
 
 def _block(names: str) -> list[str]:
     """The names of a ``_NAMES_BLOCK`` as matched: ``    "a",\n    "b"``."""
     return [line[5:-1] for line in names.split(",\n")]
+
+
+#: ``_models`` remembers the blocks' names by their text: a store holds few combinations of models.
+_BLOCKS_SEEN: dict[tuple[str, str | None], tuple[tuple[str, ...], tuple[str, ...], bool]] = {}
+
+
+def _models(content_block: str, critical_block: str | None) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """``(content, critical)`` as :func:`_decode` makes them of the two blocks, or None when it would refuse them."""
+    got = _BLOCKS_SEEN.get((content_block, critical_block))
+    if got is None:
+        content = _block(content_block)
+        critical = [] if critical_block is None else _block(critical_block)
+        kept = tuple(name for name in critical if name not in _NEVER_CRITICAL)
+        got = (tuple(content), kept, all(name in content for name in kept))
+        if len(_BLOCKS_SEEN) < 256:
+            _BLOCKS_SEEN[(content_block, critical_block)] = got
+    # Asked every time: what this process understands is not the blocks' to say (understand()).
+    if not got[2] or not _UNDERSTOOD.issuperset(got[1]):
+        return None
+    return got[0], got[1]
 
 
 def _canonical(text: str) -> Record | None:
@@ -644,15 +670,9 @@ def _canonical(text: str) -> Record | None:
         return None
     if "\\" in text:  # an escaped lone surrogate can only be in an opaque value here
         wire.check_surrogates(text, [spec, checkpoint, extensions])
-    content = _block(content_block)
-    critical = []
-    if critical_block is not None:
-        for name in _block(critical_block):
-            if name in _NEVER_CRITICAL:
-                continue
-            if name not in _UNDERSTOOD or name not in content:
-                return None
-            critical.append(name)
+    models = _models(content_block, critical_block)
+    if models is None:
+        return None
     if not job_id.strip() or not kind.strip():
         return None
     done_n, epoch_n = int(done), int(epoch)
@@ -661,16 +681,17 @@ def _canonical(text: str) -> Record | None:
         return None
 
     rec: Record = _new_record(Record)
-    rec.content = content
-    rec.critical = critical
+    rec.content = list(models[0])
+    rec.critical = list(models[1])
     rec.id = job_id
     rec.kind = kind
     rec.state = state
     rec.spec = spec
     rec.checkpoint = checkpoint
     orig = rec._orig = {"spec": spec, "checkpoint": checkpoint}
-    rec.progress = Progress(done_n, total_n, _time(p_updated, "progress.updated_at"))
-    rec.lease = Lease(owner, epoch_n, _time(expires, "lease.expires_at"))
+    iso = _fromiso if _Z == "Z" else _offset_iso  # a ValueError (a 13th month) sends the record to _decode
+    rec.progress = Progress(done_n, total_n, iso(p_updated))
+    rec.lease = Lease(owner, epoch_n, iso(expires))
     rec.intent = None if want is None else Intent(want, by or "", _time(at, "intent.at"))
     rec.envelope = rec.delegation = None
     rec.requires = [] if requires is None else _block(requires)
@@ -683,8 +704,8 @@ def _canonical(text: str) -> Record | None:
                 return None
             rec.extensions[name] = orig["x:" + name] = value
     created, updated = t.groups()
-    rec.created_at = _time(created, "created_at")
-    rec.updated_at = _time(updated, "updated_at")
+    rec.created_at = iso(created)
+    rec.updated_at = iso(updated)
     rec._raw = {}
     rec._text = text
     rec._exposed = True

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from jobctl import record, wire
-from jobctl.errors import Invalid, JobError
+from jobctl.errors import Invalid, JobError, UnknownSchema
 from jobctl.record import Delegation, Envelope, Intent, Recall, Record, Step, encode
 
 T0 = datetime(2026, 3, 4, 5, 6, 7, 891011, tzinfo=timezone.utc)
@@ -370,3 +370,22 @@ def test_every_member_of_the_record_given_every_odd_value_decodes_alike(base: in
     for start, end in spans:
         for value in _REPLACEMENTS:
             check(text[:start].encode() + value + text[end:].encode())
+
+
+def test_models_are_judged_by_what_this_process_understands_now(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The fast path remembers blocks of model names by their text; whether a critical one is
+    # understood is still asked each time, so understand() -- and its undoing -- is honoured.
+    name = b"x.test/late@1"
+    tail = b'"abstraction.job/terminal@1"\n  ],'
+    data = BASES[0].replace(tail, tail[:-5] + b',\n    "' + name + b'"\n  ],')
+    assert data.count(name) == 2
+    for _ in range(2):
+        with pytest.raises(UnknownSchema):
+            record.decode(data)
+        check(data)
+        with monkeypatch.context() as patch:
+            patch.setattr(record, "_UNDERSTOOD", set(record.known_models()))
+            record.understand(name.decode())
+            assert name.decode() in record.decode(data).critical
+            assert check(data)
+            assert record._canonical(data.decode()) is not None  # the path that remembers blocks
