@@ -238,6 +238,47 @@ class _Shown(NamedTuple):
         return self.summary.id
 
 
+class _Best:
+    """The ``n`` first entries of the listing order seen so far, of any number offered one by one.
+
+    The order is ascending ``(created, id)`` keys, or descending with
+    ``newest``; keys are unique (an id appears once). A heap of at most ``n``
+    entries whose top is the one to drop next.
+    """
+
+    def __init__(self, n: int, newest: bool) -> None:
+        self.n = n
+        self.newest = newest
+        self.heap: list[tuple[Any, tuple[int, str], Any]] = []
+
+    def add(self, key: tuple[int, str], value: Any) -> None:
+        import heapq
+
+        entry = (key if self.newest else _Later(key), key, value)
+        if len(self.heap) < self.n:
+            heapq.heappush(self.heap, entry)
+        elif entry[0] > self.heap[0][0]:  # comes before the worst kept: it takes that one's place
+            heapq.heapreplace(self.heap, entry)
+
+    def items(self) -> list[tuple[tuple[int, str], Any]]:
+        return [(key, value) for _, key, value in self.heap]
+
+
+class _Later:
+    """A key that sorts in reverse: the heap of the oldest-first order keeps the newest of them on top."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: tuple[int, str]) -> None:
+        self.key = key
+
+    def __lt__(self, other: _Later) -> bool:
+        return other.key < self.key
+
+    def __gt__(self, other: _Later) -> bool:
+        return self.key < other.key
+
+
 def _list_piped(
     state: State,
     wanted: Callable[[Record], bool],
@@ -270,6 +311,15 @@ def _list_piped(
     taken: dict[str, tuple[Summary, Any]] = {}
     wants_ended = not open_only and (not states or any(s in TERMINAL for s in states))
 
+    # With --json and --limit, only the first `limit` ended jobs of the order can be shown:
+    # those records are kept (at most `limit` of them) and rendered at the end, not every one.
+    best = _Best(limit, newest) if state.json and limit is not None else None
+
+    def shown_json(rec: Record, brief: Summary) -> _Shown:
+        flag = rec.id in state.long_leases([rec])
+        # An ended job's JSON does not look at other jobs' states (render.scheduling).
+        return _Shown(render.json_line(render.job_json(rec, now, None, flag)), brief, flag)
+
     def keep(rec: Record, how: Any) -> None:
         """A finished record met (and decoded) in either step: what its line needs, and no more."""
         brief = summary_of(rec)
@@ -277,11 +327,10 @@ def _list_piped(
             taken[rec.id] = (brief, how)
         if not wanted(rec):
             return
-        if state.json:
-            flag = rec.id in state.long_leases([rec])
-            # An ended job's JSON does not look at other jobs' states (render.scheduling).
-            line = render.json_line(render.job_json(rec, now, None, flag))
-            ended.append((brief.created, rec.id, _Shown(line, brief, flag)))
+        if best is not None:
+            best.add((brief.created, rec.id), (rec, brief))
+        elif state.json:
+            ended.append((brief.created, rec.id, shown_json(rec, brief)))
         else:
             ended.append((brief.created, rec.id, brief))
 
@@ -318,6 +367,8 @@ def _list_piped(
                 elif item.terminal:
                     keep(item, None)
             taken.clear()
+            if best is not None:
+                ended.extend((key[0], key[1], shown_json(*kept)) for key, kept in best.items())
             for job_id, exc in scanned:
                 unreadable.setdefault(job_id, exc)
             ended.sort()  # by (created, id): ids are unique, so the items themselves are never compared

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -180,3 +182,27 @@ def test_a_cold_listing_reads_each_finished_record_once(
     decoded.clear()
     again = jobctl(*args)  # the cache that cold pass wrote gives the same answer
     assert (again.code, again.out, again.err) == (cold.code, cold.out, cold.err)
+
+
+@pytest.mark.parametrize("newest", [False, True], ids=["oldest", "newest"])
+def test_a_cold_json_listing_with_a_limit_shows_the_first_of_the_order(
+    jobctl: Jobctl, later: None, newest: bool
+) -> None:
+    """--json --limit N keeps only N ended records while it reads: they are still the first N of the order."""
+    store = jobctl.store()
+    names = ["m", "c", "x", "a", "q", "b", "z", "k"]  # made in this order: ids do not follow creation
+    for name in names:
+        job_id = jobctl.submit("--id", f"{name}-job")
+        rec = store.claim(job_id, "w", 30)
+        store.finish(job_id, rec.lease.epoch, "complete")
+    order = ("--newest",) if newest else ()
+    whole = jobctl("list", "--json", *order).lines
+    assert [json.loads(line)["id"] for line in whole] == [f"{n}-job" for n in (names[::-1] if newest else names)]
+    jobs = store.jobs_dir
+    base = summary.Summaries.load(summary.default_dir(), jobs, os.stat(jobs), read=False).base
+    assert Path(base + ".open").exists()  # the listing above wrote it: the name is this store's
+    for limit in (1, 3, 8, 20):
+        for part in (".open", ".stat", ".list"):  # cold: no summary of any record of this store
+            Path(base + part).unlink(missing_ok=True)
+        ran = jobctl("list", "--json", "--limit", str(limit), *order)
+        assert ran.lines == whole[:limit], limit
