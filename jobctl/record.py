@@ -568,13 +568,13 @@ def _fast_decode(text: str) -> Record | None:
     their messages are the only ones there are. tests/property/test_fast_decode.py
     compares the two on the contract's vectors and on mutated records.
     """
-    if text[:1] != "{" or text.count("{") + text.count("[") > wire.MAX_DEPTH:
-        return None  # a deeper text needs check_text's exact count
     try:
         if text.startswith(_CANONICAL_START):
             rec = _canonical(text)
             if rec is not None:
                 return rec
+        if text[:1] != "{" or text.count("{") + text.count("[") > wire.MAX_DEPTH:
+            return None  # a deeper text needs check_text's exact count
         top, end = wire._scan(text, 0)
         if end != len(text) and text[end:].strip(" \t\n\r"):
             return None
@@ -611,6 +611,10 @@ _BODY: re.Pattern[str] = wire.lazy_pattern(
 _TAIL: re.Pattern[str] = wire.lazy_pattern(globals(), "_TAIL", rf'  "created_at": {_T},\n  "updated_at": {_T}\n\}}\n\Z')
 
 
+_CHECKPOINT_AT = ',\n  "checkpoint": '
+_EXTENSIONS_AT = '  "extensions": '
+
+
 def _block(names: str) -> list[str]:
     """The names of a ``_NAMES_BLOCK`` as matched: ``    "a",\n    "b"``."""
     return [line[5:-1] for line in names.split(",\n")]
@@ -642,27 +646,36 @@ def _canonical(text: str) -> Record | None:
     Each member of the record's own is matched where the layout puts it, at
     most once (so no name can be a duplicate); ``spec``, ``checkpoint`` and
     ``extensions`` are scanned by the strict scanner, which refuses duplicate
-    names inside them. The caller has checked the depth.
+    names inside them.
     """
     m = _HEAD.match(text)
     if m is None:
         return None
     content_block, critical_block, job_id, kind, state = m.groups()
-    spec, end = wire._scan(text, m.end())
-    if spec is None:
+    # The depth limit counts the record itself [JOB-E8]: an opaque value (and extensions)
+    # holding fewer than MAX_DEPTH brackets, strings' included, cannot pass it.
+    start = m.end()
+    spec, end = wire._scan(text, start)
+    if spec is None or text.count("{", start, end) + text.count("[", start, end) >= wire.MAX_DEPTH:
         return None
     checkpoint = None
-    if text.startswith(',\n  "checkpoint": ', end):
-        checkpoint, end = wire._scan(text, end + 17)
+    if text.startswith(_CHECKPOINT_AT, end):
+        start = end + len(_CHECKPOINT_AT)
+        checkpoint, end = wire._scan(text, start)
+        if text.count("{", start, end) + text.count("[", start, end) >= wire.MAX_DEPTH:
+            return None
     b = _BODY.match(text, end)
     if b is None:
         return None
     done, total, p_updated, owner, epoch, expires, requires, error, want, by, at = b.groups()
     end = b.end()
     extensions = None
-    if text.startswith('  "extensions": ', end):
-        extensions, end = wire._scan(text, end + 16)
+    if text.startswith(_EXTENSIONS_AT, end):
+        start = end + len(_EXTENSIONS_AT)
+        extensions, end = wire._scan(text, start)
         if type(extensions) is not dict or not text.startswith(",\n", end):
+            return None
+        if text.count("{", start, end) + text.count("[", start, end) >= wire.MAX_DEPTH:
             return None
         end += 2
     t = _TAIL.match(text, end)
