@@ -218,10 +218,7 @@ def list_jobs(
         )
 
     if state.screen().terminal:  # a table is drawn whole, fitted to its rows: read everything first
-        listing = store.list()
-        every = {rec.id: rec.state for rec in listing}
-        chosen = render.view_order([rec for rec in listing if wanted(rec)], newest)[:limit]
-        _print_records(state, chosen, render.list_line, every, listing)
+        _list_table(state, wanted, active or only_orphans, newest, limit)
         return
     _list_piped(state, wanted, kind, states, owner, pipeline, active or only_orphans, newest, limit)
 
@@ -236,6 +233,40 @@ class _Shown(NamedTuple):
     @property
     def id(self) -> str:
         return self.summary.id
+
+
+def _list_table(
+    state: State, wanted: Callable[[Record], bool], open_only: bool, newest: bool, limit: int | None
+) -> None:
+    """``list`` on a terminal: one table of the chosen jobs, in the order of the piped listing.
+
+    With ``--active`` or ``--orphans`` only open records can be chosen: they
+    come from :meth:`Store.list_open`, the finished ones known by their states
+    (from the summary cache when it vouches for them). Otherwise every record
+    is read once, in one pass (:meth:`Store.scan`), and what is kept is the
+    records the table may show -- with ``--limit N``, the first N of the order
+    so far, never the whole store.
+    """
+    store = state.store()
+    every: dict[str, str]
+    if open_only:
+        opened = store.list_open()
+        every, unreadable = opened.states, opened.unreadable
+        kept = [rec for rec in opened if wanted(rec)]
+    else:
+        every, unreadable, kept = {}, [], []
+        bound = None if limit is None else 2 * limit + 256
+        for rec in store.scan(unreadable, summaries=False):
+            if not isinstance(rec, Record):  # summaries=False: never, but a store may not know it
+                continue
+            every[rec.id] = rec.state
+            if wanted(rec):
+                kept.append(rec)
+                if bound is not None and len(kept) >= bound:
+                    kept = render.view_order(kept, newest)[:limit]
+        unreadable.sort(key=lambda pair: pair[0])
+    chosen = render.view_order(kept, newest)[:limit]
+    _print_records(state, chosen, render.list_line, every, Listing(unreadable=unreadable))
 
 
 class _Best:

@@ -206,3 +206,21 @@ def test_a_cold_json_listing_with_a_limit_shows_the_first_of_the_order(
             Path(base + part).unlink(missing_ok=True)
         ran = jobctl("list", "--json", "--limit", str(limit), *order)
         assert ran.lines == whole[:limit], limit
+
+
+def test_the_table_reads_each_record_once_and_active_ones_from_the_cache(
+    jobctl: Jobctl, later: None, decoded: list[str]
+) -> None:
+    """On a terminal: one pass over the store; with --active (or --orphans) the finished ones by their states."""
+    finished, waiting = populate(jobctl)
+    decoded.clear()
+    table = jobctl("list", "--limit", "2", terminal=True)  # the two active jobs
+    assert table.code == 0, table.err
+    assert {job_id: decoded.count(job_id) for job_id in finished} == dict.fromkeys(finished, 1)
+    assert waiting in table.text and finished[0] not in table.text  # the active jobs come first
+    jobctl("orphans")  # writes the cache
+    decoded.clear()
+    active = jobctl("list", "--active", terminal=True)
+    assert active.code == 0, active.err
+    assert waiting in active.text
+    assert not set(decoded) & set(finished), "a finished record was decoded for --active"
