@@ -9,6 +9,7 @@ re-deriving ``content``/``critical`` on the way [JOB-D2].
 from __future__ import annotations
 
 import re
+import sys
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 from typing import Any
@@ -520,13 +521,326 @@ def decode(data: bytes | str, job_id: str = "") -> Record:
     the error message.
     """
     try:
-        return _decode(data)
+        text = wire.utf8_text(data, "record") if isinstance(data, bytes) else data
+        rec = _fast_decode(text)
+        return rec if rec is not None else _decode(text)
     except (Invalid, UnknownSchema) as exc:
         if job_id and not exc.job_id:
             exc.job_id = job_id
         if isinstance(exc, Invalid) and job_id:
             exc.hint = f"the record file jobs/{job_id}.json is damaged: look at it, restore or remove it"
         raise
+
+
+_new_record = object.__new__
+_fromiso = datetime.fromisoformat
+
+
+#: From 3.11 ``fromisoformat`` reads the ``Z`` itself; before, it must be spelt as an offset.
+_Z = "Z" if sys.version_info >= (3, 11) else "+00:00"
+
+
+def _offset_iso(value: str) -> datetime:
+    return _fromiso(value[:26] + "+00:00")
+
+
+def _time(value: Any, what: str) -> datetime | None:
+    """:func:`parse_time`, its common case (every conforming writer's spelling) inlined."""
+    if type(value) is str and len(value) == 27 and value[26] == "Z" and value[10] == "T" and value[19] == ".":
+        # The same instant parse_time reads from value[:26] + "+00:00"; a ValueError sends
+        # the record to _decode, which says why.
+        return _fromiso(value if _Z == "Z" else value[:26] + _Z)
+    return parse_time(value, what)
+
+
+#: Records decoded before the canonical path is taken: compiling its patterns costs a
+#: millisecond, more than it saves a command that reads a record or two (cron, shell loops).
+_UNTIL_CANONICAL = [16]
+
+
+def _fast_decode(text: str) -> Record | None:
+    """The record :func:`_decode` gives for ``text``, or None when this path is not sure it would.
+
+    Every record jobctl reads goes through here first: ``claim --next``,
+    ``orphans`` and ``list`` on a store without a summary cache decode every
+    record file. This path takes the common shape only -- a text that starts
+    with ``{``, no more brackets than the depth limit allows, no envelope,
+    step, recall or delegation, no legacy ``schema`` -- and runs the same
+    scanner (duplicate names refused at every depth [JOB-E9]) and the same
+    field helpers as :func:`_decode`, without the generality that costs a
+    function call per absent field. Anything it does not expect, and every
+    refusal, returns None: :func:`_decode` then decides, so its verdicts and
+    their messages are the only ones there are. tests/property/test_fast_decode.py
+    compares the two on the contract's vectors and on mutated records.
+    """
+    try:
+        if text.startswith(_CANONICAL_START):
+            if _UNTIL_CANONICAL[0]:
+                _UNTIL_CANONICAL[0] -= 1
+            else:
+                rec = _canonical(text)
+                if rec is not None:
+                    return rec
+        if text[:1] != "{" or text.count("{") + text.count("[") > wire.MAX_DEPTH:
+            return None  # a deeper text needs check_text's exact count
+        top, end = wire._scan(text, 0)
+        if end != len(text) and text[end:].strip(" \t\n\r"):
+            return None
+        if "\\" in text:
+            wire.check_surrogates(text, top)  # an escaped lone surrogate needs a backslash
+        return _fast_fields(top, text)
+    # Whatever goes wrong here -- a refusal, a number past int_max_str_digits, a nesting
+    # the C scanner's recursion guard stops -- _decode meets again and reports in its words.
+    except Exception:
+        return None
+
+
+# The canonical layout [JOB-E1], piece by piece, for the common shape. A string here has no
+# escape and no control character, so its text is its value; a number is a JSON integer.
+_S = r'"([^"\\\x00-\x1f]*)"'
+_N = "(0|[1-9][0-9]*)"
+# An instant as jobctl and the other conforming writers spell it: what _time reads with one call.
+_T = r'"([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z)"'
+_NAMES_BLOCK = r'\[\n((?:    "[^"\\\x00-\x1f]*",\n)*    "[^"\\\x00-\x1f]*")\n  \],\n'
+_HEAD: re.Pattern[str] = wire.lazy_pattern(
+    globals(),
+    "_HEAD",
+    rf'\{{\n  "content": {_NAMES_BLOCK}(?:  "critical": {_NAMES_BLOCK})?  "id": {_S},\n  "kind": {_S},\n'
+    r'  "state": "(pending|running|transferred|complete|failed|cancelled)",\n  "spec": ',
+)
+_BODY: re.Pattern[str] = wire.lazy_pattern(
+    globals(),
+    "_BODY",
+    rf',\n  "progress": \{{\n    "done": {_N},\n(?:    "total": {_N},\n)?    "updated_at": {_T}\n  \}},\n'
+    rf'  "lease": \{{\n    "owner": {_S},\n    "epoch": {_N},\n    "expires_at": {_T}\n  \}},\n'
+    rf'(?:  "requires": {_NAMES_BLOCK})?(?:  "error": {_S},\n)?'
+    rf'(?:  "intent": \{{\n    "want": "(run|pause|cancel)"(?:,\n    "by": {_S})?(?:,\n    "at": {_S})?\n  \}},\n)?',
+)
+_TAIL: re.Pattern[str] = wire.lazy_pattern(globals(), "_TAIL", rf'  "created_at": {_T},\n  "updated_at": {_T}\n\}}\n\Z')
+
+
+_CHECKPOINT_AT = ',\n  "checkpoint": '
+_EXTENSIONS_AT = '  "extensions": '
+
+
+def _block(names: str) -> list[str]:
+    """The names of a ``_NAMES_BLOCK`` as matched: ``    "a",\n    "b"``."""
+    return [line[5:-1] for line in names.split(",\n")]
+
+
+#: ``_models`` remembers the blocks' names by their text: a store holds few combinations of models.
+_BLOCKS_SEEN: dict[tuple[str, str | None], tuple[tuple[str, ...], tuple[str, ...], bool]] = {}
+
+
+def _models(content_block: str, critical_block: str | None) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """``(content, critical)`` as :func:`_decode` makes them of the two blocks, or None when it would refuse them."""
+    got = _BLOCKS_SEEN.get((content_block, critical_block))
+    if got is None:
+        content = _block(content_block)
+        critical = [] if critical_block is None else _block(critical_block)
+        kept = tuple(name for name in critical if name not in _NEVER_CRITICAL)
+        got = (tuple(content), kept, all(name in content for name in kept))
+        if len(_BLOCKS_SEEN) < 256:
+            _BLOCKS_SEEN[(content_block, critical_block)] = got
+    # Asked every time: what this process understands is not the blocks' to say (understand()).
+    if not got[2] or not _UNDERSTOOD.issuperset(got[1]):
+        return None
+    return got[0], got[1]
+
+
+def _canonical(text: str) -> Record | None:
+    """:func:`_fast_decode` for a record in the canonical layout: fixed text by regex, opaque values by the scanner.
+
+    Each member of the record's own is matched where the layout puts it, at
+    most once (so no name can be a duplicate); ``spec``, ``checkpoint`` and
+    ``extensions`` are scanned by the strict scanner, which refuses duplicate
+    names inside them.
+    """
+    m = _HEAD.match(text)
+    if m is None:
+        return None
+    content_block, critical_block, job_id, kind, state = m.groups()
+    # The depth limit counts the record itself [JOB-E8]: an opaque value (and extensions)
+    # holding fewer than MAX_DEPTH brackets, strings' included, cannot pass it.
+    start = m.end()
+    spec, end = wire._scan(text, start)
+    if spec is None or text.count("{", start, end) + text.count("[", start, end) >= wire.MAX_DEPTH:
+        return None
+    checkpoint = None
+    if text.startswith(_CHECKPOINT_AT, end):
+        start = end + len(_CHECKPOINT_AT)
+        checkpoint, end = wire._scan(text, start)
+        if text.count("{", start, end) + text.count("[", start, end) >= wire.MAX_DEPTH:
+            return None
+    b = _BODY.match(text, end)
+    if b is None:
+        return None
+    done, total, p_updated, owner, epoch, expires, requires, error, want, by, at = b.groups()
+    end = b.end()
+    extensions = None
+    if text.startswith(_EXTENSIONS_AT, end):
+        start = end + len(_EXTENSIONS_AT)
+        extensions, end = wire._scan(text, start)
+        if type(extensions) is not dict or not text.startswith(",\n", end):
+            return None
+        if text.count("{", start, end) + text.count("[", start, end) >= wire.MAX_DEPTH:
+            return None
+        end += 2
+    t = _TAIL.match(text, end)
+    if t is None:
+        return None
+    if "\\" in text:  # an escaped lone surrogate can only be in an opaque value here
+        wire.check_surrogates(text, [spec, checkpoint, extensions])
+    models = _models(content_block, critical_block)
+    if models is None:
+        return None
+    if not job_id.strip() or not kind.strip():
+        return None
+    done_n, epoch_n = int(done), int(epoch)
+    total_n = 0 if total is None else int(total)
+    if done_n > _INT64 or total_n > _INT64 or epoch_n > _INT64:
+        return None
+
+    rec: Record = _new_record(Record)
+    rec.content = list(models[0])
+    rec.critical = list(models[1])
+    rec.id = job_id
+    rec.kind = kind
+    rec.state = state
+    rec.spec = spec
+    rec.checkpoint = checkpoint
+    orig = rec._orig = {"spec": spec, "checkpoint": checkpoint}
+    iso = _fromiso if _Z == "Z" else _offset_iso  # a ValueError (a 13th month) sends the record to _decode
+    rec.progress = Progress(done_n, total_n, iso(p_updated))
+    rec.lease = Lease(owner, epoch_n, iso(expires))
+    rec.intent = None if want is None else Intent(want, by or "", _time(at, "intent.at"))
+    rec.envelope = rec.delegation = None
+    rec.requires = [] if requires is None else _block(requires)
+    rec.error = error or ""
+    rec._error_present = error == ""
+    rec.extensions = {}
+    if extensions:
+        for name, value in extensions.items():
+            if not name.strip():
+                return None
+            rec.extensions[name] = orig["x:" + name] = value
+    created, updated = t.groups()
+    rec.created_at = iso(created)
+    rec.updated_at = iso(updated)
+    rec._raw = {}
+    rec._text = text
+    rec._exposed = True
+    return rec
+
+
+def _fast_fields(top: Any, text: str) -> Record | None:
+    """The fields of :func:`_decode` for the common shape of record (see :func:`_fast_decode`)."""
+    if type(top) is not dict:
+        return None
+    get = top.get
+    content = get("content")
+    if type(content) is not list or not content:
+        return None  # a legacy record, or one that says nothing of its content
+    for name in content:
+        if type(name) is not str:
+            return None
+    given = get("critical")
+    if given is None:
+        given = []
+    elif type(given) is not list:
+        return None
+    critical = []
+    for name in given:
+        if type(name) is not str:
+            return None
+        if name in _NEVER_CRITICAL:
+            continue
+        if name not in _UNDERSTOOD or name not in content:
+            return None
+        critical.append(name)
+    if not _TOP_KEYS.issuperset(top):
+        return None
+    for rare in ("envelope", "delegation"):
+        if get(rare) is not None:
+            return None
+
+    rec: Record = _new_record(Record)
+    rec.content = content
+    rec.critical = critical
+    rec._raw = {}
+    rec._text = text
+    rec._exposed = True
+    rec.envelope = rec.delegation = None
+    intent = get("intent")
+    if intent is not None:
+        if type(intent) is not dict or not _INTENT_KEYS.issuperset(intent):
+            return None
+        want = intent.get("want")
+        if want not in WANTS:
+            return None
+        rec.intent = Intent(want, _str(intent.get("by"), "intent.by"), _time(intent.get("at"), "intent.at"))
+    else:
+        rec.intent = None
+    job_id = get("id")
+    kind = get("kind")
+    state = get("state")
+    if type(job_id) is not str or type(kind) is not str or not job_id.strip() or not kind.strip():
+        return None
+    if state not in STATES:
+        return None
+    rec.id = job_id
+    rec.kind = kind
+    rec.state = state
+    spec = get("spec")
+    if spec is None:
+        return None
+    checkpoint = get("checkpoint")
+    rec.spec = spec
+    rec.checkpoint = checkpoint
+    orig = rec._orig = {"spec": spec, "checkpoint": checkpoint}
+
+    progress = get("progress")
+    if progress is None:
+        progress = {}
+    elif type(progress) is not dict or not _PROGRESS_KEYS.issuperset(progress) or progress.get("step") is not None:
+        return None
+    done = progress.get("done", 0)
+    total = progress.get("total", 0)
+    if type(done) is not int or type(total) is not int or not 0 <= done <= _INT64 or not 0 <= total <= _INT64:
+        return None  # null among them too: _decode reads it as 0
+    rec.progress = Progress(done, total, _time(progress.get("updated_at"), "progress.updated_at"))
+    lease = get("lease")
+    if lease is None:
+        lease = {}
+    elif type(lease) is not dict or not _LEASE_KEYS.issuperset(lease) or lease.get("recall") is not None:
+        return None
+    owner = lease.get("owner", "")
+    epoch = lease.get("epoch", 0)
+    if type(owner) is not str or type(epoch) is not int or not 0 <= epoch <= _INT64:
+        return None
+    rec.lease = Lease(owner, epoch, _time(lease.get("expires_at"), "lease.expires_at"))
+    requires = get("requires")
+    rec.requires = [] if requires is None else list(_names(requires, "requires"))
+    error = get("error")
+    if error is None:
+        rec.error = ""
+    elif type(error) is str:
+        rec.error = error
+    else:
+        return None
+    rec._error_present = "error" in top and not rec.error
+    extensions = get("extensions")
+    rec.extensions = {}
+    if extensions is not None:
+        if type(extensions) is not dict:
+            return None
+        for name, value in extensions.items():
+            if not name.strip():
+                return None
+            rec.extensions[name] = orig["x:" + name] = value
+    rec.created_at = _time(get("created_at"), "created_at")
+    rec.updated_at = _time(get("updated_at"), "updated_at")
+    return rec
 
 
 def _not_an_object(text: str, start: int) -> str:

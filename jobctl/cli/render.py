@@ -37,6 +37,7 @@ __all__ = [
     "Screen",
     "out",
     "out_json",
+    "json_line",
     "checkpoint_word",
     "claim_line",
     "next_line",
@@ -110,9 +111,14 @@ def out(line: str) -> None:
     click.echo(line.encode("utf-8", "surrogateescape") + b"\n", nl=False)
 
 
+def json_line(obj: Mapping[str, Any]) -> str:
+    """One JSON object as one line, ``"v"`` first. Opaque values (:class:`Raw`) keep their spelling."""
+    return dumps_compact({"v": JSON_VERSION, **obj})
+
+
 def out_json(obj: Mapping[str, Any]) -> None:
-    """One JSON object on one line, ``"v"`` first. Opaque values (:class:`Raw`) keep their spelling."""
-    out(dumps_compact({"v": JSON_VERSION, **obj}))
+    """One JSON object on one line (:func:`json_line`)."""
+    out(json_line(obj))
 
 
 class Lines:
@@ -137,7 +143,7 @@ class Lines:
             self.flush()
 
     def out_json(self, obj: Mapping[str, Any]) -> None:
-        self.out(dumps_compact({"v": JSON_VERSION, **obj}))
+        self.out(json_line(obj))
 
     def flush(self) -> None:
         if self._pending:

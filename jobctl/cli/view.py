@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from datetime import datetime
+from typing import Any, NamedTuple
 
 import click
 
 from ..errors import JobError
 from ..record import TERMINAL, Record, encode
 from ..store.base import Listing
-from ..store.file import is_orphan
+from ..store.file import is_orphan, summary_of
 from ..summary import Summary, micros, moment
 from . import render
 from .main import EXIT_FAILURE, STATE_CHOICE, STATES_HELP, TEXT, JobCommand, State, common, job_id_argument, pass_state
@@ -217,12 +218,96 @@ def list_jobs(
         )
 
     if state.screen().terminal:  # a table is drawn whole, fitted to its rows: read everything first
-        listing = store.list()
-        every = {rec.id: rec.state for rec in listing}
-        chosen = render.view_order([rec for rec in listing if wanted(rec)], newest)[:limit]
-        _print_records(state, chosen, render.list_line, every, listing)
+        _list_table(state, wanted, active or only_orphans, newest, limit)
         return
     _list_piped(state, wanted, kind, states, owner, pipeline, active or only_orphans, newest, limit)
+
+
+class _Shown(NamedTuple):
+    """A finished record's JSON line, rendered when it was read, and its summary (for the lease warning)."""
+
+    line: str
+    summary: Summary
+    long_lease: bool
+
+    @property
+    def id(self) -> str:
+        return self.summary.id
+
+
+def _list_table(
+    state: State, wanted: Callable[[Record], bool], open_only: bool, newest: bool, limit: int | None
+) -> None:
+    """``list`` on a terminal: one table of the chosen jobs, in the order of the piped listing.
+
+    With ``--active`` or ``--orphans`` only open records can be chosen: they
+    come from :meth:`Store.list_open`, the finished ones known by their states
+    (from the summary cache when it vouches for them). Otherwise every record
+    is read once, in one pass (:meth:`Store.scan`), and what is kept is the
+    records the table may show -- with ``--limit N``, the first N of the order
+    so far, never the whole store.
+    """
+    store = state.store()
+    every: dict[str, str]
+    if open_only:
+        opened = store.list_open()
+        every, unreadable = opened.states, opened.unreadable
+        kept = [rec for rec in opened if wanted(rec)]
+    else:
+        every, unreadable, kept = {}, [], []
+        bound = None if limit is None else 2 * limit + 256
+        for rec in store.scan(unreadable, summaries=False):
+            if not isinstance(rec, Record):  # summaries=False: never, but a store may not know it
+                continue
+            every[rec.id] = rec.state
+            if wanted(rec):
+                kept.append(rec)
+                if bound is not None and len(kept) >= bound:
+                    kept = render.view_order(kept, newest)[:limit]
+        unreadable.sort(key=lambda pair: pair[0])
+    chosen = render.view_order(kept, newest)[:limit]
+    _print_records(state, chosen, render.list_line, every, Listing(unreadable=unreadable))
+
+
+class _Best:
+    """The ``n`` first entries of the listing order seen so far, of any number offered one by one.
+
+    The order is ascending ``(created, id)`` keys, or descending with
+    ``newest``; keys are unique (an id appears once). A heap of at most ``n``
+    entries whose top is the one to drop next.
+    """
+
+    def __init__(self, n: int, newest: bool) -> None:
+        self.n = n
+        self.newest = newest
+        self.heap: list[tuple[Any, tuple[int, str], Any]] = []
+
+    def add(self, key: tuple[int, str], value: Any) -> None:
+        import heapq
+
+        entry = (key if self.newest else _Later(key), key, value)
+        if len(self.heap) < self.n:
+            heapq.heappush(self.heap, entry)
+        elif entry[0] > self.heap[0][0]:  # comes before the worst kept: it takes that one's place
+            heapq.heapreplace(self.heap, entry)
+
+    def items(self) -> list[tuple[tuple[int, str], Any]]:
+        return [(key, value) for _, key, value in self.heap]
+
+
+class _Later:
+    """A key that sorts in reverse: the heap of the oldest-first order keeps the newest of them on top."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: tuple[int, str]) -> None:
+        self.key = key
+
+    def __lt__(self, other: _Later) -> bool:
+        return other.key < self.key
+
+    def __gt__(self, other: _Later) -> bool:
+        return self.key < other.key
 
 
 def _list_piped(
@@ -243,37 +328,65 @@ def _list_piped(
     :meth:`Store.scan` -- a finished record the summary cache vouches for as
     its summary, undecoded [JOB-T1] -- and are written once all are in,
     because they are shown by creation time, which their ids need not follow.
+
+    Every record is read and decoded at most once: a finished record that
+    ``list_open`` decodes anyway (the cache is absent, or does not vouch
+    for it) is kept from there and ``scan`` leaves it out. What is kept of a
+    finished record until it is written is its summary, or with ``--json``
+    its line, never the record, so memory does not grow with the records
+    beyond what the lines say.
     """
     store = state.store()
     now = store.now()
-    opened = store.list_open()
+    ended: list[tuple[int, str, Summary | _Shown]] = []
+    taken: dict[str, tuple[Summary, Any]] = {}
+    wants_ended = not open_only and (not states or any(s in TERMINAL for s in states))
+
+    # With --json and --limit, only the first `limit` ended jobs of the order can be shown:
+    # those records are kept (at most `limit` of them) and rendered at the end, not every one.
+    best = _Best(limit, newest) if state.json and limit is not None else None
+
+    def shown_json(rec: Record, brief: Summary) -> _Shown:
+        flag = rec.id in state.long_leases([rec])
+        # An ended job's JSON does not look at other jobs' states (render.scheduling).
+        return _Shown(render.json_line(render.job_json(rec, now, None, flag)), brief, flag)
+
+    def keep(rec: Record, how: Any) -> None:
+        """A finished record met (and decoded) in either step: what its line needs, and no more."""
+        brief = summary_of(rec)
+        if how is not None:
+            taken[rec.id] = (brief, how)
+        if not wanted(rec):
+            return
+        if best is not None:
+            best.add((brief.created, rec.id), (rec, brief))
+        elif state.json:
+            ended.append((brief.created, rec.id, shown_json(rec, brief)))
+        else:
+            ended.append((brief.created, rec.id, brief))
+
+    opened = store.list_open(finished=keep if wants_ended else None)
     every = opened.states  # what dependencies are in, for the JSON
     unreadable = {job_id: exc for job_id, exc in opened.unreadable}
     lines = render.Lines()
     shown: list[Record | Summary] = []
     flagged: set[str] = set()
 
-    def emit(item: Record | Summary) -> None:
-        shown.append(item)
-        if isinstance(item, Summary):
-            lines.out(render.summary_line(item))
-        elif state.json:
-            lines.out_json(render.job_json(item, now, every, item.id in flagged))
-        else:
-            lines.out(render.list_line(item))
-
     try:
         chosen = render.view_order([rec for rec in opened if wanted(rec)], newest)[:limit]
         flagged |= state.long_leases(chosen)
         for rec in chosen:
-            emit(rec)
+            shown.append(rec)
+            if state.json:
+                lines.out_json(render.job_json(rec, now, every, rec.id in flagged))
+            else:
+                lines.out(render.list_line(rec))
         left = None if limit is None else limit - len(chosen)
-        if not open_only and (not states or any(s in TERMINAL for s in states)) and (left is None or left > 0):
+        if wants_ended and (left is None or left > 0):
             # Ended jobs: a summary serves unless the JSON or --pipeline needs the whole record.
-            ended: list[tuple[int, str, Record | Summary]] = []
             skip = {rec.id for rec in opened} | set(unreadable)  # in the snapshot of the active ones
             scanned: list[tuple[str, JobError]] = []
-            for item in store.scan(scanned, summaries=not state.json and pipeline is None):
+            for item in store.scan(scanned, summaries=not state.json and pipeline is None, taken=taken):
                 if item.id in skip:
                     continue
                 if isinstance(item, Summary):
@@ -282,29 +395,36 @@ def _list_piped(
                     if owner is not None and item.owner != owner:
                         continue
                     ended.append((item.created, item.id, item))
-                elif item.terminal and wanted(item):
-                    ended.append((micros(item.created_at), item.id, item))
+                elif item.terminal:
+                    keep(item, None)
+            taken.clear()
+            if best is not None:
+                ended.extend((key[0], key[1], shown_json(*kept)) for key, kept in best.items())
             for job_id, exc in scanned:
                 unreadable.setdefault(job_id, exc)
             ended.sort()  # by (created, id): ids are unique, so the items themselves are never compared
             if newest:
                 ended.reverse()
-            picked = [item for _, _, item in ended[:left]]
-            flagged |= state.long_leases([item for item in picked if isinstance(item, Record)])
-            flagged |= _long_summaries(state, [item for item in picked if isinstance(item, Summary)], now)
+            picked = [entry for _, _, entry in ended[:left]]
+            del ended[:]
             line = render.summary_line
             out = lines.out
-            for item in picked:
-                if type(item) is Summary:  # most of a big store: written without the checks emit() makes
-                    shown.append(item)
-                    out(line(item))
+            if not state.json:
+                flagged |= _long_summaries(state, [entry for entry in picked if isinstance(entry, Summary)], now)
+            for entry in picked:
+                if isinstance(entry, _Shown):
+                    if entry.long_lease:
+                        flagged.add(entry.id)
+                    shown.append(entry.summary)
+                    out(entry.line)
                 else:
-                    emit(item)
+                    shown.append(entry)
+                    out(line(entry))
     finally:
         lines.flush()
-    for item in shown:
-        if item.id in flagged:
-            _warn_long_lease(state, item)
+    for done in shown:
+        if done.id in flagged:
+            _warn_long_lease(state, done)
     if unreadable:
         click.echo(render.unreadable_line(sorted(unreadable.items())), err=True)
         click.get_current_context().exit(EXIT_FAILURE)

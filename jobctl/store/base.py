@@ -6,7 +6,7 @@ returned is the caller's own copy [JOB-M2]. ``now`` is the store's own clock.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -153,22 +153,29 @@ class Store(Protocol):
         """Every record, sorted by id, with the unreadable ones named."""
         ...
 
-    def list_open(self) -> OpenListing:
+    def list_open(self, *, finished: Callable[[Record, Any], None] | None = None) -> OpenListing:
         """The records not yet ended, sorted by id, with every record's state and the unreadable named.
 
         What picking and ``orphans`` need: a finished record never changes
         state again [JOB-T1], so a store may answer this without decoding
         them (the file store keeps a per-user cache of their summaries).
+        Each finished record the call decodes all the same is handed to
+        ``finished`` with what :meth:`scan` needs to know it again (the file
+        store: the file's status), so that a listing need not read it twice.
         """
         ...
 
-    def scan(self, unreadable: Unreadable, *, summaries: bool = True) -> Iterator[Record | Summary]:
+    def scan(
+        self, unreadable: Unreadable, *, summaries: bool = True, taken: Mapping[str, tuple[Summary, Any]] | None = None
+    ) -> Iterator[Record | Summary]:
         """Every record sorted by id, one at a time, for output that starts before the end.
 
         With ``summaries``, a store may give a finished record as its
         :class:`jobctl.summary.Summary` (what a listing line shows) instead of
         decoding it; without, every record comes whole. The unreadable ones
-        are appended to ``unreadable`` as they are met.
+        are appended to ``unreadable`` as they are met. The ids in ``taken``
+        (what :meth:`list_open` handed ``finished``, with each one's summary)
+        are the caller's already: they are left out.
         """
         ...
 

@@ -26,7 +26,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any, Concatenate, ParamSpec, TypeVar
@@ -461,11 +461,12 @@ class PostgresStore(ContractStore):
         return self._listing(rows)
 
     @_read
-    def list_open(self) -> OpenListing:
+    def list_open(self, *, finished: Callable[[Record, Any], None] | None = None) -> OpenListing:
         """The rows not yet ended, decoded, and every row's state, in one statement.
 
         Finished rows are known by their ``state`` column alone [JOB-T1]: no
-        cache is needed where the server can leave their bytes where they are.
+        cache is needed where the server can leave their bytes where they are
+        (and none is decoded, so ``finished`` is never called).
         A row this reader cannot decode is named unreadable and left out of
         ``states``, as the file store leaves out a record it cannot read.
         """
@@ -485,8 +486,12 @@ class PostgresStore(ContractStore):
             out.append(rec)
         return out
 
-    def scan(self, unreadable: Unreadable, *, summaries: bool = True) -> Iterator[Record | Summary]:
+    def scan(
+        self, unreadable: Unreadable, *, summaries: bool = True, taken: Mapping[str, tuple[Summary, Any]] | None = None
+    ) -> Iterator[Record | Summary]:
         """Every row in id order, decoded a page at a time (``summaries`` is moot: nothing is cached here).
+
+        The ids in ``taken`` are left out (the caller has them already).
 
         Each page is its own short transaction, so nothing is held while the
         caller writes what it has; a row written meanwhile is seen as it is
@@ -497,6 +502,8 @@ class PostgresStore(ContractStore):
             with self._tx() as conn:
                 rows = conn.execute(Q["scan_after"], {"after": after, "limit": SCAN_PAGE}).fetchall()
             for job_id, data in rows:
+                if taken and job_id in taken:
+                    continue
                 try:
                     rec = decode(bytes(data), job_id)
                 except JobError as exc:

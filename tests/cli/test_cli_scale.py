@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -154,3 +156,71 @@ LIST_ORDERS = [
     ("list", "--active"),
     ("list", "--state", "complete", "--newest"),
 ]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("list",),
+        ("list", "--json"),
+        ("list", "--newest", "--limit", "3"),
+        ("list", "--state", "failed", "--json"),
+        ("list", "--kind", "backup", "--owner", "w1"),
+        ("list", "--pipeline", "nightly"),
+    ],
+    ids=" ".join,
+)
+def test_a_cold_listing_reads_each_finished_record_once(
+    jobctl: Jobctl, later: None, decoded: list[str], args: tuple[str, ...]
+) -> None:
+    """With no cache, list_open decodes every record to learn its state; the listing keeps what it needs then."""
+    finished, _ = populate(jobctl)
+    decoded.clear()
+    cold = jobctl(*args)
+    assert cold.code == 0, cold.err
+    assert {job_id: decoded.count(job_id) for job_id in finished} == dict.fromkeys(finished, 1)
+    decoded.clear()
+    again = jobctl(*args)  # the cache that cold pass wrote gives the same answer
+    assert (again.code, again.out, again.err) == (cold.code, cold.out, cold.err)
+
+
+@pytest.mark.parametrize("newest", [False, True], ids=["oldest", "newest"])
+def test_a_cold_json_listing_with_a_limit_shows_the_first_of_the_order(
+    jobctl: Jobctl, later: None, newest: bool
+) -> None:
+    """--json --limit N keeps only N ended records while it reads: they are still the first N of the order."""
+    store = jobctl.store()
+    names = ["m", "c", "x", "a", "q", "b", "z", "k"]  # made in this order: ids do not follow creation
+    for name in names:
+        job_id = jobctl.submit("--id", f"{name}-job")
+        rec = store.claim(job_id, "w", 30)
+        store.finish(job_id, rec.lease.epoch, "complete")
+    order = ("--newest",) if newest else ()
+    whole = jobctl("list", "--json", *order).lines
+    assert [json.loads(line)["id"] for line in whole] == [f"{n}-job" for n in (names[::-1] if newest else names)]
+    jobs = store.jobs_dir
+    base = summary.Summaries.load(summary.default_dir(), jobs, os.stat(jobs), read=False).base
+    assert Path(base + ".open").exists()  # the listing above wrote it: the name is this store's
+    for limit in (1, 3, 8, 20):
+        for part in (".open", ".stat", ".list"):  # cold: no summary of any record of this store
+            Path(base + part).unlink(missing_ok=True)
+        ran = jobctl("list", "--json", "--limit", str(limit), *order)
+        assert ran.lines == whole[:limit], limit
+
+
+def test_the_table_reads_each_record_once_and_active_ones_from_the_cache(
+    jobctl: Jobctl, later: None, decoded: list[str]
+) -> None:
+    """On a terminal: one pass over the store; with --active (or --orphans) the finished ones by their states."""
+    finished, waiting = populate(jobctl)
+    decoded.clear()
+    table = jobctl("list", "--limit", "2", terminal=True)  # the two active jobs
+    assert table.code == 0, table.err
+    assert {job_id: decoded.count(job_id) for job_id in finished} == dict.fromkeys(finished, 1)
+    assert waiting in table.text and finished[0] not in table.text  # the active jobs come first
+    jobctl("orphans")  # writes the cache
+    decoded.clear()
+    active = jobctl("list", "--active", terminal=True)
+    assert active.code == 0, active.err
+    assert waiting in active.text
+    assert not set(decoded) & set(finished), "a finished record was decoded for --active"

@@ -234,7 +234,7 @@ def listed(store: FileStore) -> tuple[list[tuple[object, ...]], list[str]]:
     """What a whole listing sees: each record as its summary (read or cached), and the unreadable ids."""
     unreadable: list[tuple[str, jobctl.errors.JobError]] = []
     items = [
-        tuple(item) if isinstance(item, summary.Summary) else tuple(file_store._summary_of(item))
+        tuple(item) if isinstance(item, summary.Summary) else tuple(file_store.summary_of(item))
         for item in store.scan(unreadable)
     ]
     return items, [job_id for job_id, _ in unreadable]
