@@ -124,7 +124,21 @@ def _records() -> list[Record]:
     cancelled = make(state="cancelled", intent=Intent("cancel"), extensions={"x.test/e@1": None, "y.t/z@1": []})
     resumed = make(state="running", checkpoint={"offset": 12, "parts": [1, {"to": 2}]})
     resumed.lease.owner, resumed.lease.epoch, resumed.lease.expires_at = "w", 4, T0 + timedelta(hours=1)
-    return [done, running, paused, failed, recalled, delegated, enveloped, escaped, cancelled, resumed, make()]
+    required = make(requires=["gpu", "disk"])  # no step: the canonical path reads its requires
+    return [
+        done,
+        running,
+        paused,
+        failed,
+        recalled,
+        delegated,
+        enveloped,
+        escaped,
+        cancelled,
+        resumed,
+        required,
+        make(),
+    ]
 
 
 BASES = [encode(rec) for rec in _records()]
@@ -312,6 +326,7 @@ def test_records_jobctl_writes_decode_alike_and_mostly_fast() -> None:
     assert any(b'"checkpoint"' in data for data in canonical)
     assert any(b'"extensions"' in data for data in canonical)
     assert any(b'"intent"' in data for data in canonical)
+    assert any(b'"requires"' in data for data in canonical)
 
 
 @pytest.mark.parametrize("seed", range(8))
