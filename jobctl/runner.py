@@ -66,7 +66,7 @@ from typing import IO, Any, Protocol
 from . import fsio
 from .errors import Invalid, JobError, LeaseExpired, NotFound
 from .jobenv import JobEnvironment
-from .keeper import Keeper, KeeperStore, Outcome, Work
+from .keeper import Keeper, KeeperStore, Lookout, Outcome, Work
 from .record import Record, format_time
 from .schedule import attempt as attempt_of
 from .store.location import address
@@ -1294,7 +1294,8 @@ class Run:
     parent-death signal (armed on Python 3.10's start path), so it must be the
     one that lives as long as the child. ``guardian``: the supervisor's
     :class:`Guardian` (a worker shares one among its runs); without one the
-    run starts its own for the attempt.
+    run starts its own for the attempt. ``lookout``: likewise, the
+    :class:`jobctl.keeper.Lookout` that tells the run its record was written.
     """
 
     def __init__(
@@ -1311,8 +1312,9 @@ class Run:
         log: bool = True,
         guardian: Guardian | None = None,
         environment: JobEnvironment | None = None,
+        lookout: Lookout | None = None,
     ) -> None:
-        self.keeper = Keeper(store, rec, ttl=ttl, grace=grace, check_every=check_every)
+        self.keeper = Keeper(store, rec, ttl=ttl, grace=grace, check_every=check_every, lookout=lookout)
         self.work = ChildWork(command, env=env, tee=tee, log=log, guardian=guardian, environment=environment)
         self.store = store
         self.rec = rec

@@ -202,9 +202,6 @@ def test_pause_stops_the_child_and_releases_a_paused_job(store: FileStore, side_
     assert gone(read_log(side_log)[0]["pid"])
 
 
-# Not about files, but bound to a write's latency: the run must kill and release within the recall's
-# 1.5 s, and on PostgreSQL under a loaded machine's round trips it was seen to miss it (to be made neutral).
-@pytest.mark.file_only("timing-bound: a 1.5 s recall; flaky on a database under load")
 def test_recall_stops_the_child_before_until_and_keeps_the_checkpoint(store: FileStore, side_log: Path) -> None:
     job_id = submit(store, job_argv("sleep", 30, "--ignore-term"), side_log)
     run = run_job(store, job_id, ttl=3.0, grace=5.0)  # the grace is longer than the recall allows
