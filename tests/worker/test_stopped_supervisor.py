@@ -34,6 +34,7 @@ from _campaign import read_runs
 from workertools import WorkerProcess, gone, no_config, wait_until
 
 from jobctl import FileStore, LeaseHeld, Record, StaleEpoch, schedule
+from jobctl.keeper import Lookout
 from jobctl.runner import Guardian, LeaseRecord, Run, _guard_margin, shell_command
 
 pytestmark = [
@@ -366,8 +367,9 @@ def test_a_kill_by_the_guardian_is_not_counted_as_the_job_failing(store: FileSto
     """The guardian reads the record more often than a run checks it: a short recall is its to enforce."""
     job = store.submit(Record(kind="shell", spec={"argv": ["sleep", "60"]}))
     claimed = store.claim(job, "me", 30)
-    # A run that reads the record only at its renewals (every 10 s), and a recall with a second's grace.
-    run = Run(store, claimed, shell_command, ttl=30, grace=5.0, check_every=30)
+    # A run that reads the record only at its renewals (every 10 s) and hears no notices (a lookout
+    # with no store), and a recall with a second's grace.
+    run = Run(store, claimed, shell_command, ttl=30, grace=5.0, check_every=30, lookout=Lookout(None))
     threading.Timer(0.2, lambda: store.recall(job, claimed.lease.epoch, "maintenance", "ops", 1.0)).start()
     outcome = run.execute()
     assert outcome.exit_code == -signal.SIGKILL
