@@ -109,7 +109,7 @@ def stop(pid: int, resume: list[int]) -> None:
     wait_until(lambda: proc_state(pid) == "T", 10, "the supervisor to be stopped")
 
 
-def recall(root: Path, job: str, epoch: int) -> Record:
+def recall(store: FileStore, root: Path, job: str, epoch: int) -> Record:
     """A third party's ``jobctl recall``, in its own process."""
     subprocess.run(
         [JOBCTL, "recall", job, "--epoch", str(epoch), "--reason", "maintenance", "--grace", str(RECALL_GRACE)],
@@ -118,7 +118,7 @@ def recall(root: Path, job: str, epoch: int) -> Record:
         stdout=subprocess.DEVNULL,
         timeout=30,
     )
-    return FileStore(root).load(job)
+    return store.load(job)
 
 
 def claim_when_allowed(store: FileStore, job: str, child: int) -> tuple[Record, bool]:
@@ -148,7 +148,6 @@ def assert_no_double_run(lines: list[list[str]], job: str, first: tuple[int, int
     assert runs[0] == first and [epoch for epoch, _ in runs] == [first[0], second]
 
 
-@pytest.mark.file_only("the guardian reads the lease in the record file (Store.lease_file); a row has no file")
 @pytest.mark.parametrize("supervisor", ["worker", "run"])
 def test_a_recall_made_while_the_supervisor_is_stopped_kills_the_child_before_until(
     store: FileStore,
@@ -171,7 +170,7 @@ def test_a_recall_made_while_the_supervisor_is_stopped_kills_the_child_before_un
     stop(pid, resume)
     assert not gone(child)  # it runs on under a stopped supervisor
     before = store.load(job)
-    rec = recall(root, job, epoch)
+    rec = recall(store, root, job, epoch)
     assert rec.lease.recall is not None and rec.lease.recall.until is not None
     until = rec.lease.recall.until
     # The race: the guardian's time from the last renewal it was told of comes after ``until``, when
@@ -244,24 +243,24 @@ def guardian() -> Iterator[Guardian]:
     guard.close()  # kills whatever is still registered
 
 
-@pytest.mark.file_only("the guardian reads the lease in the record file (Store.lease_file); a row has no file")
 def test_the_guardian_kills_at_once_when_the_record_shows_another_epoch(store: FileStore, guardian: Guardian) -> None:
     job = store.submit(Record(kind="shell", spec={"argv": ["true"]}))
     held = store.claim(job, "me", 60)
     child = sleeper()
-    path = store.lease_file(job)
-    assert path == store.path(job)
-    assert guardian.watch(child.pid, time.monotonic() + FAR, LeaseRecord(path, held.lease.epoch, 0.5, 0.05))
+    source = store.lease_source(job)
+    assert source is not None
+    assert guardian.watch(child.pid, time.monotonic() + FAR, LeaseRecord(source, held.lease.epoch, 0.5, 0.05))
     store.claim(job, "me", 60)  # the same owner may claim again [JOB-O2]: the epoch moves on
     assert child.wait(10) == -signal.SIGKILL
 
 
-@pytest.mark.file_only("the guardian reads the lease in the record file (Store.lease_file); a row has no file")
 def test_the_guardian_follows_a_recall_in_the_record(store: FileStore, guardian: Guardian) -> None:
     job = store.submit(Record(kind="shell", spec={"argv": ["true"]}))
     held = store.claim(job, "me", 60)
     child = sleeper()
-    guardian.watch(child.pid, time.monotonic() + FAR, LeaseRecord(store.path(job), held.lease.epoch, 0.5, 0.05))
+    source = store.lease_source(job)
+    assert source is not None
+    guardian.watch(child.pid, time.monotonic() + FAR, LeaseRecord(source, held.lease.epoch, 0.5, 0.05))
     store.recall(job, held.lease.epoch, "maintenance", "ops", 1.0)
     assert child.wait(10) == -signal.SIGKILL
     # Renewals capped at the recall's until [JOB-R4] cannot move it on again; the record stays the holder's.
@@ -329,7 +328,7 @@ def test_the_guardian_reads_the_record_again_only_when_its_file_changed(store: F
             child.wait()
 
 
-@pytest.mark.file_only("the guardian reads the lease in the record file (Store.lease_file); a row has no file")
+@pytest.mark.file_only("the guardian's reading of the record file")
 def test_the_guardian_follows_no_link_and_never_blocks_on_what_is_not_a_record(
     store: FileStore, guardian: Guardian, tmp_path: Path
 ) -> None:
@@ -356,11 +355,11 @@ def test_the_guardian_follows_no_link_and_never_blocks_on_what_is_not_a_record(
         proc.wait()
 
 
-@pytest.mark.file_only("the guardian reads the lease in the record file (Store.lease_file); a row has no file")
+@pytest.mark.file_only("the guardian's reading of the record file")
 def test_only_a_store_on_the_system_clock_offers_its_record(store: FileStore, root: Path) -> None:
     job = store.submit(Record(kind="shell", spec={"argv": ["true"]}))
-    assert store.lease_file(job) == store.path(job)
-    assert FileStore(root, clock=store.now).lease_file(job) is None  # its times are not time.time()'s
+    assert store.lease_source(job) == store.path(job)
+    assert FileStore(root, clock=store.now).lease_source(job) is None  # its times are not time.time()'s
 
 
 def test_a_kill_by_the_guardian_is_not_counted_as_the_job_failing(store: FileStore, tmp_path: Path) -> None:
