@@ -25,8 +25,9 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _campaign import JOB as FLOCK_JOB
@@ -376,3 +377,58 @@ def test_a_kill_by_the_guardian_is_not_counted_as_the_job_failing(store: FileSto
     rec = store.load(job)
     assert (rec.state, rec.error, rec.lease.epoch) == ("running", "", claimed.lease.epoch)
     assert rec.lease.recall is not None and schedule.attempt(rec) == 1
+
+
+def test_the_guardian_keeps_the_last_lease_it_read_while_the_server_is_away(
+    pg_server: Any, pg_url: str, guardian: Guardian
+) -> None:
+    """A row's lease is read apart from the loop that kills: a server gone away leaves the recall it read in force."""
+    if not pg_server.restartable:
+        pytest.skip("the server is somebody else's (JOBCTL_TEST_PG_URL): not the tests' to stop")
+    from jobctl.store import postgres
+
+    postgres.init(pg_url)
+    store = postgres.PostgresStore(pg_url)
+    try:
+        job = store.submit(Record(kind="shell", spec={"argv": ["true"]}))
+        held = store.claim(job, "me", 60)
+        called = store.recall(job, held.lease.epoch, "maintenance", "ops", 5.0).lease.recall
+        assert called is not None and called.at is not None
+        child = sleeper()
+        source = store.lease_source(job)
+        assert isinstance(source, postgres.RowLease)
+        guardian.watch(child.pid, time.monotonic() + FAR, LeaseRecord(source, held.lease.epoch, 0.5, 0.05))
+        # The guardian's own session has read the recalled row (the server shows its last statement).
+        wait_until(lambda: _guardian_read_since(pg_url, called.at), what="the guardian's read of the recalled row")
+        seen: list[bool] = []
+
+        def while_down() -> None:
+            seen.append(child.poll() is None)  # still running when the server went away
+            seen.append(child.wait(30) == -signal.SIGKILL)
+
+        pg_server.restart(while_down)
+        assert seen == [True, True]
+        # The guardian outlived the outage: it reads rows again once the server is back.
+        other = store.submit(Record(kind="shell", spec={"argv": ["true"]}))
+        mine = store.claim(other, "me", 60)
+        second = sleeper()
+        again = store.lease_source(other)
+        assert again is not None
+        guardian.watch(second.pid, time.monotonic() + FAR, LeaseRecord(again, mine.lease.epoch, 0.5, 0.05))
+        store.claim(other, "me", 60)  # another epoch: the guardian kills at once when it reads it
+        assert second.wait(30) == -signal.SIGKILL
+    finally:
+        store.close()
+
+
+def _guardian_read_since(url: str, since: datetime) -> bool:
+    """Whether another session ran the guardian's read of the leases (its statement_timestamp) after ``since``."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid()"
+            " AND position('statement_timestamp' in query) > 0 AND query_start > %s",
+            (since,),
+        ).fetchone()
+    return bool(row and row[0])
