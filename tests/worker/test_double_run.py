@@ -29,9 +29,10 @@ KILLS = int(os.environ.get("JOBCTL_KILL_CAMPAIGN", "20"))
 TTL = 1.0
 
 
-def campaign(mode: str, root: Path) -> dict[str, Any]:
+def campaign(mode: str, root: Path, place: Path) -> dict[str, Any]:
+    """Run one campaign on the store at ``root``; the jobs' lock files and runs file go in ``place``."""
     proc = subprocess.run(
-        [sys.executable, str(HERE / "_campaign.py"), mode, str(root), str(KILLS), str(TTL)],
+        [sys.executable, str(HERE / "_campaign.py"), mode, str(root), str(KILLS), str(TTL), str(place)],
         capture_output=True,
         text=True,
         timeout=880,
@@ -44,10 +45,9 @@ def campaign(mode: str, root: Path) -> dict[str, Any]:
 
 
 @needs_flock
-@pytest.mark.file_only("the guardian of a stopped worker follows the lease in the record file; a row has none")
-def test_a_stopped_worker_never_lets_its_job_run_twice(root: Path) -> None:
+def test_a_stopped_worker_never_lets_its_job_run_twice(root: Path, tmp_path: Path) -> None:
     """Issue 11 item 1: SIGSTOP (what Ctrl-Z does) a worker mid-job; the guardian kills its children in time."""
-    got = campaign("stop", root)
+    got = campaign("stop", root, tmp_path)
     # The race happened: every stop outlasted the TTL, and KILLS times another worker adopted a stopped job
     # (a stop during which no slot came free elsewhere proves less, and does not count).
     assert got["shortest_stop_s"] > TTL
@@ -58,12 +58,9 @@ def test_a_stopped_worker_never_lets_its_job_run_twice(root: Path) -> None:
 
 
 @needs_flock
-@pytest.mark.file_only(
-    "the campaign opens a directory store; tests/integration/test_postgres_processes.py kills workers on a database"
-)
-def test_a_worker_killed_while_starting_jobs_leaves_nothing_running(root: Path) -> None:
+def test_a_worker_killed_while_starting_jobs_leaves_nothing_running(root: Path, tmp_path: Path) -> None:
     """Issue 11 item 2: SIGKILL a --concurrency 8 worker in its first burst of starts."""
-    got = campaign("kill", root)
+    got = campaign("kill", root, tmp_path)
     assert got["kills"] == KILLS
     # The race happened: each kill landed while slots were still starting, and some children had
     # been started but were still waiting for their go (they exited with 125, running nothing).
