@@ -23,9 +23,10 @@ small process of its own that the supervisor tells each group's deadline (a
 little before its lease can run out) before the child may run any code of the
 job, and again at every renewal: it SIGKILLs the group when the supervisor
 is stopped (SIGSTOP, Ctrl-Z) and its deadline comes, and every group when the
-supervisor dies. Where the store has a record file on the system clock it
-also reads the lease there itself, so a recall or a claim made while the
-supervisor is stopped is honoured too. ``jobctl run`` and the worker use it alike. A run that finds
+supervisor dies. It also reads the lease itself where the store says how
+(:meth:`~jobctl.store.base.Store.lease_source`: the record file, or the
+PostgreSQL row), so a recall or a claim made while the supervisor is stopped
+is honoured too. ``jobctl run`` and the worker use it alike. A run that finds
 its child's exit only after its own lease deadline (it was stopped) writes
 nothing more. A process that escapes anyway (one that started its own
 session) has every write refused by the epoch fencing once the job is
@@ -698,11 +699,22 @@ class Guardian:
     What the supervisor reports is not all a stopped supervisor misses: a
     recall made meanwhile lowers the lease's end in the record [JOB-R3], and
     an adopter may claim at the recall's ``until``. So where the store has a
-    :meth:`~jobctl.store.base.Store.lease_file` (the file store: the record,
-    its times on the system clock), the guardian also looks at the record
-    itself every :func:`_read_every` and kills the group at the lease's end
-    less the margin when that comes first, and at once when the epoch is no
-    longer the one held (somebody claimed the job). A look is a ``stat``: the
+    :meth:`~jobctl.store.base.Store.lease_source`, the guardian also looks at
+    the record itself every :func:`_read_every` and kills the group at the
+    lease's end less the margin when that comes first, and at once when the
+    epoch is no longer the one held (somebody claimed the job).
+
+    A PostgreSQL row (:class:`~jobctl.store.base.RowLease`) is read by a
+    thread per database: one ``SELECT`` by primary key of every guarded id's
+    epoch and the seconds its lease has left by the server's clock, counted
+    from when the read was sent (so never late), on a read-only session. The
+    loop that kills only takes what the thread last read: a server that is
+    down or slow leaves the last lease read, and the reported time, in force.
+    psycopg is imported only then, found through the parent's ``sys.path``
+    given on the guardian's command line.
+
+    A record file (the file store: its times on the system clock) is read by
+    the loop itself. A look is a ``stat``: the
     record is read again only when its file's identity (inode, size,
     modification and change times) moved since the last read, or when that
     read came within a second of the file's last change (a second write in the
@@ -714,10 +726,11 @@ class Guardian:
     cannot read leaves the last time it read, and the reported one, in force.
 
     Lines on the pipe: ``+PID AT`` (a new group, to be gone by AT), ``+PID AT
-    EPOCH MARGIN EVERY PATH`` (the same, and read the record at PATH, in hex,
-    every EVERY seconds: the lease of EPOCH ends MARGIN seconds before its
-    ``expires_at``), ``=PID AT`` (a renewal or a recall moved AT), ``-PID``
-    (reaped by its supervisor; never signal that id again). The guardian
+    EPOCH MARGIN EVERY WHERE`` (the same, and read the record at WHERE, in hex:
+    a path, or a NUL and the row's URL, id and query as JSON, every EVERY
+    seconds: the lease of EPOCH ends MARGIN seconds before its ``expires_at``),
+    ``=PID AT`` (a renewal or a recall moved AT), ``-PID`` (reaped by its
+    supervisor; never signal that id again). The guardian
     takes in every message waiting before it kills anything. If the guardian
     process dies, the next message starts a new one and replays every
     registration first.
