@@ -565,7 +565,7 @@ def rows_wanted():
             r.seen = {k: v for k, v in r.seen.items() if k in r.want}
 # pid -> [kill time reported, record path (or (url, id) of a row), epoch held, margin, read interval, kill time
 #         the record says, next read, identity of the record's file when last read (None: read it next time),
-#         (epoch, expires_at) it said]
+#         (epoch, expires_at) it said, when it was registered]
 live = {}
 def handle(line):
     op, fields = line[:1], line[1:].split()
@@ -587,9 +587,9 @@ def handle(line):
         return
     if op == b"+":
         if watch is None:
-            live[pid] = [at, None, 0, 0.0, INF, INF, INF, None, None]
+            live[pid] = [at, None, 0, 0.0, INF, INF, INF, None, None, 0.0]
         else:
-            live[pid] = [at, *watch, INF, -INF, None, None]
+            live[pid] = [at, *watch, INF, -INF, None, None, time.monotonic()]
     elif op == b"=" and pid in live:
         live[pid][0] = at
     elif op == b"-":
@@ -604,7 +604,9 @@ while True:
             r = ROWS[g[1][0]]
             with r.lock:
                 got = r.seen.get(g[1][1])
-            if got is not None:
+            # Only a read sent after the group was registered, itself after the claim its epoch comes
+            # from: one sent before may show the job's previous attempt, under an epoch now stale.
+            if got is not None and got[0] >= g[9]:
                 # The row's lease on this clock, from the time left when the read was sent.
                 sent, epoch, left = got
                 g[5] = -INF if epoch != g[2] or left is None else sent + left - g[3]
