@@ -519,8 +519,10 @@ class Rows:
         # psycopg only for a row: the parent's path entries (after -I -S) find it; a file store never pays.
         sys.path.extend(p for p in sys.argv[1:] if p not in sys.path)
         import psycopg
+        # Named for whoever looks at the server's sessions (pg_stat_activity): which process reads.
         conn = psycopg.connect(self.url, autocommit=True, connect_timeout=5, keepalives=1, keepalives_idle=5,
-                               keepalives_interval=2, keepalives_count=2)
+                               keepalives_interval=2, keepalives_count=2,
+                               application_name="jobctl guardian %d" % os.getpid())
         # A guardian never writes: the session refuses it, and no read waits on the server for long.
         conn.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
         conn.execute("SET statement_timeout = 5000")

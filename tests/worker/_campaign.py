@@ -235,8 +235,12 @@ def stop_campaign(root: str, place: Path, rounds: int, ttl: float, at_once: int 
                     figures["survivors"] += 1
         for victim in victims:
             send(victim.pid, signal.SIGCONT)
+    guardians = [g for g in (w.guardian() for w in pool) if g is not None]
     for w in pool:
         w.end()
+    # The workers' children are killed by their guardians once the workers are gone: wait for those to act.
+    for g in guardians:
+        wait(lambda g=g: reaper.exited(g), 10)
     return finish(figures, jobs, locks, runs)
 
 

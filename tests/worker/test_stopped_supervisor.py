@@ -399,7 +399,9 @@ def test_the_guardian_keeps_the_last_lease_it_read_while_the_server_is_away(
         assert isinstance(source, postgres.RowLease)
         guardian.watch(child.pid, time.monotonic() + FAR, LeaseRecord(source, held.lease.epoch, 0.5, 0.05))
         # The guardian's own session has read the recalled row (the server shows its last statement).
-        wait_until(lambda: _guardian_read_since(pg_url, called.at), what="the guardian's read of the recalled row")
+        assert guardian.proc is not None
+        name = f"jobctl guardian {guardian.proc.pid}"  # not another test's guardian, still reading its rows
+        wait_until(lambda: _read_since(pg_url, name, called.at), what="the guardian's read of the recalled row")
         seen: list[bool] = []
 
         def while_down() -> None:
@@ -421,14 +423,14 @@ def test_the_guardian_keeps_the_last_lease_it_read_while_the_server_is_away(
         store.close()
 
 
-def _guardian_read_since(url: str, since: datetime) -> bool:
-    """Whether another session ran the guardian's read of the leases (its statement_timestamp) after ``since``."""
+def _read_since(url: str, name: str, since: datetime) -> bool:
+    """Whether the session ``name`` ran the guardian's read of the leases (its statement_timestamp) after ``since``."""
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as conn:
         row = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid()"
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
             " AND position('statement_timestamp' in query) > 0 AND query_start > %s",
-            (since,),
+            (name, since),
         ).fetchone()
     return bool(row and row[0])
