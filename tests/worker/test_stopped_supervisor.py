@@ -329,7 +329,7 @@ def test_the_guardian_reads_the_record_again_only_when_its_file_changed(store: F
             child.wait()
 
 
-@pytest.mark.file_only("the guardian's reading of the record file")
+@pytest.mark.file_only("links and FIFOs in place of the record file; a row has neither")
 def test_the_guardian_follows_no_link_and_never_blocks_on_what_is_not_a_record(
     store: FileStore, guardian: Guardian, tmp_path: Path
 ) -> None:
@@ -356,7 +356,7 @@ def test_the_guardian_follows_no_link_and_never_blocks_on_what_is_not_a_record(
         proc.wait()
 
 
-@pytest.mark.file_only("the guardian's reading of the record file")
+@pytest.mark.file_only("a file store given another clock; a database's lease is read by the server's clock")
 def test_only_a_store_on_the_system_clock_offers_its_record(store: FileStore, root: Path) -> None:
     job = store.submit(Record(kind="shell", spec={"argv": ["true"]}))
     assert store.lease_source(job) == store.path(job)
