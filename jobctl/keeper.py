@@ -10,8 +10,11 @@ deadline. At every deadline the keeper moves toward what the record asks
 [JOB-I8]:
 
 * every third of the TTL it renews the lease; the renewal returns the record,
-  so the intent and the recall are read in the same write. Between renewals a
-  plain read checks them about once a second, so a cancel is noticed quickly;
+  so the intent and the recall are read in the same write. Between renewals it
+  reads the record again as soon as the store's change notices say it was
+  written (a :class:`Lookout`: inotify on a directory, LISTEN/NOTIFY on
+  PostgreSQL), and about once a second in any case, so a cancel or a recall
+  is noticed within a notice's delay and a read, not a polling interval;
 * ``cancel`` -> the work is asked to stop (a child gets SIGTERM, then SIGKILL
   after the grace), the record ends ``cancelled`` with the reason [JOB-I9] [JOB-S3];
 * ``pause`` -> the work is stopped and the job released: it becomes
@@ -45,14 +48,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .errors import Invalid, JobError, LeaseExpired, Refused, StaleEpoch
 from .record import Record
 from .schedule import attempt as attempt_of
 from .schedule import not_before, record_failure
 
-__all__ = ["Keeper", "KeeperStore", "Outcome", "Work"]
+if TYPE_CHECKING:
+    from .store.base import LeaseSource, Notices
+
+__all__ = ["Keeper", "KeeperStore", "Lookout", "Outcome", "Work"]
 
 
 class KeeperStore(Protocol):
@@ -66,7 +72,121 @@ class KeeperStore(Protocol):
     def release(self, job_id: str, epoch: int) -> Record: ...
     def update(self, job_id: str, epoch: int, mutate: Callable[[Record], object]) -> Record: ...
     def work_path(self, job_id: str) -> str: ...
-    def lease_file(self, job_id: str) -> str | None: ...
+    def lease_source(self, job_id: str) -> LeaseSource | None: ...
+    def notices(self) -> Notices | None: ...
+
+
+# -- hearing of a record's writes -------------------------------------------------
+
+
+class Lookout:
+    """One listener on a store's change notices for every keeper of a process: each hears of its own record.
+
+    A recall may leave its holder less than a second to stop and release
+    [JOB-R3] (the grace less the keeper's margin), and a keeper that only
+    read its record every ``check_every`` could find it too late -- later
+    still where every read is a round trip to a server on a busy machine.
+    So a lookout listens on :meth:`~jobctl.store.base.Store.notices` in a
+    thread of its own and, for every record written, calls the look-again
+    function of each keeper that follows that id (:meth:`Keeper.look`), all
+    of them when the notices say some were lost. The keeper then reads the
+    record at once. A notice is only a hint: the keeper's own periodic read
+    stays, so a notice lost without a word costs at most ``check_every``.
+
+    One lookout serves a whole worker (one inotify descriptor, or one
+    listening connection to PostgreSQL, however many jobs run); a keeper
+    given none starts its own for its attempt. The notices are read at most
+    every ``settle`` seconds (the first after a quiet spell at once): a job
+    that writes its checkpoint in a tight loop costs its keeper a read per
+    settle, not one per write. Where the
+    store gives no notices (a directory on another OS), or they cannot be
+    opened, the lookout hears nothing and the keepers poll as before.
+    """
+
+    def __init__(self, store: KeeperStore | None, *, settle: float = 0.1) -> None:
+        """Listen on ``store``'s notices; ``None``: hear nothing (a worker told not to use notices)."""
+        self.settle = max(0.0, float(settle))
+        self._lock = threading.Lock()
+        self._follow: dict[str, list[Callable[[], None]]] = {}
+        self._notices: Notices | None = None
+        if store is not None:
+            with contextlib.suppress(JobError, OSError):
+                self._notices = store.notices()
+        self._thread: threading.Thread | None = None
+        self._stop_r, self._stop_w = os.pipe()
+        self._closed = False
+
+    @property
+    def hearing(self) -> bool:
+        """Whether this lookout has notices to hear (False: the keepers poll)."""
+        return self._notices is not None
+
+    def follow(self, job_id: str, look: Callable[[], None]) -> None:
+        """Call ``look`` whenever the record ``job_id`` may have been written, until :meth:`drop`."""
+        with self._lock:
+            if self._closed or self._notices is None:
+                return
+            self._follow.setdefault(job_id, []).append(look)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._listen, name="jobctl lookout", daemon=True)
+                self._thread.start()
+
+    def drop(self, job_id: str, look: Callable[[], None]) -> None:
+        with self._lock:
+            looks = self._follow.get(job_id)
+            if looks is not None and look in looks:
+                looks.remove(look)
+                if not looks:
+                    del self._follow[job_id]
+
+    def close(self) -> None:
+        """Stop listening (the thread ends, the notices close); safe to call twice."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            thread = self._thread
+            with contextlib.suppress(OSError):
+                os.write(self._stop_w, b"!")
+        if thread is not None:
+            # A read may be waiting on a server that does not answer: the thread is
+            # a daemon and may be left to it, with what it still uses left open.
+            thread.join(5.0)
+            if thread.is_alive():
+                return
+        if self._notices is not None:
+            self._notices.close()
+        os.close(self._stop_r)
+        os.close(self._stop_w)
+
+    def _listen(self) -> None:
+        notices = self._notices
+        assert notices is not None
+        while True:
+            fd = notices.fileno()
+            # Without a descriptor (a connection being made again) the read below retries it.
+            waiting = [self._stop_r] if fd is None else [self._stop_r, fd]
+            try:
+                ready = select.select(waiting, [], [], 1.0 if fd is None else notices.recheck)[0]
+            except (OSError, ValueError):
+                ready = []  # the descriptor was replaced under the wait: read, which says so
+            if self._stop_r in ready:
+                return
+            try:
+                changed = notices.read()
+            except (JobError, OSError):
+                changed = None
+            with self._lock:
+                if changed is None:
+                    looks = [look for each in self._follow.values() for look in each]
+                else:
+                    written, removed = changed
+                    looks = [look for job_id in written | removed for look in self._follow.get(job_id, ())]
+            for look in looks:
+                look()
+            # Let a burst of writes gather before the next read; a stop still ends the wait.
+            if select.select([self._stop_r], [], [], self.settle)[0]:
+                return
 
 
 # -- the outcome ----------------------------------------------------------------
@@ -209,7 +329,10 @@ class Keeper:
     ``rec`` is the record as the claim returned it. ``execute()`` blocks until
     the work is done and the record written; ``stop()`` may be called from
     any thread or a signal handler to stop the work and release the job;
-    ``wake()`` from any thread makes the loop look at the work again.
+    ``wake()`` from any thread makes the loop look at the work again, and
+    ``look()`` makes it read the record again. ``lookout``: the process's
+    :class:`Lookout` (a worker shares one among its runs); without one the
+    keeper starts its own for the attempt.
     """
 
     def __init__(
@@ -220,6 +343,7 @@ class Keeper:
         ttl: float = 30.0,
         grace: float = 10.0,
         check_every: float = 1.0,
+        lookout: Lookout | None = None,
     ) -> None:
         if not ttl > 0:
             raise Invalid("ttl must be positive")
@@ -243,6 +367,10 @@ class Keeper:
         # list.append is atomic, so a request can never be lost between a read and a reset.
         self._requests: list[tuple[str, float | None]] = []
         self._handled = 0
+        self._lookout = lookout
+        # Set by look() (the lookout's thread), cleared by the loop before it reads:
+        # a notice that comes during a read makes another.
+        self._look = False
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -269,15 +397,30 @@ class Keeper:
             except (BlockingIOError, OSError):
                 pass
 
+    def look(self) -> None:
+        """Read the record again now: the store says it was written (safe from any thread)."""
+        self._look = True
+        self.wake()
+
     # -- the attempt ----------------------------------------------------------
 
     def outcome(self, **kw: Any) -> Outcome:
         return Outcome(self.job_id, self.rec.kind, self.epoch, self.attempt, **kw)
 
     def execute(self, work: Work) -> Outcome:
+        lookout, own = self._lookout, self._lookout is None
         try:
+            if lookout is None:
+                lookout = Lookout(self.store)
+            lookout.follow(self.job_id, self.look)
+            # Whatever was written between the claim and now was not heard: read it once.
+            self._look = lookout.hearing
             return self._execute(work)
         finally:
+            if lookout is not None:
+                lookout.drop(self.job_id, self.look)
+                if own:
+                    lookout.close()
             with self._lock:
                 self._closed = True
                 os.close(self._wake_r)
@@ -453,7 +596,8 @@ class Keeper:
                     renew_at = before + self.renew_every
                     check_at = mono() + self.check_every
                     examine(rec)
-            elif fenced is None and now >= check_at:
+            elif fenced is None and (now >= check_at or self._look):
+                self._look = False
                 try:
                     rec = store.load(self.job_id)
                 except (JobError, OSError):

@@ -23,9 +23,10 @@ small process of its own that the supervisor tells each group's deadline (a
 little before its lease can run out) before the child may run any code of the
 job, and again at every renewal: it SIGKILLs the group when the supervisor
 is stopped (SIGSTOP, Ctrl-Z) and its deadline comes, and every group when the
-supervisor dies. Where the store has a record file on the system clock it
-also reads the lease there itself, so a recall or a claim made while the
-supervisor is stopped is honoured too. ``jobctl run`` and the worker use it alike. A run that finds
+supervisor dies. It also reads the lease itself where the store says how
+(:meth:`~jobctl.store.base.Store.lease_source`: the record file, or the
+PostgreSQL row), so a recall or a claim made while the supervisor is stopped
+is honoured too. ``jobctl run`` and the worker use it alike. A run that finds
 its child's exit only after its own lease deadline (it was stopped) writes
 nothing more. A process that escapes anyway (one that started its own
 session) has every write refused by the epoch fencing once the job is
@@ -51,6 +52,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import errno
+import json
 import math
 import os
 import select
@@ -66,9 +68,10 @@ from typing import IO, Any, Protocol
 from . import fsio
 from .errors import Invalid, JobError, LeaseExpired, NotFound
 from .jobenv import JobEnvironment
-from .keeper import Keeper, KeeperStore, Outcome, Work
+from .keeper import Keeper, KeeperStore, Lookout, Outcome, Work
 from .record import Record, format_time
 from .schedule import attempt as attempt_of
+from .store.base import LeaseSource
 from .store.location import address
 
 __all__ = [
@@ -391,7 +394,7 @@ def _child_setup(parent: int) -> Callable[[], None]:
 
 
 _GUARDIAN = r"""
-import os, select, signal, time
+import os, select, signal, sys, time
 for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU):
     signal.signal(sig, signal.SIG_IGN)
 INF = float("inf")
@@ -496,8 +499,75 @@ def lease(data):
         return epoch, -INF
     t = instant(at) if isinstance(at, str) else None
     return None if t is None else (epoch, t)
-# pid -> [kill time reported, record path, epoch held, margin, read interval, kill time the record says, next read,
-#         identity of the record's file when last read (None: read it next time), (epoch, expires_at) it said]
+# A lease in a database row is read by a thread per database, never by the loop that kills: a server
+# that is down, slow or unreachable leaves the last lease read (and the supervisor's time) in force.
+WAKE_R, WAKE_W = os.pipe()  # a reader's news wakes the loop
+os.set_blocking(WAKE_R, False)
+os.set_blocking(WAKE_W, False)
+ROWS = {}  # url -> Rows
+class Rows:
+    # Every EVERY seconds one read of every id guarded in this database (the store's named query, by
+    # primary key): (monotonic time it was sent, epoch, seconds left by the server's clock or None).
+    # The time left is counted from the statement's start, after the time taken here: never late.
+    def __init__(self, url, query):
+        import threading
+        self.url, self.query, self.lock = url, query, threading.Lock()
+        self.want = {}  # id -> read interval
+        self.seen = {}  # id -> (sent, epoch, seconds left)
+        threading.Thread(target=self.run, daemon=True).start()
+    def connect(self):
+        # psycopg only for a row: the parent's path entries (after -I -S) find it; a file store never pays.
+        sys.path.extend(p for p in sys.argv[1:] if p not in sys.path)
+        import psycopg
+        # Named for whoever looks at the server's sessions (pg_stat_activity): which process reads.
+        conn = psycopg.connect(self.url, autocommit=True, connect_timeout=5, keepalives=1, keepalives_idle=5,
+                               keepalives_interval=2, keepalives_count=2,
+                               application_name="jobctl guardian %d" % os.getpid())
+        # A guardian never writes: the session refuses it, and no read waits on the server for long.
+        conn.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+        conn.execute("SET statement_timeout = 5000")
+        return conn
+    def run(self):
+        conn = None
+        while True:
+            with self.lock:
+                ids, every = list(self.want), min(self.want.values(), default=0.25)
+            if ids:
+                try:
+                    if conn is None:
+                        conn = self.connect()
+                    sent = time.monotonic()
+                    rows = conn.execute(self.query, {"ids": ids}).fetchall()
+                except Exception:
+                    rows = None
+                    if conn is not None:
+                        try:
+                            conn.close()
+                        except Exception:
+                            pass
+                    conn, every = None, max(every, 1.0)  # a server away: try again each second
+                if rows:
+                    with self.lock:
+                        for job_id, epoch, left in rows:
+                            self.seen[job_id] = (sent, int(epoch), None if left is None else float(left))
+                    try:
+                        os.write(WAKE_W, b"!")
+                    except OSError:
+                        pass
+            time.sleep(every)
+def rows_wanted():
+    # Each reader reads the ids still guarded, and forgets what it read of the others.
+    want = {}
+    for g in live.values():
+        if type(g[1]) is tuple:
+            want.setdefault(g[1][0], {})[g[1][1]] = g[4]
+    for url, r in ROWS.items():
+        with r.lock:
+            r.want = want.get(url, {})
+            r.seen = {k: v for k, v in r.seen.items() if k in r.want}
+# pid -> [kill time reported, record path (or (url, id) of a row), epoch held, margin, read interval, kill time
+#         the record says, next read, identity of the record's file when last read (None: read it next time),
+#         (epoch, expires_at) it said, when it was registered]
 live = {}
 def handle(line):
     op, fields = line[:1], line[1:].split()
@@ -506,14 +576,22 @@ def handle(line):
         at = float(fields[1]) if op != b"-" else 0.0
         watch = None
         if len(fields) > 5:
-            watch = (bytes.fromhex(fields[5].decode()), int(fields[2]), float(fields[3]), float(fields[4]))
-    except (IndexError, ValueError):
+            where = bytes.fromhex(fields[5].decode())
+            if where[:1] == b"\0":
+                import json
+                row = json.loads(where[1:])
+                url, job_id, query = str(row["url"]), str(row["id"]), str(row["query"])
+                if url not in ROWS:
+                    ROWS[url] = Rows(url, query)
+                where = (url, job_id)
+            watch = (where, int(fields[2]), float(fields[3]), float(fields[4]))
+    except (IndexError, ValueError, KeyError, TypeError):
         return
     if op == b"+":
         if watch is None:
-            live[pid] = [at, None, 0, 0.0, INF, INF, INF, None, None]
+            live[pid] = [at, None, 0, 0.0, INF, INF, INF, None, None, 0.0]
         else:
-            live[pid] = [at, *watch, INF, -INF, None, None]
+            live[pid] = [at, *watch, INF, -INF, None, None, time.monotonic()]
     elif op == b"=" and pid in live:
         live[pid][0] = at
     elif op == b"-":
@@ -523,6 +601,18 @@ while True:
     now = time.monotonic()
     for g in live.values():
         if g[6] > now:
+            continue
+        if type(g[1]) is tuple:
+            r = ROWS[g[1][0]]
+            with r.lock:
+                got = r.seen.get(g[1][1])
+            # Only a read sent after the group was registered, itself after the claim its epoch comes
+            # from: one sent before may show the job's previous attempt, under an epoch now stale.
+            if got is not None and got[0] >= g[9]:
+                # The row's lease on this clock, from the time left when the read was sent.
+                sent, epoch, left = got
+                g[5] = -INF if epoch != g[2] or left is None else sent + left - g[3]
+            g[6] = time.monotonic() + g[4]
             continue
         seen = g[8] if same(g) else None  # an unchanged record says what it said when last read
         if seen is None:
@@ -554,8 +644,18 @@ while True:
         if min(g[0], g[5]) <= now:
             kill(pid)
             del live[pid]
+    if ROWS:
+        rows_wanted()
     wake = min((min(g[0], g[5], g[6]) for g in live.values()), default=None)
-    select.select([0], [], [], None if wake is None else max(0.0, wake - time.monotonic()))
+    news = select.select([0, WAKE_R], [], [], None if wake is None else max(0.0, wake - time.monotonic()))[0]
+    if WAKE_R in news:
+        try:
+            os.read(WAKE_R, 4096)
+        except OSError:
+            pass
+        for g in live.values():
+            if type(g[1]) is tuple:
+                g[6] = 0.0  # a reader has news: look at it now
 for pid in live:
     kill(pid)
 """
@@ -563,14 +663,16 @@ for pid in live:
 
 @dataclass(frozen=True)
 class LeaseRecord:
-    """A record a :class:`Guardian` reads to follow a lease itself: its path, the epoch held, when to kill.
+    """A record a :class:`Guardian` reads to follow a lease itself: where it is, the epoch held, when to kill.
 
-    The guardian kills ``margin`` seconds before the record's ``expires_at``
-    (on the system clock), and at once when its epoch is not ``epoch``; it
-    reads it every ``every`` seconds.
+    ``source`` is what :meth:`~jobctl.store.base.Store.lease_source` gave: a
+    record file's path, or a database row (:class:`~jobctl.store.base.RowLease`).
+    The guardian kills ``margin`` seconds before the lease's end as the record
+    says it, and at once when its epoch is not ``epoch``; it reads it every
+    ``every`` seconds.
     """
 
-    path: str
+    source: LeaseSource
     epoch: int
     margin: float
     every: float
@@ -601,11 +703,22 @@ class Guardian:
     What the supervisor reports is not all a stopped supervisor misses: a
     recall made meanwhile lowers the lease's end in the record [JOB-R3], and
     an adopter may claim at the recall's ``until``. So where the store has a
-    :meth:`~jobctl.store.base.Store.lease_file` (the file store: the record,
-    its times on the system clock), the guardian also looks at the record
-    itself every :func:`_read_every` and kills the group at the lease's end
-    less the margin when that comes first, and at once when the epoch is no
-    longer the one held (somebody claimed the job). A look is a ``stat``: the
+    :meth:`~jobctl.store.base.Store.lease_source`, the guardian also looks at
+    the record itself every :func:`_read_every` and kills the group at the
+    lease's end less the margin when that comes first, and at once when the
+    epoch is no longer the one held (somebody claimed the job).
+
+    A PostgreSQL row (:class:`~jobctl.store.base.RowLease`) is read by a
+    thread per database: one ``SELECT`` by primary key of every guarded id's
+    epoch and the seconds its lease has left by the server's clock, counted
+    from when the read was sent (so never late), on a read-only session. The
+    loop that kills only takes what the thread last read: a server that is
+    down or slow leaves the last lease read, and the reported time, in force.
+    psycopg is imported only then, found through the parent's ``sys.path``
+    given on the guardian's command line.
+
+    A record file (the file store: its times on the system clock) is read by
+    the loop itself. A look is a ``stat``: the
     record is read again only when its file's identity (inode, size,
     modification and change times) moved since the last read, or when that
     read came within a second of the file's last change (a second write in the
@@ -617,10 +730,11 @@ class Guardian:
     cannot read leaves the last time it read, and the reported one, in force.
 
     Lines on the pipe: ``+PID AT`` (a new group, to be gone by AT), ``+PID AT
-    EPOCH MARGIN EVERY PATH`` (the same, and read the record at PATH, in hex,
-    every EVERY seconds: the lease of EPOCH ends MARGIN seconds before its
-    ``expires_at``), ``=PID AT`` (a renewal or a recall moved AT), ``-PID``
-    (reaped by its supervisor; never signal that id again). The guardian
+    EPOCH MARGIN EVERY WHERE`` (the same, and read the record at WHERE, in hex:
+    a path, or a NUL and the row's URL, id and query as JSON, every EVERY
+    seconds: the lease of EPOCH ends MARGIN seconds before its ``expires_at``),
+    ``=PID AT`` (a renewal or a recall moved AT), ``-PID`` (reaped by its
+    supervisor; never signal that id again). The guardian
     takes in every message waiting before it kills anything. If the guardian
     process dies, the next message starts a new one and replays every
     registration first.
@@ -637,7 +751,8 @@ class Guardian:
 
     def _spawn(self) -> None:
         proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", _GUARDIAN],
+            # The path entries after the script are where it finds psycopg for a lease in a database row.
+            [sys.executable, "-I", "-S", "-c", _GUARDIAN, *(p for p in sys.path if p)],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             start_new_session=True,
@@ -674,8 +789,15 @@ class Guardian:
         """
         rest = ""
         if record is not None:
-            path = os.fsencode(os.path.abspath(record.path)).hex()  # the guardian's cwd is not ours to rely on
-            rest = f" {record.epoch} {record.margin!r} {record.every!r} {path}"
+            source = record.source
+            if isinstance(source, str):
+                where = os.fsencode(os.path.abspath(source))  # the guardian's cwd is not ours to rely on
+            else:
+                # A row: NUL first, which no path holds. The URL may carry a password: this pipe is
+                # the guardian's alone, never its command line.
+                row = {"url": source.url, "id": source.job_id, "query": source.query}
+                where = b"\0" + json.dumps(row).encode()
+            rest = f" {record.epoch} {record.margin!r} {record.every!r} {where.hex()}"
         with self._lock:
             if self._closed:
                 return False
@@ -1035,8 +1157,8 @@ class ChildWork(Work):
         # the claim) gets no go: the lease may be somebody else's by now.
         # Where the store allows, the guardian reads the record too: a recall
         # made while this process is stopped cannot reach it otherwise.
-        path = store.lease_file(keeper.job_id)
-        record = None if path is None else LeaseRecord(path, keeper.epoch, margin, _read_every(self._ttl))
+        source = store.lease_source(keeper.job_id)
+        record = None if source is None else LeaseRecord(source, keeper.epoch, margin, _read_every(self._ttl))
         guarded = guardian.watch(proc.pid, expiry - margin, record)
         if not guarded or time.monotonic() >= expiry - _own_margin(self._ttl):
             os.close(go_w)  # end of file: the child exits without running anything
@@ -1294,7 +1416,8 @@ class Run:
     parent-death signal (armed on Python 3.10's start path), so it must be the
     one that lives as long as the child. ``guardian``: the supervisor's
     :class:`Guardian` (a worker shares one among its runs); without one the
-    run starts its own for the attempt.
+    run starts its own for the attempt. ``lookout``: likewise, the
+    :class:`jobctl.keeper.Lookout` that tells the run its record was written.
     """
 
     def __init__(
@@ -1311,8 +1434,9 @@ class Run:
         log: bool = True,
         guardian: Guardian | None = None,
         environment: JobEnvironment | None = None,
+        lookout: Lookout | None = None,
     ) -> None:
-        self.keeper = Keeper(store, rec, ttl=ttl, grace=grace, check_every=check_every)
+        self.keeper = Keeper(store, rec, ttl=ttl, grace=grace, check_every=check_every, lookout=lookout)
         self.work = ChildWork(command, env=env, tee=tee, log=log, guardian=guardian, environment=environment)
         self.store = store
         self.rec = rec

@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Protocol
 from .board import UNREADABLE, Board
 from .errors import JobError, LeaseHeld, NotFound, Terminal, Untrusted
 from .jobenv import JobEnvironment
-from .keeper import Keeper
+from .keeper import Keeper, Lookout
 from .record import TERMINAL, Record, format_time, held
 from .runner import Guardian, Outcome, Processor, Run, RunStore, processors
 from .schedule import after_of, attempt, blocked_by, not_before, pipeline_of
@@ -208,6 +208,7 @@ class Worker:
         self.notices = notices
         self.summary = Summary()
         self._guardian: Guardian | None = None
+        self._lookout: Lookout | None = None
         self._states: Mapping[str, str] = {}
         # Main thread only: ids handed to a slot and not reported back yet.
         self._busy: dict[str, Record] = {}
@@ -288,6 +289,8 @@ class Worker:
         board = Board(self.store, self.kinds, notices=self.notices)
         self._states = board.states
         self._guardian = Guardian()
+        # Without notices the keepers read their records on their own clock only.
+        self._lookout = Lookout(self.store if self.notices else None)
         for n in range(self.concurrency):
             slot = threading.Thread(target=self._slot, name=f"jobctl slot {n + 1}", daemon=True)
             slot.start()
@@ -299,6 +302,8 @@ class Worker:
             board.close()
             if self._guardian is not None:
                 self._guardian.close()
+            if self._lookout is not None:
+                self._lookout.close()
             if self._async is not None:
                 self._async.close()
             wake_r, wake_w = self._wake_r, self._wake_w
@@ -467,7 +472,7 @@ class Worker:
             # A Python processor: the same lease keeping, a function as the work.
             from .processor import FunctionWork
 
-            keeper = run = Keeper(store, claimed, ttl=self.ttl, grace=self.grace)
+            keeper = run = Keeper(store, claimed, ttl=self.ttl, grace=self.grace, lookout=self._lookout)
             work = python = FunctionWork(function, loop=self._async_loop)
 
             def execute() -> Outcome:
@@ -483,6 +488,7 @@ class Worker:
                 env=self.env,
                 guardian=self._guardian,
                 environment=self.environment,
+                lookout=self._lookout,
             )
             execute = run.execute
         with self._lock:

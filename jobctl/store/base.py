@@ -7,6 +7,7 @@ returned is the caller's own copy [JOB-M2]. ``now`` is the store's own clock.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -16,7 +17,7 @@ from ..record import Record
 if TYPE_CHECKING:  # the summary cache loads only when a listing asks for it
     from ..summary import Summary
 
-__all__ = ["Store", "Notices", "Listing", "OpenListing", "Unreadable", "UNSET", "Skipped"]
+__all__ = ["Store", "Notices", "RowLease", "LeaseSource", "Listing", "OpenListing", "Unreadable", "UNSET", "Skipped"]
 
 
 class _Unset:
@@ -66,6 +67,24 @@ class OpenListing(Listing):
     ) -> None:
         super().__init__(records, unreadable)
         self.states: dict[str, str] = states or {}
+
+
+@dataclass(frozen=True)
+class RowLease:
+    """Where a guardian process reads a lease kept in a database row: the store's URL, the job, the one query.
+
+    ``query`` is the store's named read of the lease (``guardian_lease`` in
+    ``queries.sql``): given an array of ids, it answers each one's epoch and
+    the seconds its lease has left by the server's clock, and writes nothing.
+    """
+
+    url: str
+    job_id: str
+    query: str
+
+
+#: What :meth:`Store.lease_source` gives a guardian: a record file's path, or a database row.
+LeaseSource = str | RowLease
 
 
 class Notices(Protocol):
@@ -124,15 +143,16 @@ class Store(Protocol):
         """The job's scratch name; never created by the store [JOB-W1]."""
         ...
 
-    def lease_file(self, job_id: str) -> str | None:
-        """A file a guardian process may re-read to follow the job's lease on its own, or None.
+    def lease_source(self, job_id: str) -> LeaseSource | None:
+        """Where a guardian process may read the job's lease on its own, without the store; or None.
 
-        The record's path when the lease is in a regular file on this machine
-        and its times are on this machine's system clock, so a process that
-        knows nothing of the store can compare ``lease.expires_at`` with its
-        own ``time.time()``. None where that does not hold (a database, or a
-        store given another clock): a guardian then knows only the lease's
-        end its supervisor reports.
+        The file store: the record's path, when its times are on this
+        machine's system clock, so a process that knows nothing of the store
+        can compare ``lease.expires_at`` with its own ``time.time()`` (a look
+        is a ``stat``). PostgreSQL: a :class:`RowLease`, one indexed read of
+        the row's epoch and the time its lease has left by the server's clock.
+        None where neither holds (a store given another clock): a guardian
+        then knows only the lease's end its supervisor reports.
         """
         ...
 

@@ -160,8 +160,8 @@ class FileStore(ContractStore):
         """``<root>/work/<id>``: the job's scratch name. Never created by the store [JOB-W1]."""
         return os.path.join(self.work_dir, ids.check(job_id))
 
-    def lease_file(self, job_id: str) -> str | None:
-        """The record itself, when this store reads the system clock (see ``Store.lease_file``)."""
+    def lease_source(self, job_id: str) -> str | None:
+        """The record itself, when this store reads the system clock (see ``Store.lease_source``)."""
         return self.path(job_id) if self._clock is _system_clock else None
 
     def notices(self) -> Notices | None:

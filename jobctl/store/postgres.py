@@ -37,7 +37,7 @@ from ..notices import RECHECK_SECONDS
 from ..record import Record, decode, encode
 from ..schedule import after_of, not_before, pipeline_of
 from ..summary import Summary
-from .base import Listing, Notices, OpenListing, Skipped, Unreadable
+from .base import Listing, Notices, OpenListing, RowLease, Skipped, Unreadable
 from .contract import Apply, ContractStore, _claim_terms, _claiming
 from .file import is_orphan
 from .location import masked
@@ -582,10 +582,10 @@ class PostgresStore(ContractStore):
             if cur.rowcount != 1:
                 raise NotFound(f"no job {job_id}", job_id)
 
-    def lease_file(self, job_id: str) -> str | None:
-        """None: a row has no file a guardian could read; it keeps the times the supervisor reports."""
+    def lease_source(self, job_id: str) -> RowLease | None:
+        """The row, read by its id with the server's clock (``guardian_lease``); None under a test's clock."""
         ids.check(job_id)
-        return None
+        return RowLease(self.url, job_id, Q["guardian_lease"]) if self._clock is None else None
 
     @_retried
     def remove(self, job_id: str) -> bool:

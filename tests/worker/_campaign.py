@@ -1,4 +1,7 @@
-"""Kill campaigns against real workers, for test_double_run.py: ``python _campaign.py MODE ROOT ROUNDS``.
+"""Kill campaigns against real workers, for test_double_run.py: ``python _campaign.py MODE STORE ROUNDS TTL DIR``.
+
+STORE is a directory or a database URL; DIR is where the jobs' lock files and
+runs file go (a directory of this machine either way).
 
 MODE ``stop``: a pool of workers runs long jobs; each round SIGSTOPs some of
 them, holds each stop until it has outlasted the TTL and another worker has
@@ -35,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from jobctl import FileStore, Record
+from jobctl import FileStore, Record, open_store
 
 HERE = Path(__file__).resolve().parent
 DRIVER = str(HERE / "_driver.py")
@@ -110,7 +113,7 @@ def cmdline(pid: int) -> bytes:
 class Worker:
     """A worker process (``_driver.py``); with ``kill_in_burst`` it is SIGKILLed just after its first start."""
 
-    def __init__(self, root: Path, reaper: Reaper, kill_in_burst: bool = False, **options: Any) -> None:
+    def __init__(self, root: str, reaper: Reaper, kill_in_burst: bool = False, **options: Any) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, DRIVER, str(root), "loop", json.dumps(options)],
             stdout=subprocess.PIPE,
@@ -182,10 +185,10 @@ def submit(store: FileStore, n: int, locks: Path, runs: Path, hold: float) -> li
     return [store.submit(Record(kind="shell", spec={"argv": ["sh", "-c", JOB], "env": env})) for _ in range(n)]
 
 
-def stop_campaign(root: Path, rounds: int, ttl: float, at_once: int = 2) -> dict[str, Any]:
+def stop_campaign(root: str, place: Path, rounds: int, ttl: float, at_once: int = 2) -> dict[str, Any]:
     """SIGSTOP workers running jobs until another adopts one of theirs; their children must be dead by then."""
-    store = FileStore(root)
-    locks, runs = root.parent / "locks", root.parent / "runs"
+    store: FileStore = open_store(root)  # type: ignore[assignment]  # a directory or a database: the same protocol
+    locks, runs = place / "locks", place / "runs"
     locks.mkdir()
     hold = 3 * ttl + 1.0  # a child left running would still run when its job is adopted
     jobs = submit(store, 10, locks, runs, hold)
@@ -232,15 +235,19 @@ def stop_campaign(root: Path, rounds: int, ttl: float, at_once: int = 2) -> dict
                     figures["survivors"] += 1
         for victim in victims:
             send(victim.pid, signal.SIGCONT)
+    guardians = [g for g in (w.guardian() for w in pool) if g is not None]
     for w in pool:
         w.end()
+    # The workers' children are killed by their guardians once the workers are gone: wait for those to act.
+    for g in guardians:
+        wait(lambda g=g: reaper.exited(g), 10)
     return finish(figures, jobs, locks, runs)
 
 
-def kill_campaign(root: Path, rounds: int, ttl: float, at_once: int = 4) -> dict[str, Any]:
+def kill_campaign(root: str, place: Path, rounds: int, ttl: float, at_once: int = 4) -> dict[str, Any]:
     """SIGKILL workers at --concurrency 8 in their first burst of starts; nothing they started may live on."""
-    store = FileStore(root)
-    locks, runs = root.parent / "locks", root.parent / "runs"
+    store: FileStore = open_store(root)  # type: ignore[assignment]  # a directory or a database: the same protocol
+    locks, runs = place / "locks", place / "runs"
     locks.mkdir()
     jobs = submit(store, 40 + 2 * rounds, locks, runs, hold=0.3)
     reaper = Reaper()
@@ -298,12 +305,13 @@ def finish(figures: dict[str, Any], jobs: list[str], locks: Path, runs: Path) ->
 
 
 def main() -> None:
-    mode, root, rounds = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
-    ttl = float(sys.argv[4])
+    mode, root, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    ttl, place = float(sys.argv[4]), Path(sys.argv[5])
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(36, 1, 0, 0, 0) != 0:  # PR_SET_CHILD_SUBREAPER
         raise SystemExit("cannot become a child subreaper")
-    figures = stop_campaign(root, rounds, ttl) if mode == "stop" else kill_campaign(root, rounds, ttl)
+    run = stop_campaign if mode == "stop" else kill_campaign
+    figures = run(root, place, rounds, ttl)
     sys.stdout.write(json.dumps(figures) + "\n")
 
 

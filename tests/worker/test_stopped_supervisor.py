@@ -25,8 +25,9 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _campaign import JOB as FLOCK_JOB
@@ -34,6 +35,7 @@ from _campaign import read_runs
 from workertools import WorkerProcess, gone, no_config, wait_until
 
 from jobctl import FileStore, LeaseHeld, Record, StaleEpoch, schedule
+from jobctl.keeper import Lookout
 from jobctl.runner import Guardian, LeaseRecord, Run, _guard_margin, shell_command
 
 pytestmark = [
@@ -108,7 +110,7 @@ def stop(pid: int, resume: list[int]) -> None:
     wait_until(lambda: proc_state(pid) == "T", 10, "the supervisor to be stopped")
 
 
-def recall(root: Path, job: str, epoch: int) -> Record:
+def recall(store: FileStore, root: Path, job: str, epoch: int) -> Record:
     """A third party's ``jobctl recall``, in its own process."""
     subprocess.run(
         [JOBCTL, "recall", job, "--epoch", str(epoch), "--reason", "maintenance", "--grace", str(RECALL_GRACE)],
@@ -117,7 +119,7 @@ def recall(root: Path, job: str, epoch: int) -> Record:
         stdout=subprocess.DEVNULL,
         timeout=30,
     )
-    return FileStore(root).load(job)
+    return store.load(job)
 
 
 def claim_when_allowed(store: FileStore, job: str, child: int) -> tuple[Record, bool]:
@@ -147,7 +149,6 @@ def assert_no_double_run(lines: list[list[str]], job: str, first: tuple[int, int
     assert runs[0] == first and [epoch for epoch, _ in runs] == [first[0], second]
 
 
-@pytest.mark.file_only("the guardian reads the lease in the record file (Store.lease_file); a row has no file")
 @pytest.mark.parametrize("supervisor", ["worker", "run"])
 def test_a_recall_made_while_the_supervisor_is_stopped_kills_the_child_before_until(
     store: FileStore,
@@ -170,7 +171,7 @@ def test_a_recall_made_while_the_supervisor_is_stopped_kills_the_child_before_un
     stop(pid, resume)
     assert not gone(child)  # it runs on under a stopped supervisor
     before = store.load(job)
-    rec = recall(root, job, epoch)
+    rec = recall(store, root, job, epoch)
     assert rec.lease.recall is not None and rec.lease.recall.until is not None
     until = rec.lease.recall.until
     # The race: the guardian's time from the last renewal it was told of comes after ``until``, when
@@ -243,24 +244,24 @@ def guardian() -> Iterator[Guardian]:
     guard.close()  # kills whatever is still registered
 
 
-@pytest.mark.file_only("the guardian reads the lease in the record file (Store.lease_file); a row has no file")
 def test_the_guardian_kills_at_once_when_the_record_shows_another_epoch(store: FileStore, guardian: Guardian) -> None:
     job = store.submit(Record(kind="shell", spec={"argv": ["true"]}))
     held = store.claim(job, "me", 60)
     child = sleeper()
-    path = store.lease_file(job)
-    assert path == store.path(job)
-    assert guardian.watch(child.pid, time.monotonic() + FAR, LeaseRecord(path, held.lease.epoch, 0.5, 0.05))
+    source = store.lease_source(job)
+    assert source is not None
+    assert guardian.watch(child.pid, time.monotonic() + FAR, LeaseRecord(source, held.lease.epoch, 0.5, 0.05))
     store.claim(job, "me", 60)  # the same owner may claim again [JOB-O2]: the epoch moves on
     assert child.wait(10) == -signal.SIGKILL
 
 
-@pytest.mark.file_only("the guardian reads the lease in the record file (Store.lease_file); a row has no file")
 def test_the_guardian_follows_a_recall_in_the_record(store: FileStore, guardian: Guardian) -> None:
     job = store.submit(Record(kind="shell", spec={"argv": ["true"]}))
     held = store.claim(job, "me", 60)
     child = sleeper()
-    guardian.watch(child.pid, time.monotonic() + FAR, LeaseRecord(store.path(job), held.lease.epoch, 0.5, 0.05))
+    source = store.lease_source(job)
+    assert source is not None
+    guardian.watch(child.pid, time.monotonic() + FAR, LeaseRecord(source, held.lease.epoch, 0.5, 0.05))
     store.recall(job, held.lease.epoch, "maintenance", "ops", 1.0)
     assert child.wait(10) == -signal.SIGKILL
     # Renewals capped at the recall's until [JOB-R4] cannot move it on again; the record stays the holder's.
@@ -328,7 +329,7 @@ def test_the_guardian_reads_the_record_again_only_when_its_file_changed(store: F
             child.wait()
 
 
-@pytest.mark.file_only("the guardian reads the lease in the record file (Store.lease_file); a row has no file")
+@pytest.mark.file_only("links and FIFOs in place of the record file; a row has neither")
 def test_the_guardian_follows_no_link_and_never_blocks_on_what_is_not_a_record(
     store: FileStore, guardian: Guardian, tmp_path: Path
 ) -> None:
@@ -355,19 +356,20 @@ def test_the_guardian_follows_no_link_and_never_blocks_on_what_is_not_a_record(
         proc.wait()
 
 
-@pytest.mark.file_only("the guardian reads the lease in the record file (Store.lease_file); a row has no file")
+@pytest.mark.file_only("a file store given another clock; a database's lease is read by the server's clock")
 def test_only_a_store_on_the_system_clock_offers_its_record(store: FileStore, root: Path) -> None:
     job = store.submit(Record(kind="shell", spec={"argv": ["true"]}))
-    assert store.lease_file(job) == store.path(job)
-    assert FileStore(root, clock=store.now).lease_file(job) is None  # its times are not time.time()'s
+    assert store.lease_source(job) == store.path(job)
+    assert FileStore(root, clock=store.now).lease_source(job) is None  # its times are not time.time()'s
 
 
 def test_a_kill_by_the_guardian_is_not_counted_as_the_job_failing(store: FileStore, tmp_path: Path) -> None:
     """The guardian reads the record more often than a run checks it: a short recall is its to enforce."""
     job = store.submit(Record(kind="shell", spec={"argv": ["sleep", "60"]}))
     claimed = store.claim(job, "me", 30)
-    # A run that reads the record only at its renewals (every 10 s), and a recall with a second's grace.
-    run = Run(store, claimed, shell_command, ttl=30, grace=5.0, check_every=30)
+    # A run that reads the record only at its renewals (every 10 s) and hears no notices (a lookout
+    # with no store), and a recall with a second's grace.
+    run = Run(store, claimed, shell_command, ttl=30, grace=5.0, check_every=30, lookout=Lookout(None))
     threading.Timer(0.2, lambda: store.recall(job, claimed.lease.epoch, "maintenance", "ops", 1.0)).start()
     outcome = run.execute()
     assert outcome.exit_code == -signal.SIGKILL
@@ -375,3 +377,60 @@ def test_a_kill_by_the_guardian_is_not_counted_as_the_job_failing(store: FileSto
     rec = store.load(job)
     assert (rec.state, rec.error, rec.lease.epoch) == ("running", "", claimed.lease.epoch)
     assert rec.lease.recall is not None and schedule.attempt(rec) == 1
+
+
+def test_the_guardian_keeps_the_last_lease_it_read_while_the_server_is_away(
+    pg_server: Any, pg_url: str, guardian: Guardian
+) -> None:
+    """A row's lease is read apart from the loop that kills: a server gone away leaves the recall it read in force."""
+    if not pg_server.restartable:
+        pytest.skip("the server is somebody else's (JOBCTL_TEST_PG_URL): not the tests' to stop")
+    from jobctl.store import postgres
+
+    postgres.init(pg_url)
+    store = postgres.PostgresStore(pg_url)
+    try:
+        job = store.submit(Record(kind="shell", spec={"argv": ["true"]}))
+        held = store.claim(job, "me", 60)
+        called = store.recall(job, held.lease.epoch, "maintenance", "ops", 5.0).lease.recall
+        assert called is not None and called.at is not None
+        child = sleeper()
+        source = store.lease_source(job)
+        assert isinstance(source, postgres.RowLease)
+        guardian.watch(child.pid, time.monotonic() + FAR, LeaseRecord(source, held.lease.epoch, 0.5, 0.05))
+        # The guardian's own session has read the recalled row (the server shows its last statement).
+        assert guardian.proc is not None
+        name = f"jobctl guardian {guardian.proc.pid}"  # not another test's guardian, still reading its rows
+        wait_until(lambda: _read_since(pg_url, name, called.at), what="the guardian's read of the recalled row")
+        seen: list[bool] = []
+
+        def while_down() -> None:
+            seen.append(child.poll() is None)  # still running when the server went away
+            seen.append(child.wait(30) == -signal.SIGKILL)
+
+        pg_server.restart(while_down)
+        assert seen == [True, True]
+        # The guardian outlived the outage: it reads rows again once the server is back.
+        other = store.submit(Record(kind="shell", spec={"argv": ["true"]}))
+        mine = store.claim(other, "me", 60)
+        second = sleeper()
+        again = store.lease_source(other)
+        assert again is not None
+        guardian.watch(second.pid, time.monotonic() + FAR, LeaseRecord(again, mine.lease.epoch, 0.5, 0.05))
+        store.claim(other, "me", 60)  # another epoch: the guardian kills at once when it reads it
+        assert second.wait(30) == -signal.SIGKILL
+    finally:
+        store.close()
+
+
+def _read_since(url: str, name: str, since: datetime) -> bool:
+    """Whether the session ``name`` ran the guardian's read of the leases (its statement_timestamp) after ``since``."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+            " AND position('statement_timestamp' in query) > 0 AND query_start > %s",
+            (name, since),
+        ).fetchone()
+    return bool(row and row[0])

@@ -117,6 +117,13 @@ LISTEN jobctl_jobs;
 -- Which store's notices are this listener's: the schema its search_path finds first.
 SELECT current_schema();
 
+-- name: guardian_lease
+-- A guardian's look at the leases it guards (ids: an array), by the primary
+-- key: for each, the epoch and the seconds its lease has left by the server's
+-- clock (NULL when it has no end). A read only: a guardian never writes.
+SELECT id, epoch, extract(epoch FROM expires_at - statement_timestamp())::float8
+  FROM jobctl_jobs WHERE id = ANY(%(ids)s);
+
 -- name: notices_sync
 -- One round trip on the listening connection: the server sends every notice
 -- committed before it first, so a read after a write another process made is
