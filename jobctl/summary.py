@@ -636,6 +636,10 @@ class Summaries:
         if start < k:
             plan.append((start, k))
 
+    def confirmed_any(self) -> bool:
+        """After :meth:`check`: True when it confirmed a row, False when it handed out every record name."""
+        return any(type(item) is tuple for item in self._plan)
+
     def _add(self, job_id: str, code: int, sizes: tuple[int, int], times: tuple[int, int]) -> None:
         self._new_at[job_id + ".json"] = len(self._new_codes)
         self._new_codes.append(code)
