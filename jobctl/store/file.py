@@ -664,7 +664,7 @@ def summary_of(rec: Record) -> summary.Summary:
             intern(lease.owner),
             lease.epoch,
             intern(rec.error),
-            rec.checkpoint_text(),
+            None if rec.checkpoint is None else rec.checkpoint_text(),  # most have none: spare two calls
             summary.micros(rec.created_at),
             summary.micros(lease.expires_at),
         ),
