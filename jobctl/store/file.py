@@ -28,7 +28,7 @@ import stat
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import fsio, ids, limits, lock
 from ..errors import Exists, JobError, NoStore, NotFound, Untrusted
@@ -648,13 +648,12 @@ def collector_paused() -> Iterator[None]:
 
 def summary_of(rec: Record) -> summary.Summary:
     """What a listing line shows of a finished record, as the summary cache keeps it."""
-    from .. import summary
-
+    mod = _summary_module or _load_summary()  # not an import statement run once a record
     intern = sys.intern  # kind, state, owner and error repeat across a store: one copy each when held
     lease = rec.lease
     # tuple.__new__: a NamedTuple's own __new__ is a Python function, a fifth of this call's cost.
-    return _new(
-        summary.Summary,
+    made: summary.Summary = _new(
+        mod.Summary,
         (
             rec.id,
             intern(rec.kind),
@@ -665,10 +664,23 @@ def summary_of(rec: Record) -> summary.Summary:
             lease.epoch,
             intern(rec.error),
             None if rec.checkpoint is None else rec.checkpoint_text(),  # most have none: spare two calls
-            summary.micros(rec.created_at),
-            summary.micros(lease.expires_at),
+            mod.micros(rec.created_at),
+            mod.micros(lease.expires_at),
         ),
     )
+    return made
+
+
+_summary_module: Any = None
+
+
+def _load_summary() -> Any:
+    """:mod:`jobctl.summary`, imported on first use (start-up does without it) and kept for :func:`summary_of`."""
+    global _summary_module
+    from .. import summary
+
+    _summary_module = summary
+    return summary
 
 
 def _by_id(rec: Record) -> str:
