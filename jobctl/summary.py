@@ -636,6 +636,10 @@ class Summaries:
         if start < k:
             plan.append((start, k))
 
+    def confirmed_any(self) -> bool:
+        """After :meth:`check`: True when it confirmed a row, False when it handed out every record name."""
+        return any(type(item) is tuple for item in self._plan)
+
     def _add(self, job_id: str, code: int, sizes: tuple[int, int], times: tuple[int, int]) -> None:
         self._new_at[job_id + ".json"] = len(self._new_codes)
         self._new_codes.append(code)
@@ -750,7 +754,6 @@ class Summaries:
 
 _new = tuple.__new__
 _FIELDS = len(Summary._fields)
-_intern = sys.intern
 
 
 class Listed:
@@ -864,10 +867,9 @@ class Listed:
         if max(st.st_mtime_ns, st.st_ctime_ns) >= self._started - RACY_NS:
             self._others.append(summary.id)
             return
-        # Interned, the strings most records share are marshalled once, and loaded once.
-        fields: tuple[Any, ...] = (summary.id, _intern(summary.kind), _intern(summary.state), *summary[3:5])
-        fields += (_intern(summary.owner), summary.epoch, _intern(summary.error), *summary[8:])
-        self.seen[summary.id] = (ident(st), fields)
+        # The summary as built (jobctl.store.file.summary_of interns the strings most records share,
+        # so they are marshalled and loaded once), as a plain tuple: marshal takes no subclass.
+        self.seen[summary[0]] = (ident(st), tuple(summary))
         self.dirty = True
 
     def other(self, job_id: str) -> None:

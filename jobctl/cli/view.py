@@ -386,7 +386,7 @@ def _list_piped(
             # Ended jobs: a summary serves unless the JSON or --pipeline needs the whole record.
             skip = {rec.id for rec in opened} | set(unreadable)  # in the snapshot of the active ones
             scanned: list[tuple[str, JobError]] = []
-            for item in store.scan(scanned, summaries=not state.json and pipeline is None, taken=taken):
+            for item in store.scan(scanned, summaries=not state.json and pipeline is None, taken=taken, opened=opened):
                 if item.id in skip:
                     continue
                 if isinstance(item, Summary):

@@ -67,6 +67,9 @@ class OpenListing(Listing):
     ) -> None:
         super().__init__(records, unreadable)
         self.states: dict[str, str] = states or {}
+        #: Set by a store whose call read every record (nothing was vouched for by a cache), so that
+        #: every finished one went to ``finished``: what :meth:`Store.scan` needs to read none again.
+        self.whole: Any = None
 
 
 @dataclass(frozen=True)
@@ -186,7 +189,12 @@ class Store(Protocol):
         ...
 
     def scan(
-        self, unreadable: Unreadable, *, summaries: bool = True, taken: Mapping[str, tuple[Summary, Any]] | None = None
+        self,
+        unreadable: Unreadable,
+        *,
+        summaries: bool = True,
+        taken: Mapping[str, tuple[Summary, Any]] | None = None,
+        opened: OpenListing | None = None,
     ) -> Iterator[Record | Summary]:
         """Every record sorted by id, one at a time, for output that starts before the end.
 
@@ -195,7 +203,9 @@ class Store(Protocol):
         decoding it; without, every record comes whole. The unreadable ones
         are appended to ``unreadable`` as they are met. The ids in ``taken``
         (what :meth:`list_open` handed ``finished``, with each one's summary)
-        are the caller's already: they are left out.
+        are the caller's already: they are left out. ``opened`` is that
+        :meth:`list_open` call's answer: when it read every record
+        (:attr:`OpenListing.whole`), a store may yield nothing more.
         """
         ...
 

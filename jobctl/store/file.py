@@ -28,7 +28,7 @@ import stat
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import fsio, ids, limits, lock
 from ..errors import Exists, JobError, NoStore, NotFound, Untrusted
@@ -295,6 +295,8 @@ class FileStore(ContractStore):
             out.states = cache.confirmed_states()
             for job_id in cache.check(jobs.fd):
                 self._take_open(jobs, job_id, out, cache, finished, limit)
+            if finished is not None and not cache.confirmed_any():
+                out.whole = jobs_stat  # every record read: scan(opened=out) need list none again
             if jobs_stat is not None:
                 cache.finish(jobs_stat)
                 cache.save()
@@ -308,6 +310,7 @@ class FileStore(ContractStore):
         *,
         summaries: bool = True,
         taken: Mapping[str, tuple[summary.Summary, FileIdentity]] | None = None,
+        opened: OpenListing | None = None,
     ) -> Iterator[Record | summary.Summary]:
         """Every record in id order, one at a time, for a listing that prints as it reads.
 
@@ -326,9 +329,20 @@ class FileStore(ContractStore):
         process (from :meth:`list_open`'s ``finished``), each with its summary
         and the status of its file. They are neither statted, read nor
         yielded again; their summaries go to the cache as if read now.
+
+        ``opened``: that :meth:`list_open` call's answer. When it read every
+        record file (a cold cache: :attr:`OpenListing.whole` holds ``jobs/``
+        as statted before it began), the directory is not listed again and
+        nothing is yielded: the finished records are all in ``taken``, the
+        open and unreadable ones in ``opened``, and the ``.list`` part is
+        written from them, with the directory's identity of then.
         """
         from .. import summary
 
+        if opened is not None and opened.whole is not None:
+            if summaries:
+                self._listed_from(opened, taken or {})
+            return
         jobs = self._jobs()
         try:
             jobs_stat: os.stat_result | None = os.fstat(jobs.fd)
@@ -389,6 +403,23 @@ class FileStore(ContractStore):
                 listed.other(job_id)
             yield rec
         with collector_paused():
+            listed.save(jobs_stat)
+
+    def _listed_from(self, opened: OpenListing, taken: Mapping[str, tuple[summary.Summary, FileIdentity]]) -> None:
+        """Write the ``.list`` part from a :meth:`list_open` call that read every record (see :meth:`scan`)."""
+        from .. import summary
+
+        jobs_stat: os.stat_result = opened.whole
+        listed = summary.Listed.of(summary.Summaries.load(self._summaries_dir(), self.jobs_dir, jobs_stat, read=False))
+        if listed.directory is None:
+            return
+        with collector_paused():
+            for brief, known in taken.values():
+                listed.remember(brief, known)  # type: ignore[arg-type]  # reads only these four fields
+            for rec in opened:
+                listed.other(rec.id)
+            for job_id, _ in opened.unreadable:
+                listed.other(job_id)
             listed.save(jobs_stat)
 
     def _take_open(
@@ -617,13 +648,12 @@ def collector_paused() -> Iterator[None]:
 
 def summary_of(rec: Record) -> summary.Summary:
     """What a listing line shows of a finished record, as the summary cache keeps it."""
-    from .. import summary
-
+    mod = _summary_module or _load_summary()  # not an import statement run once a record
     intern = sys.intern  # kind, state, owner and error repeat across a store: one copy each when held
     lease = rec.lease
     # tuple.__new__: a NamedTuple's own __new__ is a Python function, a fifth of this call's cost.
-    return _new(
-        summary.Summary,
+    made: summary.Summary = _new(
+        mod.Summary,
         (
             rec.id,
             intern(rec.kind),
@@ -633,11 +663,24 @@ def summary_of(rec: Record) -> summary.Summary:
             intern(lease.owner),
             lease.epoch,
             intern(rec.error),
-            rec.checkpoint_text(),
-            summary.micros(rec.created_at),
-            summary.micros(lease.expires_at),
+            None if rec.checkpoint is None else rec.checkpoint_text(),  # most have none: spare two calls
+            mod.micros(rec.created_at),
+            mod.micros(lease.expires_at),
         ),
     )
+    return made
+
+
+_summary_module: Any = None
+
+
+def _load_summary() -> Any:
+    """:mod:`jobctl.summary`, imported on first use (start-up does without it) and kept for :func:`summary_of`."""
+    global _summary_module
+    from .. import summary
+
+    _summary_module = summary
+    return summary
 
 
 def _by_id(rec: Record) -> str:

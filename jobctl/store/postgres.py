@@ -487,11 +487,17 @@ class PostgresStore(ContractStore):
         return out
 
     def scan(
-        self, unreadable: Unreadable, *, summaries: bool = True, taken: Mapping[str, tuple[Summary, Any]] | None = None
+        self,
+        unreadable: Unreadable,
+        *,
+        summaries: bool = True,
+        taken: Mapping[str, tuple[Summary, Any]] | None = None,
+        opened: OpenListing | None = None,
     ) -> Iterator[Record | Summary]:
         """Every row in id order, decoded a page at a time (``summaries`` is moot: nothing is cached here).
 
-        The ids in ``taken`` are left out (the caller has them already).
+        The ids in ``taken`` are left out (the caller has them already); ``opened`` is moot (this
+        store's ``list_open`` reads no finished row).
 
         Each page is its own short transaction, so nothing is held while the
         caller writes what it has; a row written meanwhile is seen as it is

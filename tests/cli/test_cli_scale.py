@@ -184,6 +184,22 @@ def test_a_cold_listing_reads_each_finished_record_once(
     assert (again.code, again.out, again.err) == (cold.code, cold.out, cold.err)
 
 
+def test_a_cold_listing_reads_the_store_once_and_leaves_the_list_part_for_the_next(
+    jobctl: Jobctl, later: None, decoded: list[str]
+) -> None:
+    """list_open read every record: the ended jobs and the cache's .list part come from that one pass."""
+    finished, _ = populate(jobctl)
+    every = jobctl.store().ids()
+    decoded.clear()
+    cold = jobctl("list")
+    assert cold.code == 0, cold.err
+    assert sorted(decoded) == sorted(every), "a record was read twice (the open ones by a second pass)"
+    decoded.clear()
+    warm = jobctl("list")
+    assert (warm.code, warm.out, warm.err) == (cold.code, cold.out, cold.err)
+    assert not set(decoded) & set(finished), "the .list part did not vouch for the finished records"
+
+
 @pytest.mark.parametrize("newest", [False, True], ids=["oldest", "newest"])
 def test_a_cold_json_listing_with_a_limit_shows_the_first_of_the_order(
     jobctl: Jobctl, later: None, newest: bool
