@@ -37,6 +37,7 @@ from workertools import WorkerProcess, gone, no_config, wait_until
 from jobctl import FileStore, LeaseHeld, Record, StaleEpoch, schedule
 from jobctl.keeper import Lookout
 from jobctl.runner import Guardian, LeaseRecord, Run, _guard_margin, shell_command
+from jobctl.store.base import Store
 
 pytestmark = [
     pytest.mark.timeout(120),
@@ -237,6 +238,15 @@ def sleeper() -> subprocess.Popen[bytes]:
     return subprocess.Popen(["sleep", "60"], start_new_session=True)  # its own group, as a job's child
 
 
+def guarded(guardian: Guardian, store: Store, job: str, epoch: int) -> subprocess.Popen[bytes]:
+    """A sleeper the guardian watches, following ``job``'s lease at ``epoch`` where the store keeps it."""
+    child = sleeper()
+    source = store.lease_source(job)
+    assert source is not None
+    assert guardian.watch(child.pid, time.monotonic() + FAR, LeaseRecord(source, epoch, 0.5, 0.05))
+    return child
+
+
 @pytest.fixture
 def guardian() -> Iterator[Guardian]:
     guard = Guardian()
@@ -247,10 +257,7 @@ def guardian() -> Iterator[Guardian]:
 def test_the_guardian_kills_at_once_when_the_record_shows_another_epoch(store: FileStore, guardian: Guardian) -> None:
     job = store.submit(Record(kind="shell", spec={"argv": ["true"]}))
     held = store.claim(job, "me", 60)
-    child = sleeper()
-    source = store.lease_source(job)
-    assert source is not None
-    assert guardian.watch(child.pid, time.monotonic() + FAR, LeaseRecord(source, held.lease.epoch, 0.5, 0.05))
+    child = guarded(guardian, store, job, held.lease.epoch)
     store.claim(job, "me", 60)  # the same owner may claim again [JOB-O2]: the epoch moves on
     assert child.wait(10) == -signal.SIGKILL
 
@@ -258,10 +265,7 @@ def test_the_guardian_kills_at_once_when_the_record_shows_another_epoch(store: F
 def test_the_guardian_follows_a_recall_in_the_record(store: FileStore, guardian: Guardian) -> None:
     job = store.submit(Record(kind="shell", spec={"argv": ["true"]}))
     held = store.claim(job, "me", 60)
-    child = sleeper()
-    source = store.lease_source(job)
-    assert source is not None
-    guardian.watch(child.pid, time.monotonic() + FAR, LeaseRecord(source, held.lease.epoch, 0.5, 0.05))
+    child = guarded(guardian, store, job, held.lease.epoch)
     store.recall(job, held.lease.epoch, "maintenance", "ops", 1.0)
     assert child.wait(10) == -signal.SIGKILL
     # Renewals capped at the recall's until [JOB-R4] cannot move it on again; the record stays the holder's.
@@ -394,10 +398,8 @@ def test_the_guardian_keeps_the_last_lease_it_read_while_the_server_is_away(
         held = store.claim(job, "me", 60)
         called = store.recall(job, held.lease.epoch, "maintenance", "ops", 5.0).lease.recall
         assert called is not None and called.at is not None
-        child = sleeper()
-        source = store.lease_source(job)
-        assert isinstance(source, postgres.RowLease)
-        guardian.watch(child.pid, time.monotonic() + FAR, LeaseRecord(source, held.lease.epoch, 0.5, 0.05))
+        assert isinstance(store.lease_source(job), postgres.RowLease)
+        child = guarded(guardian, store, job, held.lease.epoch)
         # The guardian's own session has read the recalled row (the server shows its last statement).
         assert guardian.proc is not None
         name = f"jobctl guardian {guardian.proc.pid}"  # not another test's guardian, still reading its rows
@@ -413,10 +415,7 @@ def test_the_guardian_keeps_the_last_lease_it_read_while_the_server_is_away(
         # The guardian outlived the outage: it reads rows again once the server is back.
         other = store.submit(Record(kind="shell", spec={"argv": ["true"]}))
         mine = store.claim(other, "me", 60)
-        second = sleeper()
-        again = store.lease_source(other)
-        assert again is not None
-        guardian.watch(second.pid, time.monotonic() + FAR, LeaseRecord(again, mine.lease.epoch, 0.5, 0.05))
+        second = guarded(guardian, store, other, mine.lease.epoch)
         store.claim(other, "me", 60)  # another epoch: the guardian kills at once when it reads it
         assert second.wait(30) == -signal.SIGKILL
     finally:
