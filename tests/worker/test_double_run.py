@@ -61,10 +61,11 @@ def test_a_stopped_worker_never_lets_its_job_run_twice(root: Path, tmp_path: Pat
 def test_a_worker_killed_while_starting_jobs_leaves_nothing_running(root: Path, tmp_path: Path) -> None:
     """Issue 11 item 2: SIGKILL a --concurrency 8 worker in its first burst of starts."""
     got = campaign("kill", root, tmp_path)
-    assert got["kills"] == KILLS
+    # The campaign goes on past KILLS kills (up to four times as many) until the race has been seen once.
+    assert KILLS <= got["kills"] <= 4 * KILLS
     # The race happened: each kill landed while slots were still starting, and some children had
     # been started but were still waiting for their go (they exited with 125, running nothing).
-    assert got["in_burst"] == KILLS
+    assert got["in_burst"] == got["kills"]
     assert got["no_go"] > 0
     assert got["doubles"] == []
     assert got["survivors"] == 0 and got["locks_held_at_end"] == 0
