@@ -351,8 +351,22 @@ def _list_piped(
         # An ended job's JSON does not look at other jobs' states (render.scheduling).
         return _Shown(render.json_line(render.job_json(rec, now, None, flag)), brief, flag)
 
-    def keep(rec: Record, how: Any) -> None:
+    def summarised(item: Summary) -> bool:
+        """``wanted`` for a finished record known by its summary (no pipeline filter: that takes the record)."""
+        return (
+            (not kind or item.kind in kind)
+            and (not states or item.state in states)
+            and (owner is None or item.owner == owner)
+        )
+
+    def keep(rec: Record | Summary, how: Any) -> None:
         """A finished record met (and decoded) in either step: what its line needs, and no more."""
+        if isinstance(rec, Summary):  # list_open(briefly=True) read it in another process
+            if how is not None:
+                taken[rec.id] = (rec, how)
+            if summarised(rec):
+                ended.append((rec.created, rec.id, rec))
+            return
         brief = summary_of(rec)
         if how is not None:
             taken[rec.id] = (brief, how)
@@ -365,7 +379,8 @@ def _list_piped(
         else:
             ended.append((brief.created, rec.id, brief))
 
-    opened = store.list_open(finished=keep if wants_ended else None)
+    briefly = not state.json and pipeline is None  # a line that a summary serves
+    opened = store.list_open(finished=keep if wants_ended else None, briefly=briefly)
     every = opened.states  # what dependencies are in, for the JSON
     unreadable = {job_id: exc for job_id, exc in opened.unreadable}
     lines = render.Lines()
@@ -386,15 +401,12 @@ def _list_piped(
             # Ended jobs: a summary serves unless the JSON or --pipeline needs the whole record.
             skip = {rec.id for rec in opened} | set(unreadable)  # in the snapshot of the active ones
             scanned: list[tuple[str, JobError]] = []
-            for item in store.scan(scanned, summaries=not state.json and pipeline is None, taken=taken, opened=opened):
+            for item in store.scan(scanned, summaries=briefly, taken=taken, opened=opened):
                 if item.id in skip:
                     continue
                 if isinstance(item, Summary):
-                    if (kind and item.kind not in kind) or (states and item.state not in states):
-                        continue
-                    if owner is not None and item.owner != owner:
-                        continue
-                    ended.append((item.created, item.id, item))
+                    if summarised(item):
+                        ended.append((item.created, item.id, item))
                 elif item.terminal:
                     keep(item, None)
             taken.clear()

@@ -176,7 +176,7 @@ class Store(Protocol):
         """Every record, sorted by id, with the unreadable ones named."""
         ...
 
-    def list_open(self, *, finished: Callable[[Record, Any], None] | None = None) -> OpenListing:
+    def list_open(self, *, finished: Callable[[Any, Any], None] | None = None, briefly: bool = False) -> OpenListing:
         """The records not yet ended, sorted by id, with every record's state and the unreadable named.
 
         What picking and ``orphans`` need: a finished record never changes
@@ -184,7 +184,9 @@ class Store(Protocol):
         them (the file store keeps a per-user cache of their summaries).
         Each finished record the call decodes all the same is handed to
         ``finished`` with what :meth:`scan` needs to know it again (the file
-        store: the file's status), so that a listing need not read it twice.
+        store: the file's status), so that a listing need not read it twice;
+        with ``briefly``, a store may hand its :class:`jobctl.summary.Summary`
+        instead of the record.
         """
         ...
 

@@ -26,7 +26,7 @@ import os
 import re
 import stat
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -49,7 +49,8 @@ __all__ = ["FileStore", "Clock", "Finished", "FileIdentity", "summary_of"]
 
 Clock = Callable[[], datetime]
 #: ``list_open(finished=...)``: handed each finished record decoded, and its file's :class:`FileIdentity`.
-Finished = Callable[[Record, "FileIdentity"], None]
+#: With ``briefly=True`` it may be handed the record's :class:`jobctl.summary.Summary` instead.
+Finished = Callable[[Any, "FileIdentity"], None]
 _new = tuple.__new__
 
 
@@ -75,6 +76,8 @@ _EPOCH: re.Pattern[bytes] = lazy_pattern(
 )
 _TEMP: re.Pattern[str] = lazy_pattern(globals(), "_TEMP", r"(.+\.json)\.[A-Za-z0-9_]+\.tmp\Z")
 _S_IFMT = 0o170000
+#: A full scan with at least this many records to read shares them among processes (jobctl.fanout.MIN_SHARE x 2).
+_SHARED_FROM = 2000
 _S_IFREG = stat.S_IFREG
 
 
@@ -242,7 +245,7 @@ class FileStore(ContractStore):
             return summary.default_dir()
         return os.fspath(self.summaries)
 
-    def list_open(self, *, finished: Finished | None = None) -> OpenListing:
+    def list_open(self, *, finished: Finished | None = None, briefly: bool = False) -> OpenListing:
         """The open records and every record's state, decoding only what the cache cannot vouch for.
 
         A record file whose identity matches its cached summary is taken as
@@ -261,12 +264,20 @@ class FileStore(ContractStore):
         ``finished`` is handed each finished record this call decodes anyway,
         with the status of the file it was read from: a listing keeps what
         it shows of them and passes them to :meth:`scan` as ``taken``, so a
-        cold listing reads and decodes every record once, not twice.
+        cold listing reads and decodes every record once, not twice. With
+        ``briefly``, it may be handed the record's :class:`jobctl.summary.Summary`
+        instead (all a plain listing line shows).
+
+        When there are thousands of records to read (no cache, or one that
+        vouches for few), the reads and decodes are shared among processes,
+        one a CPU (:mod:`jobctl.fanout`; ``JOBCTL_SCAN_PROCESSES`` sets how
+        many): the answer is the same, only sooner. Handed whole records
+        (``finished`` without ``briefly``), the call reads them all here.
         """
         with collector_paused():
-            return self._list_open(self._summaries_dir(), finished)
+            return self._list_open(self._summaries_dir(), finished, briefly)
 
-    def _list_open(self, cache_dir: str | None, finished: Finished | None) -> OpenListing:
+    def _list_open(self, cache_dir: str | None, finished: Finished | None, briefly: bool = False) -> OpenListing:
         """:meth:`list_open` with the summary cache in ``cache_dir`` (None: every record read)."""
         from .. import summary
 
@@ -293,8 +304,12 @@ class FileStore(ContractStore):
             # is read without a stat first: the read's fstat says what it is). The confirmed
             # finished records' states, again, only if a look-up needs one.
             out.states = cache.confirmed_states()
-            for job_id in cache.check(jobs.fd):
-                self._take_open(jobs, job_id, out, cache, finished, limit)
+            todo = list(cache.check(jobs.fd))
+            if len(todo) < _SHARED_FROM or (finished is not None and not briefly):
+                for job_id in todo:
+                    self._take_open(jobs, job_id, out, cache, finished, limit)
+            else:
+                self._take_shared(jobs, todo, out, cache, finished, limit)
             if finished is not None and not cache.confirmed_any():
                 out.whole = jobs_stat  # every record read: scan(opened=out) need list none again
             if jobs_stat is not None:
@@ -450,6 +465,60 @@ class FileStore(ContractStore):
             finished(rec, _new(FileIdentity, (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)))
         if cache is not None:
             cache.remember(job_id, st, rec.state if rec.terminal else None)
+
+    def _take_shared(
+        self,
+        jobs: fsio.Dir,
+        todo: Sequence[str],
+        out: OpenListing,
+        cache: summary.Summaries,
+        finished: Finished | None,
+        limit: int | None,
+    ) -> None:
+        """:meth:`_take_open` for each of ``todo``, the reads and decodes shared among processes (:mod:`jobctl.fanout`).
+
+        A child reads its share through the same ``jobs/`` descriptor and
+        sends back, for each id: the state and file identity of a finished
+        record (and its summary when ``finished`` takes one), the bytes and
+        identity of an open one (decoded again here, so that the records this
+        call answers with are this process's own), or nothing for one it
+        could not read, which is read here again, so that its refusal is
+        this process's own too. The answer is the one :meth:`_take_open`
+        gives id by id.
+        """
+        from .. import fanout
+
+        brief = finished is not None
+
+        def each(share: Sequence[str]) -> list[Any]:
+            return _read_share(jobs, share, limit, brief)
+
+        summary_type: Any = _load_summary().Summary if brief else None
+        for share_ids, answers in fanout.share_out(todo, each, (jobs.fd,)):
+            if type(answers) is not list or len(answers) != len(share_ids):
+                answers = each(share_ids)  # not what a child of ours sends: do its share here
+            for job_id, answer in zip(share_ids, answers, strict=True):
+                if answer is None:
+                    self._take_open(jobs, job_id, out, cache, finished, limit)
+                    continue
+                if answer == 0:
+                    continue  # removed since the directory was read
+                state, ident, extra = answer
+                known = _new(FileIdentity, ident)
+                if state is None:
+                    try:
+                        rec = decode(extra, job_id)
+                    except JobError:  # not what the child read: read it here, and say why
+                        self._take_open(jobs, job_id, out, cache, finished, limit)
+                        continue
+                    out.states[job_id] = rec.state
+                    out.append(rec)
+                    cache.remember(job_id, known, None)  # type: ignore[arg-type]  # reads only these four fields
+                    continue
+                out.states[job_id] = state
+                if finished is not None:
+                    finished(_new(summary_type, extra), known)
+                cache.remember(job_id, known, state)  # type: ignore[arg-type]
 
     def orphans(self) -> Listing:
         """Records a sweep may adopt: not terminal, not held, and stranded.
@@ -681,6 +750,34 @@ def _load_summary() -> Any:
 
     _summary_module = summary
     return summary
+
+
+def _read_share(jobs: fsio.Dir, share: Sequence[str], limit: int | None, brief: bool) -> list[Any]:
+    """What :meth:`FileStore._take_shared` needs of each record of ``share``, as :mod:`marshal` carries it.
+
+    Per id: 0 when the file is gone; None when it cannot be read or decoded
+    (the caller reads it again); ``(state, identity, summary or None)`` for
+    a finished record; ``(None, identity, bytes)`` for an open one.
+    """
+    out: list[Any] = []
+    add = out.append
+    for job_id in share:
+        try:
+            got = fsio.read_file_stat(jobs, job_id + ".json", job_id, limit)
+            if got is None:
+                add(0)
+                continue
+            data, st = got
+            rec = decode(data, job_id)
+        except JobError:
+            add(None)
+            continue
+        ident = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        if rec.terminal:
+            add((rec.state, ident, tuple(summary_of(rec)) if brief else None))
+        else:
+            add((None, ident, data))
+    return out
 
 
 def _by_id(rec: Record) -> str:

@@ -461,7 +461,7 @@ class PostgresStore(ContractStore):
         return self._listing(rows)
 
     @_read
-    def list_open(self, *, finished: Callable[[Record, Any], None] | None = None) -> OpenListing:
+    def list_open(self, *, finished: Callable[[Any, Any], None] | None = None, briefly: bool = False) -> OpenListing:
         """The rows not yet ended, decoded, and every row's state, in one statement.
 
         Finished rows are known by their ``state`` column alone [JOB-T1]: no

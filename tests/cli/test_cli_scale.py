@@ -240,3 +240,40 @@ def test_the_table_reads_each_record_once_and_active_ones_from_the_cache(
     assert active.code == 0, active.err
     assert waiting in active.text
     assert not set(decoded) & set(finished), "a finished record was decoded for --active"
+
+
+@pytest.mark.parametrize("args", [*COMMANDS, ("claim", "--next", "--owner", "me", "--format", "env")], ids=" ".join)
+def test_a_scan_shared_among_processes_prints_what_one_process_prints(
+    jobctl: Jobctl, later: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    """A cold scan's reads shared among three processes (as at thousands of records): the same output, byte for byte.
+
+    The piped list takes the finished records' summaries from the children
+    (list_open(briefly=True)); --json takes whole records, which are read here.
+    """
+    from jobctl import fanout
+
+    populate(jobctl)
+    (jobctl.root / "jobs" / "1-broken.json").write_bytes(b"{")
+    os.symlink("/etc/passwd", jobctl.root / "jobs" / "2-link.json")
+    alone = jobctl(*args, env={"XDG_CACHE_HOME": str(tmp_path / "alone"), fanout.PROCESSES_ENV: "1"})
+    monkeypatch.setattr(file_store, "_SHARED_FROM", 2)
+    monkeypatch.setattr(fanout, "MIN_SHARE", 1)
+    forks: list[int] = []
+    real_fork = fanout._fork
+    monkeypatch.setattr(fanout, "_fork", lambda *a: forks.append(1) or real_fork(*a))
+    env = {"XDG_CACHE_HOME": str(tmp_path / "shared"), fanout.PROCESSES_ENV: "3"}
+    if args[0] == "claim":
+        jobctl.store().release(alone.text.split("JOB_ID=")[1].split()[0], 1)
+    shared = jobctl(*args, env=env)
+    if args[0] == "claim":  # the same job, claimed a second time
+        assert shared.code == alone.code == 0
+        assert shared.out == alone.out.replace(b"JOB_EPOCH=1", b"JOB_EPOCH=2")
+    else:
+        assert (shared.code, shared.out, shared.err) == (alone.code, alone.out, alone.err)
+    # list --json needs whole records, which are not sent between processes: its scan stays here
+    assert bool(forks) == (args[:2] != ("list", "--json")), "the scan was not shared"
+    if args[0] == "claim":
+        return
+    warm = jobctl(*args, env=env)  # from the cache the shared scan wrote
+    assert (warm.code, warm.out, warm.err) == (alone.code, alone.out, alone.err)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import jobctl
-from jobctl import FileStore, Record, fsio, schedule, summary
+from jobctl import FileStore, Record, fanout, fsio, schedule, summary
 from jobctl.record import decode, encode
 from jobctl.store import file as file_store
 
@@ -298,9 +298,11 @@ class Entries(list[Entry]):
         return None
 
 
-@pytest.mark.parametrize("coarse", [False, True], ids=["fine", "coarse-timestamps"])
+@pytest.mark.parametrize(
+    ("coarse", "shared"), [(False, False), (True, False), (False, True)], ids=["fine", "coarse-timestamps", "shared"]
+)
 def test_cached_answers_equal_uncached_ones_under_interleaved_writers(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, coarse: bool
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, coarse: bool, shared: bool
 ) -> None:
     """Library writes, raw foreign replacements (same size, same mtime too) and edits in place between reads.
 
@@ -321,7 +323,25 @@ def test_cached_answers_equal_uncached_ones_under_interleaved_writers(
     directory changed within the window of a scan is not remembered) must
     still make every such change seen; the counter proves that such
     changes happened, and removing either rule makes this test fail.
+
+    ``shared``: every full scan with two records or more to read shares
+    them among three processes (jobctl.fanout), as a cold scan of a large
+    store does; the counter proves that children did the reading.
     """
+    forks = 0
+    if shared:
+        monkeypatch.setattr(file_store, "_SHARED_FROM", 2)
+        monkeypatch.setattr(fanout, "MIN_SHARE", 1)
+        monkeypatch.setenv(fanout.PROCESSES_ENV, "3")
+        real_fork = fanout._fork
+
+        def fork_counted(*args: Any) -> Any:
+            nonlocal forks
+            got = real_fork(*args)
+            forks += got is not None
+            return got
+
+        monkeypatch.setattr(fanout, "_fork", fork_counted)
     racy = COARSE_RACY_NS if coarse else 30_000_000
     monkeypatch.setattr(summary, "RACY_NS", racy)
     same_tick = 0
@@ -463,6 +483,8 @@ def test_cached_answers_equal_uncached_ones_under_interleaved_writers(
     assert finished_read < (0.6 if coarse else 0.35), f"the cache hardly ever answered ({finished_read:.0%} read)"
     if coarse:
         assert same_tick > 0, "no change ever fell within the tick of the one before"
+    if shared:
+        assert forks > 50, f"the scans were shared {forks} times"
 
 
 def test_a_worker_board_starts_from_the_cache(tmp_path: Path, later: None, monkeypatch: pytest.MonkeyPatch) -> None:
