@@ -125,10 +125,19 @@ class Changes:
     :meth:`wait` returns as soon as a record was written, replaced or
     removed; without, it sleeps the whole timeout and reports a possible
     change (the caller looks again, as a poll does).
+
+    With ``keep``, the ids the notices named are kept for :meth:`take`
+    (``watch`` re-reads only those records); without, they are dropped as
+    they are read.
     """
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, keep: bool = False) -> None:
         self._notices: StoreNotices | None = store.notices()
+        # With ``keep``, what the reads said, for take(): the last word on an id stands.
+        self._keep = keep
+        self._written: set[str] = set()
+        self._removed: set[str] = set()
+        self._lost = False
 
     @property
     def watching(self) -> bool:
@@ -146,10 +155,7 @@ class Changes:
             return True
         deadline = time.monotonic() + max(seconds, 0.0)
         while True:
-            try:
-                changed = self._notices.read()
-            except OSError:
-                return True
+            changed = self._read()
             if changed is None or changed[0] or changed[1]:
                 return True  # a record moved, or notices were lost: look again
             left = deadline - time.monotonic()
@@ -163,6 +169,42 @@ class Changes:
                 select.select([fd], [], [], left)
             except (OSError, ValueError):
                 return True  # closed under us: let the caller look
+
+    def take(self) -> tuple[set[str], set[str]] | None:
+        """``(written, removed)`` ids since the last take, including what waits now (without blocking).
+
+        What :meth:`wait` read meanwhile counts too (with ``keep``). None when
+        notices may have been lost since (a queue overflowed, a connection was
+        made again, a read failed), and always without notices or ``keep``: look at every record.
+        """
+        if self._notices is None or not self._keep:
+            return None
+        self._read()
+        taken = None if self._lost else (self._written, self._removed)
+        self._written, self._removed, self._lost = set(), set(), False
+        return taken
+
+    def _read(self) -> tuple[set[str], set[str]] | None:
+        """One read of the notices (None: lost, or the read failed), kept for :meth:`take` with ``keep``."""
+        assert self._notices is not None
+        try:
+            changed = self._notices.read()
+        except OSError:
+            changed = None
+        if self._keep:
+            if changed is None:
+                self._lost = True  # the look at every record covers what was named so far
+                self._written.clear()
+                self._removed.clear()
+            elif not self._lost:
+                written, removed = changed
+                # An id named both ways in one read is looked at again: reading it says which holds.
+                gone = set(removed).difference(written)
+                self._written.update(written)
+                self._written.difference_update(gone)
+                self._removed.update(gone)
+                self._removed.difference_update(written)
+        return changed
 
     def close(self) -> None:
         if self._notices is not None:
