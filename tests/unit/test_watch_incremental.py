@@ -434,3 +434,44 @@ def test_coalesced_writes_come_as_one_notice(tmp_path: Path, monkeypatch: pytest
     assert notice.records[2].progress.done == 3
     assert counted.lists == 1 and counted.loads == 6
     assert w.next(timeout=0.2) is None
+
+
+class Scripted:
+    """Notices that answer what they are told, one read at a time."""
+
+    recheck = 5.0
+
+    def __init__(self, reads: list[tuple[set[str], set[str]] | None]) -> None:
+        self.reads = reads
+
+    def fileno(self) -> int | None:
+        return None
+
+    def read(self) -> tuple[set[str], set[str]] | None:
+        return self.reads.pop(0) if self.reads else (set(), set())
+
+    def close(self) -> None:
+        pass
+
+
+class ScriptedStore:
+    def __init__(self, reads: list[tuple[set[str], set[str]] | None]) -> None:
+        self.reads = reads
+
+    def notices(self) -> Scripted:
+        return Scripted(self.reads)
+
+
+def test_take_keeps_the_last_word_on_an_id_and_looks_again_at_one_named_both_ways_at_once() -> None:
+    from jobctl.notices import Changes
+
+    reads: list[tuple[set[str], set[str]] | None] = [({"a", "b"}, set()), (set(), {"a"}), ({"c"}, {"c"})]
+    changes = Changes(ScriptedStore(reads), keep=True)  # type: ignore[arg-type]
+    assert changes.wait(0) and changes.wait(0)
+    # a: written, then removed; c: both in one read (removed and made again, or the reverse): read it
+    assert changes.take() == ({"b", "c"}, {"a"})
+    assert changes.take() == (set(), set())
+    reads[:] = [({"d"}, set()), None, ({"e"}, set())]
+    assert changes.wait(0)
+    assert changes.take() is None  # lost in between: look at everything
+    assert changes.take() == ({"e"}, set())
