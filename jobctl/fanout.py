@@ -26,6 +26,7 @@ writing into a pipe nobody reads, which ends it too.
 
 from __future__ import annotations
 
+import atexit
 import marshal
 import os
 import signal
@@ -33,7 +34,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-__all__ = ["MIN_SHARE", "processes", "share_out"]
+__all__ = ["MIN_SHARE", "aside", "processes", "settle", "share_out"]
 
 T = TypeVar("T")
 
@@ -113,6 +114,55 @@ def share_out(
 
 
 _FAILED: Any = object()
+
+#: The children working aside (:func:`aside`), until :func:`settle` reaps them.
+_ASIDE: list[int] = []
+
+
+def aside(work: Callable[[], object]) -> bool:
+    """Do ``work`` in a forked child while this process goes on; False when it cannot fork (do it yourself).
+
+    For work whose only effect is a file of the caller's (writing the
+    summary cache's listing part while the listing is printed): the child
+    keeps no descriptor open and its failure is no one's concern but the
+    file's. :func:`settle` waits for it; it is called before anything in
+    this process reads what such work writes, and when the process exits.
+    """
+    settle(block=False)
+    if not _forkable():
+        return False
+    try:
+        pid = os.fork()
+    except OSError:
+        return False
+    if pid == 0:  # the child: never returns
+        status = 1
+        try:
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
+                signal.signal(sig, signal.SIG_DFL)
+            _close_all_but([])
+            work()
+            status = 0
+        except BaseException:
+            pass
+        finally:
+            os._exit(status)
+    if not _ASIDE:
+        atexit.unregister(settle)
+        atexit.register(settle)
+    _ASIDE.append(pid)
+    return True
+
+
+def settle(block: bool = True) -> None:
+    """Wait for the children working aside (without ``block``, reap those that are done)."""
+    for pid in list(_ASIDE):
+        try:
+            done, _ = os.waitpid(pid, 0 if block else os.WNOHANG)
+        except ChildProcessError:
+            done = pid
+        if done:
+            _ASIDE.remove(pid)
 
 
 def _fork(share: Sequence[T], each: Callable[[Sequence[T]], Any], keep: Sequence[int]) -> tuple[int, int] | None:

@@ -43,7 +43,7 @@ import stat
 import sys
 import time
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timedelta, timezone
 from itertools import compress
 from operator import itemgetter
@@ -582,6 +582,14 @@ class Summaries:
         """
         self._started = time.time_ns()
         self._need_rows()
+        if not self._n:
+            # Nothing cached: every record name is handed out, in the directory's order, unstatted.
+            met = [name for name in os.listdir(fd) if name[-5:] == ".json" and name[0] != "."]
+            self._plan.extend(met)
+            self._unknown += len(met)
+            for name in met:
+                yield name[:-5]
+            return
         names = self._rows()
         sizes, times = self._sizes, self._times
         codes = self._codes
@@ -648,21 +656,34 @@ class Summaries:
 
     def remember(self, job_id: str, st: os.stat_result, state: str | None) -> None:
         """What was just read of ``job_id`` (``st`` from the open file; ``state`` None unless finished)."""
+        self.remember_all([(job_id, state, (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))])
+
+    def remember_all(self, read: list[tuple[str, str | None, tuple[int, int, int, int]]]) -> None:
+        """:meth:`remember` of each ``(job_id, state or None, (st_ino, st_size, st_mtime_ns, st_ctime_ns))``."""
         if self.directory is None:
             return
-        if state is None or max(st.st_mtime_ns, st.st_ctime_ns) >= self._started - RACY_NS:
-            self.other(job_id)
-            return
-        try:
-            code = self._table.index(state)
-        except ValueError:
-            if len(self._table) >= _OTHER - 1:
+        table, new_at, codes = self._table, self._new_at, self._new_codes
+        sizes, times = self._new_sizes, self._new_times
+        recent = self._started - RACY_NS
+        for job_id, state, (ino, size, mtime, ctime) in read:
+            if state is None or mtime >= recent or ctime >= recent:
                 self.other(job_id)
-                return
-            code = len(self._table)
-            self._table.append(state)
-        self._remembered += 1
-        self._add(job_id, code, (st.st_ino, st.st_size), (st.st_mtime_ns, st.st_ctime_ns))
+                continue
+            try:
+                code = table.index(state)
+            except ValueError:
+                if len(table) >= _OTHER - 1:
+                    self.other(job_id)
+                    continue
+                code = len(table)
+                table.append(state)
+            self._remembered += 1
+            new_at[job_id + ".json"] = len(codes)
+            codes.append(code)
+            sizes.append(ino)
+            sizes.append(size)
+            times.append(mtime)
+            times.append(ctime)
 
     def other(self, job_id: str) -> None:
         """A record file to read on every call."""
@@ -700,10 +721,16 @@ class Summaries:
 
         Sets :attr:`others` from them; returns ``(names, codes, sizes, times)`` as stored.
         """
+        new_at, new_codes, new_sizes, new_times = self._new_at, self._new_codes, self._new_sizes, self._new_times
+        if len(new_at) == len(new_codes) == len(self._plan) and list(new_at) == self._plan:
+            # Every name was handed out and read, and the rows were made in the order met (a cold
+            # scan): they are the new rows as they stand.
+            self.others = sorted(_ID(name) for name, code in zip(self._plan, new_codes, strict=True) if code == _OTHER)
+            met: list[str] = self._plan  # type: ignore[assignment]  # names alone: it equals new_at's keys
+            return "\n".join(met), bytes(new_codes), new_sizes.tobytes(), new_times.tobytes()
         names = self._rows()
         codes, sizes, times = bytearray(), array("Q"), array("q")
         out: list[str] = []
-        new_at, new_codes, new_sizes, new_times = self._new_at, self._new_codes, self._new_sizes, self._new_times
         taken = bytearray(self._n) if self._jumps else None  # a jump back must not repeat a row
 
         def run(a: int, b: int) -> None:
@@ -774,6 +801,7 @@ class Listed:
     """
 
     def __init__(self, base: str, directory: str | None, real: str) -> None:
+        _settle()  # a listing part still being written aside by this process is read whole
         self.base, self.directory, self.real = base, directory, real
         #: The summaries' fields, in id order, and beside each the identity of its file (:func:`ident`).
         self.rows: list[tuple[Any, ...]] = []
@@ -864,13 +892,21 @@ class Listed:
 
     def remember(self, summary: Summary, st: os.stat_result) -> None:
         """A finished record just read (``st`` from the open file); racy ones are only named."""
-        if max(st.st_mtime_ns, st.st_ctime_ns) >= self._started - RACY_NS:
-            self._others.append(summary.id)
-            return
-        # The summary as built (jobctl.store.file.summary_of interns the strings most records share,
-        # so they are marshalled and loaded once), as a plain tuple: marshal takes no subclass.
-        self.seen[summary[0]] = (ident(st), tuple(summary))
-        self.dirty = True
+        self.remember_all([(summary, st)])
+
+    def remember_all(self, read: Iterable[tuple[Summary, Any]]) -> None:
+        """:meth:`remember` of each ``(summary, status)`` (a status: what has ``st_ino`` ... ``st_ctime_ns``)."""
+        recent = self._started - RACY_NS
+        seen, others = self.seen, self._others
+        for summary, st in read:
+            mtime, ctime = st.st_mtime_ns, st.st_ctime_ns
+            if mtime >= recent or ctime >= recent:
+                others.append(summary[0])
+                continue
+            # The summary as built (jobctl.store.file.summary_of interns the strings most records share,
+            # so they are marshalled and loaded once), as a plain tuple: marshal takes no subclass.
+            seen[summary[0]] = (ident(st), tuple(summary))
+            self.dirty = True
 
     def other(self, job_id: str) -> None:
         """A record name read whole on every listing (open, unreadable, odd)."""
@@ -907,11 +943,36 @@ class Listed:
             ):
                 return
             seen = self.seen
-        order = sorted(seen)
-        rows = [seen[job_id][1] for job_id in order]
-        idents = [seen[job_id][0] for job_id in order]
-        if _private_dir(self.directory, create=True):
-            _save_file(self.base + ".list", (_VERSION, self.real, dir_id, self._others, rows, idents))
+        directory, path, head = self.directory, self.base + ".list", (_VERSION, self.real, dir_id, self._others)
+
+        def write() -> None:
+            order = sorted(seen)
+            rows = [seen[job_id][1] for job_id in order]
+            idents = [seen[job_id][0] for job_id in order]
+            if _private_dir(directory, create=True):
+                _save_file(path, (*head, rows, idents))
+
+        # Thousands of rows take a good part of a second to sort, marshal and write: in a child
+        # of this process when it can fork, while this one prints the listing (jobctl.fanout).
+        if len(seen) < _ASIDE_FROM or not _fanout().aside(write):
+            write()
+
+
+#: A listing part of at least this many summaries is written aside (jobctl.fanout.aside).
+_ASIDE_FROM = 2000
+
+
+def _fanout() -> Any:
+    from . import fanout  # only a listing of thousands loads it
+
+    return fanout
+
+
+def _settle() -> None:
+    """Wait for any listing part this process is writing aside (nothing to wait for unless it started one)."""
+    fanout = sys.modules.get("jobctl.fanout")
+    if fanout is not None:
+        fanout.settle()
 
 
 def ident(st: os.stat_result) -> str:

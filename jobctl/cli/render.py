@@ -142,6 +142,15 @@ class Lines:
             self._first = False
             self.flush()
 
+    def out_all(self, lines: list[str]) -> None:
+        """:meth:`out` of each of ``lines``, written together (the first at once, if it is the first of all)."""
+        if lines and self._first:
+            self.out(lines[0])
+            lines = lines[1:]
+        if lines:
+            self.flush()
+            click.echo(("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"), nl=False)
+
     def out_json(self, obj: Mapping[str, Any]) -> None:
         self.out(json_line(obj))
 

@@ -379,8 +379,7 @@ class FileStore(ContractStore):
             taken = {}
         elif listed.directory is not None:
             with collector_paused():
-                for brief, known in taken.values():
-                    listed.remember(brief, known)  # type: ignore[arg-type]  # reads only these four fields
+                listed.remember_all(taken.values())
         for job_id in names:
             if not isinstance(job_id, str):
                 if job_id.id not in taken:
@@ -429,8 +428,7 @@ class FileStore(ContractStore):
         if listed.directory is None:
             return
         with collector_paused():
-            for brief, known in taken.values():
-                listed.remember(brief, known)  # type: ignore[arg-type]  # reads only these four fields
+            listed.remember_all(taken.values())
             for rec in opened:
                 listed.other(rec.id)
             for job_id, _ in opened.unreadable:
@@ -494,31 +492,32 @@ class FileStore(ContractStore):
             return _read_share(jobs, share, limit, brief)
 
         summary_type: Any = _load_summary().Summary if brief else None
+        states = out.states
         for share_ids, answers in fanout.share_out(todo, each, (jobs.fd,)):
             if type(answers) is not list or len(answers) != len(share_ids):
                 answers = each(share_ids)  # not what a child of ours sends: do its share here
+            read: list[tuple[str, str | None, tuple[int, int, int, int]]] = []
             for job_id, answer in zip(share_ids, answers, strict=True):
-                if answer is None:
-                    self._take_open(jobs, job_id, out, cache, finished, limit)
-                    continue
-                if answer == 0:
-                    continue  # removed since the directory was read
+                if type(answer) is not tuple:
+                    if answer is None:  # unreadable there: read here, and say why
+                        self._take_open(jobs, job_id, out, cache, finished, limit)
+                    continue  # 0: removed since the directory was read
                 state, ident, extra = answer
-                known = _new(FileIdentity, ident)
                 if state is None:
                     try:
                         rec = decode(extra, job_id)
                     except JobError:  # not what the child read: read it here, and say why
                         self._take_open(jobs, job_id, out, cache, finished, limit)
                         continue
-                    out.states[job_id] = rec.state
+                    states[job_id] = rec.state
                     out.append(rec)
-                    cache.remember(job_id, known, None)  # type: ignore[arg-type]  # reads only these four fields
+                    read.append((job_id, None, ident))
                     continue
-                out.states[job_id] = state
+                states[job_id] = state
                 if finished is not None:
-                    finished(_new(summary_type, extra), known)
-                cache.remember(job_id, known, state)  # type: ignore[arg-type]
+                    finished(_new(summary_type, extra), _new(FileIdentity, ident))
+                read.append((job_id, state, ident))
+            cache.remember_all(read)
 
     def orphans(self) -> Listing:
         """Records a sweep may adopt: not terminal, not held, and stranded.
