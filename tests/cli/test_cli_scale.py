@@ -244,16 +244,24 @@ def test_the_table_reads_each_record_once_and_active_ones_from_the_cache(
 
 @pytest.mark.parametrize("args", [*COMMANDS, ("claim", "--next", "--owner", "me", "--format", "env")], ids=" ".join)
 def test_a_scan_shared_among_processes_prints_what_one_process_prints(
-    jobctl: Jobctl, later: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, args: tuple[str, ...]
+    jobctl: Jobctl,
+    later: None,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    decoded: list[str],
+    args: tuple[str, ...],
 ) -> None:
     """A cold scan's reads shared among three processes (as at thousands of records): the same output, byte for byte.
 
     The piped list takes the finished records' summaries from the children
     (list_open(briefly=True)); --json takes whole records, which are read here.
+    The listing part of the cache is written aside (by a child, as at thousands
+    of summaries), and the warm listing after it takes every summary from it.
     """
     from jobctl import fanout
 
-    populate(jobctl)
+    finished, _ = populate(jobctl)
+    monkeypatch.setattr(summary, "_ASIDE_FROM", 1)
     (jobctl.root / "jobs" / "1-broken.json").write_bytes(b"{")
     os.symlink("/etc/passwd", jobctl.root / "jobs" / "2-link.json")
     alone = jobctl(*args, env={"XDG_CACHE_HOME": str(tmp_path / "alone"), fanout.PROCESSES_ENV: "1"})
@@ -275,5 +283,8 @@ def test_a_scan_shared_among_processes_prints_what_one_process_prints(
     assert bool(forks) == (args[:2] != ("list", "--json")), "the scan was not shared"
     if args[0] == "claim":
         return
+    decoded.clear()
     warm = jobctl(*args, env=env)  # from the cache the shared scan wrote
     assert (warm.code, warm.out, warm.err) == (alone.code, alone.out, alone.err)
+    if "--json" not in args:
+        assert not set(decoded) & set(finished), "a finished record was decoded again"

@@ -142,3 +142,29 @@ def test_processes_counts_cpus_and_takes_the_setting(monkeypatch: pytest.MonkeyP
     for ignored in ("0", "-1", "many", str(fanout.MAX_PROCESSES + 1), ""):
         monkeypatch.setenv(fanout.PROCESSES_ENV, ignored)
         assert fanout.processes() == min(len(os.sched_getaffinity(0)), fanout.MAX_PROCESSES)
+
+
+def test_work_aside_runs_in_a_child_and_settle_waits_for_it(tmp_path: Path) -> None:
+    parent = os.getpid()
+    out = tmp_path / "out"
+
+    def work() -> None:
+        time.sleep(0.3)
+        out.write_text(str(os.getpid()))
+
+    assert fanout.aside(work)
+    assert not out.exists()  # this process went on
+    fanout.settle()
+    assert out.read_text() != str(parent)
+    assert no_children_left()
+
+
+def test_work_aside_is_declined_by_a_process_with_threads() -> None:
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()
+    try:
+        assert not fanout.aside(lambda: None)
+    finally:
+        stop.set()
+        thread.join()
