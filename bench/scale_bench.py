@@ -64,6 +64,11 @@ TARGET_LATENCY = 0.05
 #: The issue's figures at 100,000 records before the cache (seconds, whole process; worker --once
 #: was 3.3-3.6 s, the lower taken): with the cache absent, each is to take at most half of these.
 BEFORE_COLD = {"list": 3.9, "orphans": 3.8, "claim --next": 3.4, "worker --once": 3.3}
+#: The floor on the machine the issue's targets were set on (os.scandir + stat of 100,000 record
+#: files, seconds): its absolute targets are judged here as multiples of it, scaled by this run's floor.
+ISSUE_FLOOR = 0.37
+#: The code the cache-absent path is compared with in the same run: the commit before the cache.
+BEFORE_COMMIT = "76afad7"
 
 
 def make_id(n: int, base_ms: int) -> str:
@@ -112,6 +117,20 @@ def floor(jobs: str) -> float:
     return time.perf_counter() - t
 
 
+def before_tree(work: str) -> str | None:
+    """The jobctl package of :data:`BEFORE_COMMIT`, unpacked under ``work`` (its parent directory), or None."""
+    out = os.path.join(work, "before")
+    os.makedirs(out)
+    try:
+        archive = subprocess.run(
+            ["git", "-C", str(REPO), "archive", BEFORE_COMMIT, "jobctl"], capture_output=True, check=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", out], input=archive, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return out
+
+
 def run(args: list[str], env: dict[str, str], ok: tuple[int, ...] = (0,)) -> float:
     t = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "jobctl", *args], env=env, capture_output=True)
@@ -142,7 +161,17 @@ def median(f: Callable[[], float], samples: int, before: Callable[[], None] | No
     return statistics.median(out)
 
 
-def measure(n: int, work: str) -> dict[str, float]:
+def paired(runs: dict[str, Callable[[], float]], samples: int, before: Callable[[], None]) -> dict[str, float]:
+    """The median of each of ``runs``, taking turns sample by sample (a slow moment slows them all)."""
+    got: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(samples):
+        for name, f in runs.items():
+            before()
+            got[name].append(f())
+    return {name: statistics.median(times) for name, times in got.items()}
+
+
+def measure(n: int, work: str, old: str | None) -> dict[str, float]:
     root = os.path.join(work, f"store-{n}")
     cache = os.path.join(work, "cache")
     t = time.perf_counter()
@@ -180,14 +209,32 @@ def measure(n: int, work: str) -> dict[str, float]:
     worker = ["worker", "--once", "--kind", "none", "--handler", "none=true", "--name", "bench", "-q"]
     out: dict[str, float] = {"build": built}
     out["floor"] = median(lambda: floor(jobs), samples)
+    if n == max(SIZES):
+        # The cache absent, three ways taking turns: as jobctl runs, with its reads in one process
+        # (JOBCTL_SCAN_PROCESSES=1), and the code before the cache (when git can unpack it).
+        one = dict(env, JOBCTL_SCAN_PROCESSES="1")
+        then = None if old is None else dict(env, PYTHONPATH=old)
+        commands = {"list": ["list"], "orphans": ["orphans"], "claim --next": claim, "worker --once": worker}
+        for name, args in commands.items():
+            ways = {"": lambda a=args: run(a, env), " one process": lambda a=args: run(a, one)}
+            if then is not None:
+                ways[" before"] = lambda a=args, e=then: run(a, e)
+            reset = (lambda: (release(), cold())) if name == "claim --next" else cold
+            for way, t in paired(ways, samples, reset).items():
+                out[f"{name} cold{way}"] = t
     for mode, before in (("cold", cold), ("warm", None)):
         if mode == "warm":
             warm()
-        out[f"list {mode}"] = median(lambda: run(["list"], env), samples, before)
-        out[f"orphans {mode}"] = median(lambda: run(["orphans"], env), samples, before)
-        out[f"worker --once {mode}"] = median(lambda: run(worker, env), samples, before)
+        elif n != max(SIZES):
+            out["list cold"] = median(lambda: run(["list"], env), samples, before)
+            out["orphans cold"] = median(lambda: run(["orphans"], env), samples, before)
+            out["worker --once cold"] = median(lambda: run(worker, env), samples, before)
+            out["claim --next cold"] = median(lambda: run(claim, env), samples, lambda: (release(), cold()))
+        if mode == "warm":
+            out["list warm"] = median(lambda: run(["list"], env), samples, before)
+            out["orphans warm"] = median(lambda: run(["orphans"], env), samples, before)
+            out["worker --once warm"] = median(lambda: run(worker, env), samples, before)
         out[f"pick {mode}"] = median(lambda: pick(cached), samples, before)
-    out["claim --next cold"] = median(lambda: run(claim, env), samples, lambda: (release(), cold()))
     out["claim --next warm"] = median(lambda: run(claim, env), samples, lambda: (release(), warm()))
     out["claim --next changing"] = median(lambda: run(claim, env), samples, replace_one)
     release()
@@ -243,14 +290,20 @@ def latency(work: str, n: int) -> list[float]:
 
 def main() -> None:
     work = tempfile.mkdtemp(prefix="scale-bench-", dir=REPO)
+    # Every command runs from the work directory: `python -m jobctl` puts its working directory
+    # first on sys.path, so from the checkout it would run the checkout whatever PYTHONPATH says.
+    os.chdir(work)
     try:
         env = dict(os.environ, PYTHONPATH=str(REPO))
         start = startup(env)
+        old = before_tree(work)
         print(f"scale bench: python {platform.python_version()}, {os.cpu_count()} cpus; start-up {start:.3f} s")
+        if old is None:
+            print(f"  (the code before the cache, {BEFORE_COMMIT}, could not be unpacked with git: not timed)")
         rows = ["list", "orphans", "claim --next", "worker --once", "pick"]
         results = {}
         for n in SIZES:
-            results[n] = measure(n, work)
+            results[n] = measure(n, work, old)
             r = results[n]
             print(f"\n{n:,} records (99% finished; built in {r['build']:.1f} s), floor {r['floor']:.3f} s")
             print(f"  {'':<16}{'cold s':>9}{'x floor':>9}{'warm s':>9}{'x floor':>9}")
@@ -260,6 +313,15 @@ def main() -> None:
             ch = r["claim --next changing"]
             print(f"  {'claim changing':<16}{ch:9.3f}{ch / r['floor']:9.1f}   (one record replaced before each sample)")
             print(f"  list first line {r['list first line']:.3f} s, total {r['list total']:.3f} s (warm)")
+            if n == max(SIZES):
+                print(f"  cache absent, taking turns: {'now':>8}{'1 process':>11}{'before':>9}{'before/now':>12}")
+                for name in rows[:-1]:
+                    c, one = r[f"{name} cold"], r[f"{name} cold one process"]
+                    then = r.get(f"{name} cold before")
+                    tail = "" if then is None else f"{then:9.3f}{then / c:11.2f}x"
+                    print(f"  {name:<26}{c:9.3f}{one:11.3f}{tail}")
+                if old is not None:
+                    print(f"  (before: {BEFORE_COMMIT}, the code before the summary cache, on the same store)")
         lats = {}
         for size in LATENCY_SIZES:
             lat = lats[size] = latency(work, size)
@@ -273,25 +335,37 @@ def main() -> None:
         def verdict(ok: bool) -> str:
             return "met" if ok else "NOT met"
 
+        # The issue's absolute targets were set where the floor took ISSUE_FLOOR: judged as the same
+        # multiples of this run's floor (a slower or busier machine moves both), the absolute beside.
+        scale = big["floor"] / ISSUE_FLOOR
+        print(f"  (absolute targets at this run's floor: x{scale:.2f} the issue's, whose floor was {ISSUE_FLOOR} s)")
+
+        def scaled(what: str, got: float, target: float) -> None:
+            print(
+                f"  {what} <= {target} s at the issue's floor ({target * scale:.3f} s here): {got:.3f} s"
+                f" {verdict(got <= target * scale)}; absolute {verdict(got <= target)}"
+            )
+
         for name in ("claim --next", "orphans"):
-            w = big[f"{name} warm"]
-            print(f"  {name} at 100,000 unchanged <= {TARGET_UNCHANGED} s: {w:.3f} s {verdict(w <= TARGET_UNCHANGED)}")
+            scaled(f"{name} at 100,000 unchanged", big[f"{name} warm"], TARGET_UNCHANGED)
         limit = TARGET_RATIO * big["floor"] + start
         ch = big["claim --next changing"]
         print(
             f"  claim --next at 100,000 changing <= {TARGET_RATIO}x floor + start-up ({limit:.3f} s):"
             f" {ch:.3f} s {verdict(ch <= limit)}"
         )
-        w = big["list warm"]
-        print(f"  list at 100,000 warm <= {TARGET_LIST} s: {w:.3f} s {verdict(w <= TARGET_LIST)}")
-        f1 = big["list first line"]
-        print(f"  list first line <= {TARGET_FIRST_LINE} s: {f1:.3f} s {verdict(f1 <= TARGET_FIRST_LINE)}")
+        scaled("list at 100,000 warm", big["list warm"], TARGET_LIST)
+        scaled("list first line", big["list first line"], TARGET_FIRST_LINE)
         for name, before in BEFORE_COLD.items():
             c = big[f"{name} cold"]
-            print(
-                f"  {name} at 100,000 cold <= half the issue's {before} s ({before / 2:.2f} s):"
-                f" {c:.3f} s {verdict(c <= before / 2)}"
-            )
+            then = big.get(f"{name} cold before")
+            if then is not None:
+                print(
+                    f"  {name} at 100,000 cold at least 2x faster than {BEFORE_COMMIT} (same run):"
+                    f" {then / c:.2f}x {verdict(then >= 2 * c)}"
+                )
+            else:
+                scaled(f"{name} at 100,000 cold (half the issue's {before} s)", c, before / 2)
         for mode in ("cold", "warm"):
             growth = max(big[f"{name} {mode}"] / mid[f"{name} {mode}"] for name in rows)
             print(
@@ -304,6 +378,7 @@ def main() -> None:
             f" {med * 1000:.1f} ms {verdict(med < TARGET_LATENCY)}"
         )
     finally:
+        os.chdir(REPO)
         shutil.rmtree(work, ignore_errors=True)
 
 
