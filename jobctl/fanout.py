@@ -32,7 +32,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 __all__ = ["MIN_SHARE", "aside", "processes", "settle", "share_out"]
 
@@ -135,18 +135,8 @@ def aside(work: Callable[[], object]) -> bool:
         pid = os.fork()
     except OSError:
         return False
-    if pid == 0:  # the child: never returns
-        status = 1
-        try:
-            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
-                signal.signal(sig, signal.SIG_DFL)
-            _close_all_but([])
-            work()
-            status = 0
-        except BaseException:
-            pass
-        finally:
-            os._exit(status)
+    if pid == 0:
+        _child(work, [])
     if not _ASIDE:
         atexit.unregister(settle)
         atexit.register(settle)
@@ -177,23 +167,31 @@ def _fork(share: Sequence[T], each: Callable[[Sequence[T]], Any], keep: Sequence
         os.close(r)
         os.close(w)
         return None
-    if pid == 0:  # the child: never returns
-        status = 1
-        try:
-            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
-                signal.signal(sig, signal.SIG_DFL)
-            _close_all_but(sorted({*keep, w}))
-            data = marshal.dumps(each(share))
-            view = memoryview(data)
+    if pid == 0:
+
+        def send() -> None:
+            view = memoryview(marshal.dumps(each(share)))
             while view:
                 view = view[os.write(w, view) :]
-            status = 0
-        except BaseException:
-            pass
-        finally:
-            os._exit(status)
+
+        _child(send, sorted({*keep, w}))
     os.close(w)
     return pid, r
+
+
+def _child(work: Callable[[], object], keep: list[int]) -> NoReturn:
+    """The life of a forked child: default signal handlers, only ``keep`` open, ``work``, and exit (0 if it ran)."""
+    status = 1
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
+            signal.signal(sig, signal.SIG_DFL)
+        _close_all_but(keep)
+        work()
+        status = 0
+    except BaseException:
+        pass
+    finally:
+        os._exit(status)
 
 
 def _close_all_but(keep: list[int]) -> None:

@@ -276,6 +276,22 @@ class Losing:
             pass
 
 
+def unnoticed(store: FileStore, notices: Losing) -> None:
+    """Write the record ``9-hidden`` into ``store`` with its notice dropped, as a lost notice leaves it."""
+    (Path(store.jobs_dir) / "9-hidden.json").write_bytes(encode(Record(id="9-hidden", kind="k", spec={})))
+    notices.miss()
+
+
+def found_by_a_full_read(store: FileStore, w: jobctl.Watch, counted: Counted, root: Path) -> None:
+    """The next write's notice brings the second full read, which finds ``9-hidden``: as a fresh listing says."""
+    store.submit(Record(kind="k", spec={}))
+    notice = w.next(timeout=5)
+    assert notice is not None and notice.what == "changed"
+    assert counted.lists == 2
+    assert "9-hidden" in [r.id for r in notice.records]
+    assert_same(notice.records, reference(root, "k")[0])
+
+
 def losing_notices(store: FileStore, monkeypatch: pytest.MonkeyPatch) -> list[Losing]:
     """Give ``store``'s listeners :class:`Losing` notices; the list collects them."""
     real_notices = store.notices
@@ -302,16 +318,9 @@ def test_lost_notices_mean_a_full_read(tmp_path: Path, monkeypatch: pytest.Monke
     notice = w.next(timeout=5)
     assert notice is not None and counted.lists == 1  # by the notice alone
     # Lost: a write nobody was told about, then notices lost -- only a full read can find it.
-    hidden = Record(id="9-hidden", kind="k", spec={})
-    (Path(store.jobs_dir) / "9-hidden.json").write_bytes(encode(hidden))
-    made[0].miss()
+    unnoticed(store, made[0])
     made[0].lose = True
-    store.submit(Record(kind="k", spec={}))
-    notice = w.next(timeout=5)
-    assert notice is not None and notice.what == "changed"
-    assert counted.lists == 2
-    assert "9-hidden" in [r.id for r in notice.records]
-    assert_same(notice.records, reference(root, "k")[0])
+    found_by_a_full_read(store, w, counted, root)
     # And back to notices alone.
     store.submit(Record(kind="k", spec={}))
     notice = w.next(timeout=5)
@@ -336,19 +345,12 @@ def test_the_insurance_read_still_reads_everything(tmp_path: Path, monkeypatch: 
         assert w.next(timeout=5) is not None
     assert counted.lists == 1
     # A change nobody is told about (its notice dropped without a word), found by the insurance read.
-    hidden = Record(id="9-hidden", kind="k", spec={})
-    (Path(store.jobs_dir) / "9-hidden.json").write_bytes(encode(hidden))
-    made[0].miss()
+    unnoticed(store, made[0])
     assert w.next(timeout=0.2) is None  # nothing says it changed: the watch does not read
     assert counted.lists == 1
     shift[0] += NEVER
     # The interval has passed: the read a notice brings is a full one, whatever it names.
-    store.submit(Record(kind="k", spec={}))
-    notice = w.next(timeout=5)
-    assert notice is not None and notice.what == "changed"
-    assert counted.lists == 2
-    assert "9-hidden" in [r.id for r in notice.records]
-    assert_same(notice.records, reference(root, "k")[0])
+    found_by_a_full_read(store, w, counted, root)
     store.submit(Record(kind="k", spec={}))
     assert w.next(timeout=5) is not None and counted.lists == 2  # and the interval counts from there
 
