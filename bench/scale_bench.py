@@ -53,6 +53,8 @@ from jobctl.record import encode  # noqa: E402
 
 SIZES = (1_000, 10_000, 100_000)
 SAMPLES = {1_000: 3, 10_000: 3, 100_000: 2}
+#: Samples of each way of the cache-absent path at 100,000 (now, one process, before): taking turns.
+PAIRED_SAMPLES = 3
 LATENCY_SAMPLES = 15
 LATENCY_SIZES = (100, 1_000)  # a notice costs a read of the watched store: shown at two sizes
 TARGET_UNCHANGED = 0.15  # claim --next / orphans at 100,000 when nothing changed, seconds
@@ -220,7 +222,7 @@ def measure(n: int, work: str, old: str | None) -> dict[str, float]:
             if then is not None:
                 ways[" before"] = lambda a=args, e=then: run(a, e)
             reset = (lambda: (release(), cold())) if name == "claim --next" else cold
-            for way, t in paired(ways, samples, reset).items():
+            for way, t in paired(ways, PAIRED_SAMPLES, reset).items():
                 out[f"{name} cold{way}"] = t
     for mode, before in (("cold", cold), ("warm", None)):
         if mode == "warm":
