@@ -88,7 +88,7 @@ def children(pid: int) -> set[int]:
         try:
             with open(f"/proc/{pid}/task/{tid}/children") as fh:
                 out.update(int(p) for p in fh.read().split())
-        except FileNotFoundError:
+        except (FileNotFoundError, ProcessLookupError):  # the task ended meanwhile
             pass
     return out
 
@@ -98,7 +98,7 @@ def alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as fh:
             stat = fh.read()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone before the open, or between it and the read
         return False
     return stat[stat.rindex(")") + 2] not in "ZX"
 
@@ -107,7 +107,7 @@ def cmdline(pid: int) -> bytes:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as fh:
             return fh.read()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone before the open, or between it and the read (ESRCH)
         return b""
 
 
