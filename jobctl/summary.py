@@ -954,18 +954,16 @@ class Listed:
 
         # Thousands of rows take a good part of a second to sort, marshal and write: in a child
         # of this process when it can fork, while this one prints the listing (jobctl.fanout).
-        if len(seen) < _ASIDE_FROM or not _fanout().aside(write):
-            write()
+        if len(seen) >= _ASIDE_FROM:
+            from . import fanout  # only a listing of thousands loads it
+
+            if fanout.aside(write):
+                return
+        write()
 
 
 #: A listing part of at least this many summaries is written aside (jobctl.fanout.aside).
 _ASIDE_FROM = 2000
-
-
-def _fanout() -> Any:
-    from . import fanout  # only a listing of thousands loads it
-
-    return fanout
 
 
 def _settle() -> None:

@@ -422,21 +422,18 @@ def _list_piped(
                 ended.reverse()
             picked = [entry for _, _, entry in ended[:left]]
             del ended[:]
-            if not state.json:  # summaries alone: their lines written as one
-                summaries: list[Summary] = picked  # type: ignore[assignment]
-                flagged |= _long_summaries(state, summaries, now)
-                shown.extend(summaries)
-                line = render.summary_line
-                lines.out_all([line(entry) for entry in summaries])
-            for entry in picked if state.json else ():
-                if isinstance(entry, _Shown):
+            if state.json:  # each ended job's line was rendered when it was read (keep)
+                for entry in picked:
+                    assert isinstance(entry, _Shown)
                     if entry.long_lease:
                         flagged.add(entry.id)
                     shown.append(entry.summary)
                     lines.out(entry.line)
-                else:
-                    shown.append(entry)
-                    lines.out(render.summary_line(entry))
+            else:  # summaries alone: their lines written as one
+                summaries: list[Summary] = picked  # type: ignore[assignment]
+                flagged |= _long_summaries(state, summaries, now)
+                shown.extend(summaries)
+                lines.out_all([render.summary_line(entry) for entry in summaries])
     finally:
         lines.flush()
     for done in shown if flagged else ():

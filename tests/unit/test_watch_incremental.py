@@ -305,13 +305,17 @@ def losing_notices(store: FileStore, monkeypatch: pytest.MonkeyPatch) -> list[Lo
     return made
 
 
-def test_lost_notices_mean_a_full_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def losing_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, FileStore, list[Losing], Counted]:
+    """A store of one record whose listeners get :class:`Losing` notices, its reads counted; no insurance read."""
     monkeypatch.setattr(watch_module, "INSURANCE_SECONDS", NEVER)
     root = tmp_path / "root"
     store = FileStore(root)
     store.submit(Record(kind="k", spec={}))
-    made = losing_notices(store, monkeypatch)
-    counted = Counted(store, monkeypatch)
+    return root, store, losing_notices(store, monkeypatch), Counted(store, monkeypatch)
+
+
+def test_lost_notices_mean_a_full_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root, store, made, counted = losing_store(tmp_path, monkeypatch)
     w = jobctl.Watch(store, "k")
     assert w.next() is not None and counted.lists == 1
     store.submit(Record(kind="k", spec={}))
@@ -331,12 +335,7 @@ def test_lost_notices_mean_a_full_read(tmp_path: Path, monkeypatch: pytest.Monke
 
 
 def test_the_insurance_read_still_reads_everything(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(watch_module, "INSURANCE_SECONDS", NEVER)
-    root = tmp_path / "root"
-    store = FileStore(root)
-    store.submit(Record(kind="k", spec={}))
-    made = losing_notices(store, monkeypatch)
-    counted = Counted(store, monkeypatch)
+    root, store, made, counted = losing_store(tmp_path, monkeypatch)
     shift = [0.0]
     w = jobctl.Watch(store, "k", clock=lambda: time.monotonic() + shift[0])
     assert w.next() is not None and counted.lists == 1
