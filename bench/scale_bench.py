@@ -56,6 +56,8 @@ SIZES = (1_000, 10_000, 100_000)
 SAMPLES = {1_000: 3, 10_000: 3, 100_000: 2}
 #: Samples of each way of the cache-absent path at 100,000 (now, one process, before): taking turns.
 PAIRED_SAMPLES = 3
+#: Samples of the warm pick (in process, milliseconds).
+PICK_SAMPLES = 15
 LATENCY_SAMPLES = 15
 LATENCY_SIZES = (100, 1_000)  # a notice costs a read of the watched store: shown at two sizes
 TARGET_UNCHANGED = 0.15  # claim --next / orphans at 100,000 when nothing changed, seconds
@@ -131,7 +133,19 @@ def before_tree(work: str) -> str | None:
         subprocess.run(["tar", "-x", "-C", out], input=archive, check=True)
     except (OSError, subprocess.CalledProcessError):
         return None
+    compiled(os.path.join(out, "jobctl"))
     return out
+
+
+def compiled(package: str) -> None:
+    """Byte-compile ``package``, as an installed one is.
+
+    With PYTHONDONTWRITEBYTECODE set (as here), a tree without current
+    ``__pycache__`` files compiles every module it imports on every start: a
+    cost no installed jobctl pays, and one the freshly unpacked tree would
+    pay and a checkout not, or the other way round after an edit.
+    """
+    subprocess.run([sys.executable, "-m", "compileall", "-q", package], check=True)
 
 
 def run(args: list[str], env: dict[str, str], ok: tuple[int, ...] = (0,)) -> float:
@@ -240,7 +254,8 @@ def measure(n: int, work: str, old: str | None) -> dict[str, float]:
             out["list warm"] = median(lambda: run(["list"], env), samples, before)
             out["orphans warm"] = median(lambda: run(["orphans"], env), samples, before)
             out["worker --once warm"] = median(lambda: run(worker, env), samples, before)
-        out[f"pick {mode}"] = median(lambda: pick(cached), samples, before)
+        # Milliseconds in process, warm: enough samples that one slow moment of the machine is not the median.
+        out[f"pick {mode}"] = median(lambda: pick(cached), samples if mode == "cold" else PICK_SAMPLES, before)
     out["claim --next warm"] = median(lambda: run(claim, env), samples, lambda: (release(), warm()))
     out["claim --next changing"] = median(lambda: run(claim, env), samples, replace_one)
     release()
@@ -301,6 +316,7 @@ def main() -> None:
     os.chdir(work)
     try:
         env = dict(os.environ, PYTHONPATH=str(REPO))
+        compiled(str(REPO / "jobctl"))
         start = startup(env)
         old = before_tree(work)
         print(f"scale bench: python {platform.python_version()}, {os.cpu_count()} cpus; start-up {start:.3f} s")

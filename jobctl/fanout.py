@@ -3,43 +3,50 @@
 A store without a summary cache must read and decode every record file to
 learn its state (:meth:`jobctl.store.file.FileStore.list_open`); at 100,000
 records that is seconds of one core's work while the others idle. Here the
-list of names is cut into contiguous shares, each share but the first is
-handed to a forked child, and the parent does the first itself. A child
-sends back one marshalled list and exits; what it sends is only ever data
-(strings, numbers, bytes, tuples), never an object to believe.
+list of names is cut into contiguous pieces, :data:`PIECES` a process, and
+every process -- this one and the children it forks -- takes the next piece
+from a shared queue as it finishes one: a process that runs slower does
+fewer, and none waits long for another. A child sends each piece's answer
+as it finishes it, one marshalled value after its length; what it sends is
+only ever data (strings, numbers, bytes, tuples), never an object to
+believe. This process takes the answers that are in between its own pieces.
 
 Nothing depends on a child. One that fails -- killed, out of memory, a
-truncated or unreadable answer, an exit status other than 0 -- has its share
-done again by the parent, in the same call, the slow way; the answer is the
-same, only later. Forking is declined (everything done in this process) when
-the process has other threads (a fork copies none of them, and whatever lock
-one held stays held in the child), when the platform has no ``fork``, or
-when there is too little work to pay for one.
+truncated or unreadable answer, an answer to a piece answered already --
+has every piece it did not answer whole done again by this process, in the
+same call, the slow way; the answer is the same, only later. Forking is
+declined (everything done in this process) when the process has other
+threads (a fork copies none of them, and whatever lock one held stays held
+in the child), when the platform has no ``fork``, or when there is too
+little work to pay for one.
 
 A child keeps none of its parent's descriptors but the one directory it
-reads through and its own pipe: it cannot hold a lock of its parent's, keep
-a worker's guardian pipe open past the worker's death, or write to its
-parent's output. Its signal handlers are the defaults, so an interrupt that
-reaches the process group ends it, and a parent that dies leaves it
-writing into a pipe nobody reads, which ends it too.
+reads through, the queue and its own pipe: it cannot hold a lock of its
+parent's, keep a worker's guardian pipe open past the worker's death, or
+write to its parent's output. Its signal handlers are the defaults, so an
+interrupt that reaches the process group ends it, and a parent that dies
+leaves it writing into a pipe nobody reads, which ends it too.
 """
 
 from __future__ import annotations
 
 import atexit
+import fcntl
 import marshal
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any, NoReturn, TypeVar
 
-__all__ = ["MIN_SHARE", "aside", "processes", "settle", "share_out"]
+__all__ = ["MIN_SHARE", "PIECES", "aside", "processes", "settle", "share_out"]
 
 T = TypeVar("T")
 
-#: The least work a child is forked for (items of its share): below it, a fork costs more than it saves.
+#: The least work a child is forked for (items a process): below it, a fork costs more than it saves.
 MIN_SHARE = 1000
+#: The pieces a share_out is cut into, a process: each process takes the next as it finishes one.
+PIECES = 16
 #: The most processes a scan uses, this one included.
 MAX_PROCESSES = 8
 #: ``JOBCTL_SCAN_PROCESSES``: how many processes a cold scan uses (1: this one alone).
@@ -76,44 +83,157 @@ def share_out(
     keep: Sequence[int] = (),
     *,
     count: int | None = None,
-) -> list[tuple[Sequence[T], Any]]:
-    """``each`` of contiguous shares of ``items``, in order: ``[(share_0, each(share_0)), ...]``.
+) -> Generator[tuple[int, Sequence[T], Any], None, None]:
+    """``each`` of contiguous pieces of ``items``, as ``(index, piece, each(piece))``, yielded as they are done.
 
-    Each share but the first is done in a forked child, which keeps open
-    only the descriptors in ``keep``; ``each`` must return what
-    :mod:`marshal` can carry. ``count`` is how many processes to use
-    (:func:`processes` when None); fewer are used when a share would be
-    smaller than :data:`MIN_SHARE`, and one (no fork at all) when the
-    process cannot fork safely. Whatever a child fails to bring back is
-    done here again.
+    The pieces are numbered in the order of ``items``; they come in no
+    particular order. There are :data:`PIECES` a process, and each process
+    (this one among them) takes the next piece from a queue as it finishes
+    one, so a process that runs slower (a busier CPU, colder pages) does
+    fewer, and none waits long for another. This process's own come as soon
+    as each is done -- what the caller does with one overlaps the children's
+    work -- and the children's once they are all in. Each child keeps open
+    only the descriptors in ``keep`` (and its pipes); ``each`` must return
+    what :mod:`marshal` can carry.
+
+    ``count`` is how many processes to use (:func:`processes` when None);
+    fewer when a process would have fewer than :data:`MIN_SHARE` items, and
+    one (no fork at all: one piece, the whole) when the process cannot fork
+    safely. Whatever a child fails to bring back is done here again. Close
+    the iterator (or exhaust it) to end the children: an exception in the
+    caller's loop does, and so does one here.
     """
     n = processes() if count is None else max(1, count)
     n = min(n, len(items) // MIN_SHARE)
     if n <= 1 or not _forkable():
-        return [(items, each(items))]
-    size = -(-len(items) // n)
-    shares = [items[i : i + size] for i in range(0, len(items), size)]
-    children: list[tuple[int, int] | None] = []
-    for share in shares[1:]:
-        children.append(_fork(share, each, keep))
-    results: list[Any] = [None] * len(shares)
+        yield 0, items, each(items)
+        return
+    size = -(-len(items) // min(n * PIECES, 255))
+    pieces = [items[i : i + size] for i in range(0, len(items), size)]
     try:
-        results[0] = each(shares[0])
-        for k, child in enumerate(children, 1):
-            results[k] = _collect(child)
-            children[k - 1] = None
-    except BaseException:
-        for child in children:  # an interrupt, or this share's own failure: no child outlives the call
+        queue, w = os.pipe()
+    except OSError:
+        yield 0, items, each(items)
+        return
+    try:
+        os.write(w, bytes(range(len(pieces))))  # at most 255 bytes, under PIPE_BUF: at once, never blocking
+    finally:
+        os.close(w)  # drained, the queue reads as its end
+    children: list[_Child] = []
+    done = bytearray(len(pieces))
+    try:
+        for _ in range(n - 1):
+            child = _fork(pieces, each, [*keep, queue])
             if child is not None:
-                _end(child)
-        raise
-    for k, got in enumerate(results):
-        if got is _FAILED:
-            results[k] = each(shares[k])
-    return list(zip(shares, results, strict=True))
+                children.append(child)
+        for k in _taken(queue):
+            done[k] = 1
+            yield k, pieces[k], each(pieces[k])
+            for child in children:  # what the children have finished meanwhile, taken between pieces
+                for got, answer in child.answers(done, block=False):
+                    yield got, pieces[got], answer
+        for child in children:
+            for got, answer in child.answers(done, block=True):
+                yield got, pieces[got], answer
+            child.end()
+        for k, piece in enumerate(pieces):
+            if not done[k]:  # taken by a child that failed: done here
+                done[k] = 1
+                yield k, piece, each(piece)
+    finally:
+        os.close(queue)
+        for child in children:  # an interrupt, or a failure here or in the caller: no child outlives the call
+            child.end()
 
 
-_FAILED: Any = object()
+def _taken(queue: int) -> Iterator[int]:
+    """The index of each piece this process takes from ``queue``, one byte a read, until it is drained."""
+    while True:
+        got = os.read(queue, 1)
+        if not got:
+            return
+        yield got[0]
+
+
+#: The size a child's pipe is given, when the system allows it: room for a few pieces' answers, so
+#: that a child seldom waits for this process to take one.
+PIPE_SIZE = 1 << 20
+_FRAME = 8  # the length of each answer, little-endian, before it
+
+
+class _Child:
+    """A forked child doing pieces: its pid, the read end of its pipe, and what it sent not yet taken.
+
+    It sends each piece's answer as it finishes it: ``marshal.dumps((index,
+    answer))`` after its length. Answers are taken whole, checked, and each
+    piece once; a child that sends what is not such an answer is believed no
+    further (what it did not answer is done again by the caller).
+    """
+
+    __slots__ = ("pid", "fd", "buffer", "trusted")
+
+    def __init__(self, pid: int, fd: int) -> None:
+        self.pid, self.fd = pid, fd
+        self.buffer = bytearray()
+        self.trusted = True
+
+    def answers(self, done: bytearray, block: bool) -> list[tuple[int, Any]]:
+        """The whole answers sent since last asked (with ``block``, all of them: until the child ends).
+
+        Each piece answered is marked in ``done``.
+        """
+        if self.fd < 0:
+            return []
+        try:
+            os.set_blocking(self.fd, block)
+            while True:
+                chunk = os.read(self.fd, 1 << 20)
+                if not chunk:
+                    break
+                self.buffer += chunk
+        except BlockingIOError:
+            pass  # nothing more for now
+        except OSError:
+            self.trusted = False
+        out: list[tuple[int, Any]] = []
+        buffer, at = self.buffer, 0
+        while self.trusted and len(buffer) - at >= _FRAME:
+            size = int.from_bytes(buffer[at : at + _FRAME], "little")
+            if len(buffer) - at - _FRAME < size:
+                break
+            try:
+                got = marshal.loads(buffer[at + _FRAME : at + _FRAME + size])
+            except (EOFError, ValueError, TypeError):
+                got = None
+            at += _FRAME + size
+            if type(got) is not tuple or len(got) != 2 or type(got[0]) is not int or not 0 <= got[0] < len(done):
+                self.trusted = False
+            elif done[got[0]]:
+                self.trusted = False  # a piece answered twice: not a child of ours
+            else:
+                done[got[0]] = 1
+                out.append(got)
+        del buffer[:at]
+        return out
+
+    def end(self) -> None:
+        """Close the pipe, and reap the child (killed first, unless its pipe was read to its end)."""
+        if self.fd < 0:
+            return
+        fd, self.fd = self.fd, -1
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+        try:
+            os.kill(self.pid, signal.SIGKILL)  # gone already when its answers were all read: harmless
+        except OSError:
+            pass
+        try:
+            os.waitpid(self.pid, 0)
+        except OSError:
+            pass
+
 
 #: The children working aside (:func:`aside`), until :func:`settle` reaps them.
 _ASIDE: list[int] = []
@@ -155,12 +275,16 @@ def settle(block: bool = True) -> None:
             _ASIDE.remove(pid)
 
 
-def _fork(share: Sequence[T], each: Callable[[Sequence[T]], Any], keep: Sequence[int]) -> tuple[int, int] | None:
-    """Start a child doing ``share``; (its pid, the read end of its pipe), or None when it could not start."""
+def _fork(pieces: Sequence[Sequence[T]], each: Callable[[Sequence[T]], Any], keep: Sequence[int]) -> _Child | None:
+    """Start a child doing the pieces it takes from the queue (the last of ``keep``); None when it could not start."""
     try:
         r, w = os.pipe()
     except OSError:
         return None
+    try:
+        fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
+    except (AttributeError, OSError):
+        pass  # the system's size: the child waits for this process to take its answers more often
     try:
         pid = os.fork()
     except OSError:
@@ -168,15 +292,18 @@ def _fork(share: Sequence[T], each: Callable[[Sequence[T]], Any], keep: Sequence
         os.close(w)
         return None
     if pid == 0:
+        queue = keep[-1]
 
         def send() -> None:
-            view = memoryview(marshal.dumps(each(share)))
-            while view:
-                view = view[os.write(w, view) :]
+            for k in _taken(queue):
+                blob = marshal.dumps((k, each(pieces[k])))
+                view = memoryview(len(blob).to_bytes(_FRAME, "little") + blob)
+                while view:
+                    view = view[os.write(w, view) :]
 
         _child(send, sorted({*keep, w}))
     os.close(w)
-    return pid, r
+    return _Child(pid, r)
 
 
 def _child(work: Callable[[], object], keep: list[int]) -> NoReturn:
@@ -202,44 +329,3 @@ def _close_all_but(keep: list[int]) -> None:
             os.closerange(low, fd)
         low = fd + 1
     os.closerange(low, 1 << 20)
-
-
-def _end(child: tuple[int, int]) -> None:
-    """Kill a child whose answer is no longer wanted, and reap it."""
-    pid, r = child
-    try:
-        os.close(r)
-    except OSError:
-        pass  # closed already, by a collection the interrupt cut short
-    try:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-    except OSError:
-        pass
-
-
-def _collect(child: tuple[int, int] | None) -> Any:
-    """What a child brought back, or :data:`_FAILED` (it did not start, exit 0, or send a whole answer)."""
-    if child is None:
-        return _FAILED
-    pid, r = child
-    chunks = []
-    try:
-        while True:
-            chunk = os.read(r, 1 << 20)
-            if not chunk:
-                break
-            chunks.append(chunk)
-    except OSError:
-        chunks = []
-    os.close(r)
-    try:
-        _, status = os.waitpid(pid, 0)
-    except ChildProcessError:
-        status = -1
-    if status != 0 or not chunks:
-        return _FAILED
-    try:
-        return marshal.loads(b"".join(chunks))
-    except (EOFError, ValueError, TypeError):
-        return _FAILED

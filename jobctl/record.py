@@ -648,13 +648,15 @@ def _models(content_block: str, critical_block: str | None) -> tuple[tuple[str, 
     return got[0], got[1]
 
 
-def _canonical(text: str) -> Record | None:
-    """:func:`_fast_decode` for a record in the canonical layout: fixed text by regex, opaque values by the scanner.
+def _canonical_parts(text: str) -> tuple[Any, ...] | None:
+    """The values of a record in the canonical layout, every check of :func:`_canonical` made (None: it gives None).
 
     Each member of the record's own is matched where the layout puts it, at
     most once (so no name can be a duplicate); ``spec``, ``checkpoint`` and
     ``extensions`` are scanned by the strict scanner, which refuses duplicate
-    names inside them.
+    names inside them. Every instant is read here, so that one a regular
+    expression passes but the calendar has not (a 13th month) raises
+    ValueError here, as the record built from these parts would.
     """
     m = _HEAD.match(text)
     if m is None:
@@ -685,6 +687,9 @@ def _canonical(text: str) -> Record | None:
             return None
         if text.count("{", start, end) + text.count("[", start, end) >= wire.MAX_DEPTH:
             return None
+        for name in extensions:
+            if not name.strip():
+                return None
         end += 2
     t = _TAIL.match(text, end)
     if t is None:
@@ -700,7 +705,55 @@ def _canonical(text: str) -> Record | None:
     total_n = 0 if total is None else int(total)
     if done_n > _INT64 or total_n > _INT64 or epoch_n > _INT64:
         return None
+    iso = _fromiso if _Z == "Z" else _offset_iso  # a ValueError (a 13th month) sends the record to _decode
+    created, updated = t.groups()
+    return (
+        models,
+        job_id,
+        kind,
+        state,
+        spec,
+        checkpoint,
+        done_n,
+        total_n,
+        iso(p_updated),
+        owner,
+        epoch_n,
+        iso(expires),
+        requires,
+        error,
+        None if want is None else Intent(want, by or "", _time(at, "intent.at")),
+        extensions,
+        iso(created),
+        iso(updated),
+    )
 
+
+def _canonical(text: str) -> Record | None:
+    """:func:`_fast_decode` for a record in the canonical layout: fixed text by regex, opaque values by the scanner."""
+    parts = _canonical_parts(text)
+    if parts is None:
+        return None
+    (
+        models,
+        job_id,
+        kind,
+        state,
+        spec,
+        checkpoint,
+        done,
+        total,
+        p_updated,
+        owner,
+        epoch,
+        expires,
+        requires,
+        error,
+        intent,
+        extensions,
+        created,
+        updated,
+    ) = parts
     rec: Record = _new_record(Record)
     rec.content = list(models[0])
     rec.critical = list(models[1])
@@ -710,10 +763,9 @@ def _canonical(text: str) -> Record | None:
     rec.spec = spec
     rec.checkpoint = checkpoint
     orig = rec._orig = {"spec": spec, "checkpoint": checkpoint}
-    iso = _fromiso if _Z == "Z" else _offset_iso  # a ValueError (a 13th month) sends the record to _decode
-    rec.progress = Progress(done_n, total_n, iso(p_updated))
-    rec.lease = Lease(owner, epoch_n, iso(expires))
-    rec.intent = None if want is None else Intent(want, by or "", _time(at, "intent.at"))
+    rec.progress = Progress(done, total, p_updated)
+    rec.lease = Lease(owner, epoch, expires)
+    rec.intent = intent
     rec.envelope = rec.delegation = None
     rec.requires = [] if requires is None else _block(requires)
     rec.error = error or ""
@@ -721,16 +773,53 @@ def _canonical(text: str) -> Record | None:
     rec.extensions = {}
     if extensions:
         for name, value in extensions.items():
-            if not name.strip():
-                return None
             rec.extensions[name] = orig["x:" + name] = value
-    created, updated = t.groups()
-    rec.created_at = iso(created)
-    rec.updated_at = iso(updated)
+    rec.created_at = created
+    rec.updated_at = updated
     rec._raw = {}
     rec._text = text
     rec._exposed = True
     return rec
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def summary_or_record(data: bytes | str, job_id: str = "") -> tuple[Any, ...] | Record:
+    """:func:`decode`, or for a finished record in the canonical layout without a checkpoint, its summary's fields.
+
+    The fields are what ``jobctl.store.file.summary_fields`` makes of the
+    decoded record: ``(id, kind, state, done, total, owner, epoch, error,
+    None, created_at, lease.expires_at)``, the instants in microseconds since
+    1970, the strings most records share interned. The record is checked
+    exactly as :func:`decode` checks it and refused with the same error;
+    only the objects a finished record's line never shows are not built.
+    A shared cold scan reads tens of thousands of these (:mod:`jobctl.fanout`).
+    """
+    text: str | None = None
+    if _UNTIL_CANONICAL[0] == 0:
+        try:
+            text = data if isinstance(data, str) else wire.utf8_text(data, "record")
+            parts = _canonical_parts(text) if text.startswith(_CANONICAL_START) else None
+        except Exception:  # decode says why, in its words
+            parts = None
+        if parts is not None and parts[3] in TERMINAL and parts[5] is None:
+            intern = sys.intern
+            return (
+                parts[1],
+                intern(parts[2]),
+                intern(parts[3]),
+                parts[6],
+                parts[7],
+                intern(parts[9]),
+                parts[10],
+                intern(parts[13] or ""),
+                None,
+                (parts[16] - _EPOCH) // _MICROSECOND,
+                (parts[11] - _EPOCH) // _MICROSECOND,
+            )
+    return decode(data if text is None else text, job_id)
 
 
 def _fast_fields(top: Any, text: str) -> Record | None:

@@ -62,6 +62,7 @@ __all__ = [
     "Listed",
     "RACY_NS",
     "default_dir",
+    "settle",
     "micros",
     "moment",
 ]
@@ -79,6 +80,10 @@ _HEAD_LENGTH = 8
 #: The code of a row read on every call, and its size: st_size is a signed 64-bit off_t, so no file has it.
 _OTHER = 255
 _NEVER = (1 << 64) - 1
+#: Rows of the cache as :meth:`Summaries.rows_of` makes them, marshallable: ``(names, codes, sizes, times,
+#: how many are not other rows, the state table the codes index)``, the last three as stored.
+Rows = tuple[list[str], bytes, bytes, bytes, int, tuple[str, ...]]
+_ONLY_STR = frozenset((str,))
 _FINISHED = bytes([1] * _OTHER + [0])  # codes -> 1 for a finished record's row, 0 for an other row
 _ID = itemgetter(slice(None, -5))  # "<id>.json" -> "<id>"
 _S_IFMT = 0o170000
@@ -660,30 +665,104 @@ class Summaries:
 
     def remember_all(self, read: list[tuple[str, str | None, tuple[int, int, int, int]]]) -> None:
         """:meth:`remember` of each ``(job_id, state or None, (st_ino, st_size, st_mtime_ns, st_ctime_ns))``."""
-        if self.directory is None:
-            return
-        table, new_at, codes = self._table, self._new_at, self._new_codes
-        sizes, times = self._new_sizes, self._new_times
-        recent = self._started - RACY_NS
+        if self.directory is not None:
+            self.take_rows(self.rows_of(read))
+
+    def rows_of(self, read: list[tuple[str, str | None, tuple[int, int, int, int]]]) -> Rows:
+        """The rows :meth:`remember_all` adds for ``read``, as plain data (:data:`Rows`), in its order.
+
+        Made where the records were read -- in a child of a shared scan
+        (:mod:`jobctl.fanout`), which marshals them back -- and taken in the
+        scanning process by :meth:`take_rows`. A row of an open record (state
+        None), or of a file changed too recently to trust, is one read on
+        every call (:data:`_OTHER`, a size no file has). A state this cache's
+        table lacks is added to the table here; the table is sent with the
+        rows, so that their codes can be read in a process whose table differs.
+        """
+        table = self._table
+        names: list[str] = []
+        codes, sizes, times = bytearray(), array("Q"), array("q")
+        recent = self.recent()
+        remembered = 0
         for job_id, state, (ino, size, mtime, ctime) in read:
-            if state is None or mtime >= recent or ctime >= recent:
-                self.other(job_id)
+            names.append(job_id + ".json")
+            code = _OTHER
+            if state is not None and mtime < recent and ctime < recent:
+                try:
+                    code = table.index(state)
+                except ValueError:
+                    if len(table) < _OTHER - 1:
+                        code = len(table)
+                        table.append(state)
+            if code == _OTHER:
+                codes.append(_OTHER)
+                sizes.extend((0, _NEVER))
+                times.extend((0, 0))
                 continue
-            try:
-                code = table.index(state)
-            except ValueError:
-                if len(table) >= _OTHER - 1:
-                    self.other(job_id)
-                    continue
-                code = len(table)
-                table.append(state)
-            self._remembered += 1
-            new_at[job_id + ".json"] = len(codes)
+            remembered += 1
             codes.append(code)
-            sizes.append(ino)
-            sizes.append(size)
-            times.append(mtime)
-            times.append(ctime)
+            sizes.extend((ino, size))
+            times.extend((mtime, ctime))
+        return names, bytes(codes), sizes.tobytes(), times.tobytes(), remembered, tuple(table)
+
+    def recent(self) -> int:
+        """The time (ns) from which a file changed is too recent to trust, for the scan begun by :meth:`check`."""
+        return self._started - RACY_NS
+
+    def take_rows(self, rows: Rows | None) -> bool:
+        """Add rows made by :meth:`rows_of` (here or in a child); False, adding nothing, when they are malformed."""
+        if self.directory is None:
+            return True
+        if rows is None:
+            return False
+        try:
+            names, codes, sizes, times, remembered, table = rows
+            n = len(names)
+            if not (
+                type(names) is list
+                and type(codes) is bytes
+                and type(sizes) is bytes
+                and type(times) is bytes
+                and type(table) is tuple
+                and len(codes) == n
+                and len(sizes) == len(times) == 16 * n
+                and type(remembered) is int
+                and 0 <= remembered <= n
+                and set(map(type, names)) <= _ONLY_STR
+            ):
+                return False
+        except (TypeError, ValueError):
+            return False
+        mine = self._table
+        if list(table) != mine[: len(table)]:
+            # Made with another table (a child added a state this process has not met): its codes mapped.
+            mapping = bytearray(range(256))
+            for code, state in enumerate(table):
+                if type(state) is not str:
+                    return False
+                if state in mine:
+                    mapping[code] = mine.index(state)
+                elif len(mine) < _OTHER - 1:
+                    mapping[code] = len(mine)
+                    mine.append(state)
+                else:
+                    mapping[code] = _OTHER
+            codes = codes.translate(mapping)
+            if _OTHER in mapping[: len(table)]:  # the table is full: such rows are read on every call
+                packed = array("Q", sizes)
+                for at, code in enumerate(codes):
+                    if code == _OTHER and packed[2 * at + 1] != _NEVER:
+                        packed[2 * at : 2 * at + 2] = array("Q", (0, _NEVER))
+                        remembered -= 1
+                sizes = packed.tobytes()
+        base = len(self._new_codes)
+        self._new_at.update(zip(names, range(base, base + n), strict=True))
+        self._new_codes += codes
+        self._new_sizes.frombytes(sizes)
+        self._new_times.frombytes(times)
+        self._remembered += remembered
+        self._ended_other += n - remembered
+        return True
 
     def other(self, job_id: str) -> None:
         """A record file to read on every call."""
@@ -801,7 +880,7 @@ class Listed:
     """
 
     def __init__(self, base: str, directory: str | None, real: str) -> None:
-        _settle()  # a listing part still being written aside by this process is read whole
+        settle()  # a listing part still being written aside by this process is read whole
         self.base, self.directory, self.real = base, directory, real
         #: The summaries' fields, in id order, and beside each the identity of its file (:func:`ident`).
         self.rows: list[tuple[Any, ...]] = []
@@ -908,15 +987,32 @@ class Listed:
             seen[summary[0]] = (ident(st), tuple(summary))
             self.dirty = True
 
+    def remember_made(self, pieces: Iterable[list[tuple[tuple[Any, ...], Any, str | None]]]) -> None:
+        """:meth:`remember_all` of summaries made where they were read (a piece of a shared scan).
+
+        Each is ``(fields, identity, text)``: the text (:func:`ident_text`) is
+        None for a file that changed within :data:`RACY_NS` of the scan's
+        start, which is before this listing's, so it is named among the others.
+        """
+        seen, others = self.seen, self._others
+        for made in pieces:
+            for fields, _, text in made:
+                if text is None:
+                    others.append(fields[0])
+                else:
+                    seen[fields[0]] = (text, fields)
+                    self.dirty = True
+
     def other(self, job_id: str) -> None:
         """A record name read whole on every listing (open, unreadable, odd)."""
         self._others.append(job_id)
 
-    def save(self, jobs_stat: os.stat_result | None) -> None:
+    def save(self, jobs_stat: os.stat_result | None, *, aside: bool = True) -> None:
         """Write what this listing saw, when it differs from what was loaded.
 
         ``jobs_stat`` is ``jobs/`` as statted before the listing began (None:
-        unknown, so never trusted as unchanged).
+        unknown, so never trusted as unchanged). Thousands of rows are
+        written aside (:func:`now_or_aside`) unless ``aside`` is False.
         """
         if self.directory is None:
             return
@@ -952,22 +1048,38 @@ class Listed:
             if _private_dir(directory, create=True):
                 _save_file(path, (*head, rows, idents))
 
-        # Thousands of rows take a good part of a second to sort, marshal and write: in a child
-        # of this process when it can fork, while this one prints the listing (jobctl.fanout).
-        if len(seen) >= _ASIDE_FROM:
-            from . import fanout  # only a listing of thousands loads it
-
-            if fanout.aside(write):
-                return
-        write()
+        if aside:
+            now_or_aside(write, len(seen))
+        else:
+            write()
 
 
 #: A listing part of at least this many summaries is written aside (jobctl.fanout.aside).
 _ASIDE_FROM = 2000
 
 
-def _settle() -> None:
-    """Wait for any listing part this process is writing aside (nothing to wait for unless it started one)."""
+def now_or_aside(work: Callable[[], object], rows: int) -> None:
+    """Run ``work`` (which writes the listing part), in a forked child when it has ``rows`` in the thousands.
+
+    Thousands of rows take a good part of a second to sort, marshal and
+    write: in a child of this process when it can fork, while this one
+    prints the listing (:func:`jobctl.fanout.aside`); here otherwise.
+    """
+    if rows >= _ASIDE_FROM:
+        from . import fanout  # only a listing of thousands loads it
+
+        if fanout.aside(work):
+            return
+    work()
+
+
+def settle() -> None:
+    """Wait for any listing part this process is writing aside (nothing to wait for unless it started one).
+
+    A listing of thousands calls it once its lines are out, before it lets go
+    of what it read: what a process frees while a forked child still shares
+    its memory is copied first, page by page.
+    """
     fanout = sys.modules.get("jobctl.fanout")
     if fanout is not None:
         fanout.settle()
@@ -975,4 +1087,9 @@ def _settle() -> None:
 
 def ident(st: os.stat_result) -> str:
     """``"<st_ino> <st_size> <st_mtime_ns> <st_ctime_ns>"``: a record file's identity, as ``.list`` keeps it."""
-    return f"{st.st_ino} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns}"
+    return ident_text(st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def ident_text(ino: int, size: int, mtime: int, ctime: int) -> str:
+    """:func:`ident` of the four numbers."""
+    return f"{ino} {size} {mtime} {ctime}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from datetime import datetime
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 import click
@@ -13,6 +14,7 @@ from ..record import TERMINAL, Record, encode
 from ..store.base import Listing
 from ..store.file import collector_paused, is_orphan, summary_of
 from ..summary import Summary, micros, moment
+from ..summary import settle as summary_settle
 from . import render
 from .main import EXIT_FAILURE, STATE_CHOICE, STATES_HELP, TEXT, JobCommand, State, common, job_id_argument, pass_state
 
@@ -226,6 +228,14 @@ def list_jobs(
         _list_piped(state, wanted, kind, states, owner, pipeline, active or only_orphans, newest, limit)
 
 
+#: The listing order of ended jobs, (created, id), of a Summary (a tuple: its fields by index).
+_summary_order = itemgetter(Summary._fields.index("created"), Summary._fields.index("id"))
+
+
+def _shown_order(entry: _Shown) -> tuple[int, str]:
+    return entry.summary.created, entry.summary.id
+
+
 class _Shown(NamedTuple):
     """A finished record's JSON line, rendered when it was read, and its summary (for the lease warning)."""
 
@@ -341,7 +351,7 @@ def _list_piped(
     """
     store = state.store()
     now = store.now()
-    ended: list[tuple[int, str, Summary | _Shown]] = []
+    ended: list[Any] = []  # Summary, or with --json _Shown: sorted by _ended_order once all are in
     taken: dict[str, tuple[Summary, Any]] = {}
     wants_ended = not open_only and (not states or any(s in TERMINAL for s in states))
 
@@ -368,7 +378,7 @@ def _list_piped(
             if how is not None:
                 taken[rec.id] = (rec, how)
             if summarised(rec):
-                ended.append((rec.created, rec.id, rec))
+                ended.append(rec)
             return
         brief = summary_of(rec)
         if how is not None:
@@ -378,9 +388,9 @@ def _list_piped(
         if best is not None:
             best.add((brief.created, rec.id), (rec, brief))
         elif state.json:
-            ended.append((brief.created, rec.id, shown_json(rec, brief)))
+            ended.append(shown_json(rec, brief))
         else:
-            ended.append((brief.created, rec.id, brief))
+            ended.append(brief)
 
     briefly = not state.json and pipeline is None  # a line that a summary serves
     opened = store.list_open(finished=keep if wants_ended else None, briefly=briefly)
@@ -409,19 +419,17 @@ def _list_piped(
                     continue
                 if isinstance(item, Summary):
                     if summarised(item):
-                        ended.append((item.created, item.id, item))
+                        ended.append(item)
                 elif item.terminal:
                     keep(item, None)
-            taken.clear()
             if best is not None:
-                ended.extend((key[0], key[1], shown_json(*kept)) for key, kept in best.items())
+                ended.extend(shown_json(*kept) for _, kept in best.items())
             for job_id, exc in scanned:
                 unreadable.setdefault(job_id, exc)
-            ended.sort()  # by (created, id): ids are unique, so the items themselves are never compared
+            ended.sort(key=_shown_order if state.json else _summary_order)  # (created, id): unique keys
             if newest:
                 ended.reverse()
-            picked = [entry for _, _, entry in ended[:left]]
-            del ended[:]
+            picked = ended if left is None else ended[:left]
             if state.json:  # each ended job's line was rendered when it was read (keep)
                 for entry in picked:
                     assert isinstance(entry, _Shown)
@@ -430,12 +438,13 @@ def _list_piped(
                     shown.append(entry.summary)
                     lines.out(entry.line)
             else:  # summaries alone: their lines written as one
-                summaries: list[Summary] = picked  # type: ignore[assignment]
+                summaries: list[Summary] = picked
                 flagged |= _long_summaries(state, summaries, now)
                 shown.extend(summaries)
                 lines.out_all([render.summary_line(entry) for entry in summaries])
     finally:
         lines.flush()
+    summary_settle()  # the listing part written aside: before this listing's summaries are let go
     for done in shown if flagged else ():
         if done.id in flagged:
             _warn_long_lease(state, done)

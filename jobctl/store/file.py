@@ -37,6 +37,7 @@ from ..record import (
     decode,
     encode,
     held,
+    summary_or_record,
 )
 from ..wire import lazy_pattern
 from .base import Listing, Notices, OpenListing, Skipped, Unreadable
@@ -51,6 +52,9 @@ Clock = Callable[[], datetime]
 #: ``list_open(finished=...)``: handed each finished record decoded, and its file's :class:`FileIdentity`.
 #: With ``briefly=True`` it may be handed the record's :class:`jobctl.summary.Summary` instead.
 Finished = Callable[[Any, "FileIdentity"], None]
+#: What the pieces of a shared scan made of the finished records, for the listing part: one list a
+#: piece of ``(summary fields, file identity, identity text or None)`` (jobctl.summary.Listed.remember_made).
+_Made = list[list[tuple[tuple[Any, ...], Any, "str | None"]]]
 _new = tuple.__new__
 
 
@@ -305,13 +309,16 @@ class FileStore(ContractStore):
             # finished records' states, again, only if a look-up needs one.
             out.states = cache.confirmed_states()
             todo = list(cache.check(jobs.fd))
+            made = None
             if len(todo) < _SHARED_FROM or (finished is not None and not briefly):
                 for job_id in todo:
                     self._take_open(jobs, job_id, out, cache, finished, limit)
             else:
-                self._take_shared(jobs, todo, out, cache, finished, limit)
-            if finished is not None and not cache.confirmed_any():
-                out.whole = jobs_stat  # every record read: scan(opened=out) need list none again
+                made = self._take_shared(jobs, todo, out, cache, finished, limit)
+            if finished is not None and not cache.confirmed_any() and jobs_stat is not None:
+                # Every record read: scan(opened=out) need list none again (and the pieces made the
+                # listing part's rows, when they were shared).
+                out.whole = (jobs_stat, made)
             if jobs_stat is not None:
                 cache.finish(jobs_stat)
                 cache.save()
@@ -347,10 +354,11 @@ class FileStore(ContractStore):
 
         ``opened``: that :meth:`list_open` call's answer. When it read every
         record file (a cold cache: :attr:`OpenListing.whole` holds ``jobs/``
-        as statted before it began), the directory is not listed again and
-        nothing is yielded: the finished records are all in ``taken``, the
-        open and unreadable ones in ``opened``, and the ``.list`` part is
-        written from them, with the directory's identity of then.
+        as statted before it began, and what a shared scan's pieces made of
+        the finished records), the directory is not listed again and nothing
+        is yielded: the finished records are all in ``taken`` (and in what the
+        pieces made), the open and unreadable ones in ``opened``, and the
+        ``.list`` part is written from them, with the directory's identity of then.
         """
         from .. import summary
 
@@ -423,17 +431,29 @@ class FileStore(ContractStore):
         """Write the ``.list`` part from a :meth:`list_open` call that read every record (see :meth:`scan`)."""
         from .. import summary
 
-        jobs_stat: os.stat_result = opened.whole
-        listed = summary.Listed.of(summary.Summaries.load(self._summaries_dir(), self.jobs_dir, jobs_stat, read=False))
-        if listed.directory is None:
+        jobs_stat: os.stat_result = opened.whole[0]
+        made: _Made | None = opened.whole[1]
+        summaries = summary.Summaries.load(self._summaries_dir(), self.jobs_dir, jobs_stat, read=False)
+        if summaries.directory is None:
             return
-        with collector_paused():
-            listed.remember_all(taken.values())
-            for rec in opened:
-                listed.other(rec.id)
-            for job_id, _ in opened.unreadable:
-                listed.other(job_id)
-            listed.save(jobs_stat)
+
+        def write() -> None:
+            listed = summary.Listed.of(summaries)
+            if listed.directory is None:
+                return
+            with collector_paused():
+                if made is not None:
+                    listed.remember_made(made)
+                else:
+                    listed.remember_all(taken.values())
+                for rec in opened:
+                    listed.other(rec.id)
+                for job_id, _ in opened.unreadable:
+                    listed.other(job_id)
+                listed.save(jobs_stat, aside=False)
+
+        # The whole part is made where it is written: aside, for thousands of summaries.
+        summary.now_or_aside(write, len(taken))
 
     def _take_open(
         self,
@@ -472,52 +492,58 @@ class FileStore(ContractStore):
         cache: summary.Summaries,
         finished: Finished | None,
         limit: int | None,
-    ) -> None:
+    ) -> _Made | None:
         """:meth:`_take_open` for each of ``todo``, the reads and decodes shared among processes (:mod:`jobctl.fanout`).
 
-        A child reads its share through the same ``jobs/`` descriptor and
-        sends back, for each id: the state and file identity of a finished
-        record (and its summary when ``finished`` takes one), the bytes and
-        identity of an open one (decoded again here, so that the records this
-        call answers with are this process's own), or nothing for one it
-        could not read, which is read here again, so that its refusal is
-        this process's own too. The answer is the one :meth:`_take_open`
-        gives id by id.
+        ``todo`` is cut into pieces that the processes (this one too) take
+        in turn. Each piece is read through the same ``jobs/`` descriptor
+        (:func:`_read_share`), and its answer gives: the state of each
+        finished record (and its summary and file identity when ``finished``
+        takes one), the bytes of each open one (decoded again here, so that
+        the records this call answers with are this process's own), the ids
+        it could not read, which are read here again, so that their refusals
+        are this process's own too, and the cache's rows for it, which are
+        taken in the order of ``todo`` once every piece is in. The answer is
+        the one :meth:`_take_open` gives id by id.
+
+        Handed summaries (``finished``), the pieces also made the listing
+        part's rows (:meth:`jobctl.summary.Listed.remember_made`): they are
+        returned, one list a piece, for :meth:`_listed_from`; None otherwise.
         """
         from .. import fanout
 
         brief = finished is not None
 
         def each(share: Sequence[str]) -> list[Any]:
-            return _read_share(jobs, share, limit, brief)
+            return _read_share(jobs, share, limit, brief, cache)
 
         summary_type: Any = _load_summary().Summary if brief else None
         states = out.states
-        for share_ids, answers in fanout.share_out(todo, each, (jobs.fd,)):
-            if type(answers) is not list or len(answers) != len(share_ids):
-                answers = each(share_ids)  # not what a child of ours sends: do its share here
-            read: list[tuple[str, str | None, tuple[int, int, int, int]]] = []
-            for job_id, answer in zip(share_ids, answers, strict=True):
-                if type(answer) is not tuple:
-                    if answer is None:  # unreadable there: read here, and say why
-                        self._take_open(jobs, job_id, out, cache, finished, limit)
-                    continue  # 0: removed since the directory was read
-                state, ident, extra = answer
-                if state is None:
+        rows: dict[int, Any] = {}  # each piece's cache rows, taken in the order of todo: the order met
+        made: _Made = []
+        with contextlib.closing(fanout.share_out(todo, each, (jobs.fd,))) as pieces:
+            for k, piece, answer in pieces:
+                if not _well_formed(answer, brief):
+                    answer = each(piece)  # not what a child of ours sends: do its piece here
+                fin_ids, fin_states, briefs, opened, bad, rows[k] = answer
+                states.update(zip(fin_ids, fin_states, strict=True))
+                if finished is not None:
+                    made.append(briefs)
+                    for fields, ident, _ in briefs:
+                        finished(_new(summary_type, fields), _new(FileIdentity, ident))
+                for job_id, _, data in opened:
                     try:
-                        rec = decode(extra, job_id)
-                    except JobError:  # not what the child read: read it here, and say why
-                        self._take_open(jobs, job_id, out, cache, finished, limit)
+                        rec = decode(data, job_id)
+                    except JobError:  # not what the child read: read it here, and say why (its row: read again)
+                        self._take_open(jobs, job_id, out, None, finished, limit)
                         continue
                     states[job_id] = rec.state
                     out.append(rec)
-                    read.append((job_id, None, ident))
-                    continue
-                states[job_id] = state
-                if finished is not None:
-                    finished(_new(summary_type, extra), _new(FileIdentity, ident))
-                read.append((job_id, state, ident))
-            cache.remember_all(read)
+                for job_id in bad:  # unreadable there: read here, and say why
+                    self._take_open(jobs, job_id, out, cache, finished, limit)
+        for k in sorted(rows):
+            cache.take_rows(rows[k])  # malformed rows are left out: their records are read again next time
+        return made if finished is not None else None
 
     def orphans(self) -> Listing:
         """Records a sweep may adopt: not terminal, not held, and stranded.
@@ -717,26 +743,29 @@ def collector_paused() -> Iterator[None]:
 def summary_of(rec: Record) -> summary.Summary:
     """What a listing line shows of a finished record, as the summary cache keeps it."""
     mod = _summary_module or _load_summary()  # not an import statement run once a record
+    # tuple.__new__: a NamedTuple's own __new__ is a Python function, a fifth of this call's cost.
+    made: summary.Summary = _new(mod.Summary, summary_fields(rec))
+    return made
+
+
+def summary_fields(rec: Record) -> tuple[Any, ...]:
+    """:func:`summary_of` as a plain tuple (what :mod:`marshal` carries), the strings most records share interned."""
+    micros = (_summary_module or _load_summary()).micros
     intern = sys.intern  # kind, state, owner and error repeat across a store: one copy each when held
     lease = rec.lease
-    # tuple.__new__: a NamedTuple's own __new__ is a Python function, a fifth of this call's cost.
-    made: summary.Summary = _new(
-        mod.Summary,
-        (
-            rec.id,
-            intern(rec.kind),
-            intern(rec.state),
-            rec.progress.done,
-            rec.progress.total,
-            intern(lease.owner),
-            lease.epoch,
-            intern(rec.error),
-            None if rec.checkpoint is None else rec.checkpoint_text(),  # most have none: spare two calls
-            mod.micros(rec.created_at),
-            mod.micros(lease.expires_at),
-        ),
+    return (
+        rec.id,
+        intern(rec.kind),
+        intern(rec.state),
+        rec.progress.done,
+        rec.progress.total,
+        intern(lease.owner),
+        lease.epoch,
+        intern(rec.error),
+        None if rec.checkpoint is None else rec.checkpoint_text(),  # most have none: spare two calls
+        micros(rec.created_at),
+        micros(lease.expires_at),
     )
-    return made
 
 
 _summary_module: Any = None
@@ -751,32 +780,79 @@ def _load_summary() -> Any:
     return summary
 
 
-def _read_share(jobs: fsio.Dir, share: Sequence[str], limit: int | None, brief: bool) -> list[Any]:
-    """What :meth:`FileStore._take_shared` needs of each record of ``share``, as :mod:`marshal` carries it.
+def _read_share(
+    jobs: fsio.Dir, share: Sequence[str], limit: int | None, brief: bool, cache: summary.Summaries
+) -> list[Any]:
+    """What :meth:`FileStore._take_shared` needs of the records of ``share``, as :mod:`marshal` carries it.
 
-    Per id: 0 when the file is gone; None when it cannot be read or decoded
-    (the caller reads it again); ``(state, identity, summary or None)`` for
-    a finished record; ``(None, identity, bytes)`` for an open one.
+    ``[finished ids, their states, their summaries, open records, unreadable
+    ids, cache rows]``: the summaries only with ``brief`` (else None), each
+    as its fields (:func:`summary_fields`), its file's identity, and that
+    identity as the listing part keeps it (None when the file changed too
+    recently to trust: :meth:`jobctl.summary.Listed.remember_made`), in id
+    order; each open record as ``(id, identity, bytes)``;
+    the ids this process could not read or decode (the caller reads them
+    again); the cache's rows of every record read, in share order
+    (:meth:`jobctl.summary.Summaries.rows_of`; None without a cache). A
+    file gone since the directory was read is in none of them.
     """
-    out: list[Any] = []
-    add = out.append
+    fin_ids: list[str] = []
+    fin_states: list[str] = []
+    briefs: list[tuple[tuple[Any, ...], tuple[int, int, int, int], str | None]] = []
+    opened: list[tuple[str, tuple[int, int, int, int], bytes]] = []
+    bad: list[str] = []
+    read: list[tuple[str, str | None, tuple[int, int, int, int]]] = []
+    rows = cache.directory is not None
+    recent = cache.recent()  # a summary this recent is not kept in the listing part
+    ident_text = (_summary_module or _load_summary()).ident_text
     for job_id in share:
         try:
             got = fsio.read_file_stat(jobs, job_id + ".json", job_id, limit)
             if got is None:
-                add(0)
                 continue
             data, st = got
-            rec = decode(data, job_id)
+            got_one = summary_or_record(data, job_id)  # a finished record's line, without the record
         except JobError:
-            add(None)
+            bad.append(job_id)
             continue
         ident = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-        if rec.terminal:
-            add((rec.state, ident, tuple(summary_of(rec)) if brief else None))
-        else:
-            add((None, ident, data))
-    return out
+        if isinstance(got_one, Record):
+            if not got_one.terminal:
+                opened.append((job_id, ident, data))
+                if rows:
+                    read.append((job_id, None, ident))
+                continue
+            got_one = summary_fields(got_one)
+        fin_ids.append(job_id)
+        fin_states.append(got_one[2])
+        if rows:
+            read.append((job_id, got_one[2], ident))
+        if brief:
+            text = None if not rows or ident[2] >= recent or ident[3] >= recent else ident_text(*ident)
+            briefs.append((got_one, ident, text))
+    if brief:
+        # By id, which for ids minted by time is creation order too: the sorts of a listing (by
+        # creation) and of the cache's listing part (by id) then merge runs.
+        briefs.sort(key=_fields_id)
+    return [fin_ids, fin_states, briefs if brief else None, opened, bad, cache.rows_of(read) if rows else None]
+
+
+def _fields_id(brief: tuple[tuple[Any, ...], Any, Any]) -> str:
+    """The id in a finished record's summary fields (with its identity and its text)."""
+    id_: str = brief[0][0]
+    return id_
+
+
+def _well_formed(answer: Any, brief: bool) -> bool:
+    """True when ``answer`` has the shape :func:`_read_share` gives (its rows are checked as they are taken)."""
+    if type(answer) is not list or len(answer) != 6:
+        return False
+    fin_ids, fin_states, briefs, opened, bad, _ = answer
+    if not (type(fin_ids) is list and type(fin_states) is list and len(fin_ids) == len(fin_states)):
+        return False
+    if brief and not (type(briefs) is list and len(briefs) == len(fin_ids)):
+        return False
+    return type(opened) is list and type(bad) is list
 
 
 def _by_id(rec: Record) -> str:

@@ -28,6 +28,7 @@ import pytest
 from jobctl import record, wire
 from jobctl.errors import Invalid, JobError, UnknownSchema
 from jobctl.record import Delegation, Envelope, Intent, Recall, Record, Step, encode
+from jobctl.store.file import summary_fields
 
 T0 = datetime(2026, 3, 4, 5, 6, 7, 891011, tzinfo=timezone.utc)
 
@@ -76,11 +77,40 @@ def _strict(data: bytes) -> Record:
         raise
 
 
+#: How many times summary_or_record answered with a finished record's fields (not a record).
+BRIEF = [0]
+
+
+def _brief_outcome(data: bytes) -> Any:
+    """summary_or_record's answer as the strict decoder's would read: a summary's fields stand for the record."""
+    record._UNTIL_CANONICAL[0] = 0  # as in any process past its first records
+    try:
+        got = record.summary_or_record(data, "j")
+    except JobError as exc:
+        return ("refused", type(exc).__name__, str(exc), exc.job_id, getattr(exc, "hint", None))
+    if isinstance(got, Record):
+        return ("ok", _snapshot(got))
+    BRIEF[0] += 1
+    return ("summary", got)
+
+
 def check(data: bytes) -> bool:
-    """Assert that decode() answers as the strict decoder does; True when the fast path decided."""
+    """Assert that decode() answers as the strict decoder does; True when the fast path decided.
+
+    And that summary_or_record refuses what it refuses, in its words, and
+    answers with the record or with exactly the fields summary_fields takes
+    of it (a finished record only).
+    """
     fast = _outcome(lambda d: record.decode(d, "j"), data)
     strict = _outcome(_strict, data)
     assert fast == strict, data[:2000]
+    brief = _brief_outcome(data)
+    if brief[0] == "summary":
+        rec = _strict(data)
+        assert rec.terminal and brief[1] == summary_fields(rec), data[:2000]
+        assert all(type(a) is type(b) for a, b in zip(brief[1], summary_fields(rec), strict=True))
+    else:
+        assert brief == strict, data[:2000]
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
@@ -316,7 +346,10 @@ MUTATIONS = [
 
 
 def test_records_jobctl_writes_decode_alike_and_mostly_fast() -> None:
+    before = BRIEF[0]
     fast = sum(check(data) for data in BASES)
+    # Finished records without a checkpoint are summarised without a record built.
+    assert BRIEF[0] - before >= 2
     # The common shapes take the fast path; were it never taken, this file would prove nothing.
     assert fast >= 6
     # And those in the canonical layout the quickest part of it (a checkpoint, an intent, an
@@ -333,6 +366,7 @@ def test_records_jobctl_writes_decode_alike_and_mostly_fast() -> None:
 def test_mutated_records_decode_alike(seed: int) -> None:
     rng = random.Random(seed)
     fast = refused = 0
+    before = BRIEF[0]
     for _ in range(400):
         data = rng.choice(BASES)
         for _ in range(rng.choice([1, 1, 1, 2, 3])):
@@ -344,6 +378,7 @@ def test_mutated_records_decode_alike(seed: int) -> None:
             refused += 1
     # Both sides of the promise are exercised: records the fast path took, and refusals.
     assert fast >= 20 and refused >= 40, (fast, refused)
+    assert BRIEF[0] - before >= 4  # and mutated finished records summarised without a record
 
 
 def test_duplicates_at_every_depth_are_refused_as_the_strict_decoder_refuses_them() -> None:

@@ -240,6 +240,28 @@ def listed(store: FileStore) -> tuple[list[tuple[object, ...]], list[str]]:
     return items, [job_id for job_id, _ in unreadable]
 
 
+def listed_briefly(store: FileStore) -> tuple[list[tuple[object, ...]], list[str]]:
+    """:func:`listed` the way a piped ``jobctl list`` reads: list_open handing over summaries, then scan."""
+    taken: dict[str, tuple[summary.Summary, Any]] = {}
+    items: dict[str, tuple[object, ...]] = {}
+
+    def keep(item: Any, how: Any) -> None:
+        brief = item if isinstance(item, summary.Summary) else file_store.summary_of(item)
+        taken[brief.id] = (brief, how)
+        items[brief.id] = tuple(brief)
+
+    opened = store.list_open(finished=keep, briefly=True)
+    for rec in opened:
+        items[rec.id] = tuple(file_store.summary_of(rec))
+    unreadable = {job_id for job_id, _ in opened.unreadable}
+    scanned: list[tuple[str, jobctl.errors.JobError]] = []
+    for item in store.scan(scanned, taken=taken, opened=opened):
+        if item.id not in items and item.id not in unreadable:
+            items[item.id] = tuple(item) if isinstance(item, summary.Summary) else tuple(file_store.summary_of(item))
+    unreadable |= {job_id for job_id, _ in scanned}
+    return [items[job_id] for job_id in sorted(items)], sorted(unreadable)
+
+
 def foreign_edit_in_place(path: str, data: bytes, jobs_dir: str) -> None:
     """Another program's edit in place: same inode, mtime set back; then jobs/ changes (a stray name comes and goes).
 
@@ -468,6 +490,8 @@ def test_cached_answers_equal_uncached_ones_under_interleaved_writers(
         assert got == answer(plain.list_open()) == reference(cached), f"step {step}"
         if step % 2:
             assert listed(cached) == listed(plain), f"step {step}"
+        else:  # as a piped list reads: summaries handed over by list_open (made by the pieces, when shared)
+            assert listed_briefly(cached) == listed(plain), f"step {step}"
         compared += 1
     assert compared == 200
     assert fresh_hits > 0, "the directory fast path was never taken"
@@ -746,3 +770,96 @@ def test_entries_met_out_of_order_are_stored_in_the_order_met(
     os.utime(store.jobs_dir)
     assert answer(store.list_open()) == expected
     assert jumps[0] > 0 and jumps[1] == 0
+
+
+def rows_cache(tmp_path: Path, table: list[str]) -> summary.Summaries:
+    """A cache ready to take rows (a scan begun 10 s ago, so nothing below is racy), its state table ``table``."""
+    cache = summary.Summaries(str(tmp_path / "cache"), str(tmp_path / "jobs"))
+    cache._table = list(table)
+    cache._started = time.time_ns() + 10 * 10**9
+    return cache
+
+
+def test_rows_made_elsewhere_are_taken_with_their_codes_mapped(tmp_path: Path) -> None:
+    # A child of a shared scan makes its rows with its own copy of the state table, and may add a
+    # state this process has not met: the codes are read through the table sent with the rows.
+    here = rows_cache(tmp_path, ["failed"])
+    there = rows_cache(tmp_path, ["cancelled"])
+    read = [("a", "complete", (1, 10, 5, 6)), ("b", None, (2, 11, 5, 6)), ("c", "cancelled", (3, 12, 5, 6))]
+    rows = there.rows_of(read)
+    assert rows[5] == ("cancelled", "complete")
+    assert here.take_rows(rows)
+    assert here._table == ["failed", "cancelled", "complete"]
+    codes = list(here._new_codes)
+    assert [here._table[codes[0]], codes[1], here._table[codes[2]]] == ["complete", summary._OTHER, "cancelled"]
+    assert list(here._new_sizes) == [1, 10, 0, summary._NEVER, 3, 12]
+    assert dict(here._new_at) == {"a.json": 0, "b.json": 1, "c.json": 2}
+    assert (here._remembered, here._ended_other) == (2, 1)
+    # The same rows made here are these rows.
+    alone = rows_cache(tmp_path, ["failed"])
+    alone.remember_all(read)
+
+    def states(cache: summary.Summaries) -> list[str | None]:
+        return [None if code == summary._OTHER else cache._table[code] for code in cache._new_codes]
+
+    assert states(alone) == states(here) and alone._new_sizes == here._new_sizes
+
+
+def test_rows_of_a_state_a_full_table_cannot_hold_are_read_every_time(tmp_path: Path) -> None:
+    full = [f"s{n}" for n in range(summary._OTHER - 1)]
+    here = rows_cache(tmp_path, full)
+    rows = rows_cache(tmp_path, []).rows_of([("a", "complete", (1, 10, 5, 6)), ("b", "s3", (2, 11, 5, 6))])
+    assert here.take_rows(rows)
+    assert list(here._new_codes) == [summary._OTHER, 3]
+    assert list(here._new_sizes) == [0, summary._NEVER, 2, 11]
+    assert (here._remembered, here._ended_other) == (1, 1)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        None,
+        "rows",
+        (["a.json"], b"\x00", b"\x00" * 16, b"\x00" * 16, 1),  # five parts
+        (["a.json"], b"\x00\x00", b"\x00" * 16, b"\x00" * 16, 1, ("complete",)),  # two codes, one name
+        (["a.json"], b"\x00", b"\x00" * 8, b"\x00" * 16, 1, ("complete",)),  # half a size
+        (["a.json"], b"\x00", b"\x00" * 16, b"\x00" * 16, 2, ("complete",)),  # more remembered than rows
+        ([1], b"\x00", b"\x00" * 16, b"\x00" * 16, 1, ("complete",)),  # a name that is no string
+        (["a.json"], b"\x00", b"\x00" * 16, b"\x00" * 16, 1, (3,)),  # a state that is no string
+    ],
+)
+def test_malformed_rows_are_refused_and_add_nothing(tmp_path: Path, bad: Any) -> None:
+    here = rows_cache(tmp_path, [])
+    assert not here.take_rows(bad)
+    assert (len(here._new_at), len(here._new_codes), here._remembered, here._ended_other) == (0, 0, 0, 0)
+
+
+def test_a_shared_listing_keeps_no_summary_of_a_file_changed_too_recently(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The pieces of a shared cold scan make the listing part's rows: one whose file changed within
+    # RACY_NS of the scan (a chmod: its ctime alone, jobs/ untouched) is named among the others.
+    monkeypatch.setattr(summary, "RACY_NS", 100_000_000)
+    monkeypatch.setattr(file_store, "_SHARED_FROM", 2)
+    monkeypatch.setattr(fanout, "MIN_SHARE", 1)
+    monkeypatch.setattr(summary, "_ASIDE_FROM", 1)
+    monkeypatch.setenv(fanout.PROCESSES_ENV, "2")
+    cache_dir = tmp_path / "cache"
+    store = FileStore(tmp_path / "root", summaries=str(cache_dir))
+    ids = [store.submit(Record(kind="k", spec={"n": n})) for n in range(8)]
+    for job_id in ids:
+        finish(store, job_id)
+    time.sleep(0.3)  # every record and jobs/ older than the racy window
+    os.chmod(store.path(ids[3]), 0o600)
+    forks: list[int] = []
+    real_fork = fanout._fork
+    monkeypatch.setattr(fanout, "_fork", lambda *a: forks.append(1) or real_fork(*a))
+    assert listed_briefly(store) == listed(FileStore(tmp_path / "root", summaries=False))
+    assert forks, "the scan was not shared"
+    jobs = os.stat(store.jobs_dir)
+    part = summary.Listed.of(summary.Summaries.load(str(cache_dir), store.jobs_dir, jobs, read=False))
+    assert part.others == [ids[3]]
+    assert sorted(row[0] for row in part.rows) == sorted(ids[:3] + ids[4:])
+    assert part.dir_id is not None  # jobs/ itself was old enough to trust
+    # Walked from the part (jobs/ unchanged), the record named among the others is read again.
+    assert listed_briefly(store) == listed(FileStore(tmp_path / "root", summaries=False))
