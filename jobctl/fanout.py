@@ -91,17 +91,19 @@ def share_out(
     (this one among them) takes the next piece from a queue as it finishes
     one, so a process that runs slower (a busier CPU, colder pages) does
     fewer, and none waits long for another. This process's own come as soon
-    as each is done -- what the caller does with one overlaps the children's
-    work -- and the children's once they are all in. Each child keeps open
-    only the descriptors in ``keep`` (and its pipes); ``each`` must return
-    what :mod:`marshal` can carry.
+    as each is done, and the children's as they come in, taken between this
+    process's pieces and after its last: what the caller does with one
+    overlaps the children's work. Each child keeps open only the descriptors
+    in ``keep`` (and its pipes); ``each`` must return what :mod:`marshal`
+    can carry.
 
     ``count`` is how many processes to use (:func:`processes` when None);
     fewer when a process would have fewer than :data:`MIN_SHARE` items, and
     one (no fork at all: one piece, the whole) when the process cannot fork
-    safely. Whatever a child fails to bring back is done here again. Close
-    the iterator (or exhaust it) to end the children: an exception in the
-    caller's loop does, and so does one here.
+    safely. Whatever a child fails to bring back is done here again. A
+    caller that may leave its loop early closes the iterator
+    (``contextlib.closing``): that kills and reaps the children at once, as
+    an exception raised here does.
     """
     n = processes() if count is None else max(1, count)
     n = min(n, len(items) // MIN_SHARE)

@@ -729,6 +729,7 @@ class Summaries:
                 and type(remembered) is int
                 and 0 <= remembered <= n
                 and set(map(type, names)) <= _ONLY_STR
+                and set(map(type, table)) <= _ONLY_STR
             ):
                 return False
         except (TypeError, ValueError):
@@ -738,8 +739,6 @@ class Summaries:
             # Made with another table (a child added a state this process has not met): its codes mapped.
             mapping = bytearray(range(256))
             for code, state in enumerate(table):
-                if type(state) is not str:
-                    return False
                 if state in mine:
                     mapping[code] = mine.index(state)
                 elif len(mine) < _OTHER - 1:

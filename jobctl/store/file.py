@@ -453,7 +453,7 @@ class FileStore(ContractStore):
                 listed.save(jobs_stat, aside=False)
 
         # The whole part is made where it is written: aside, for thousands of summaries.
-        summary.now_or_aside(write, len(taken))
+        summary.now_or_aside(write, len(taken) if made is None else sum(map(len, made)))
 
     def _take_open(
         self,
@@ -508,7 +508,9 @@ class FileStore(ContractStore):
 
         Handed summaries (``finished``), the pieces also made the listing
         part's rows (:meth:`jobctl.summary.Listed.remember_made`): they are
-        returned, one list a piece, for :meth:`_listed_from`; None otherwise.
+        returned, one list a piece, for :meth:`_listed_from`; None otherwise,
+        and None when a record was read again here (what ``finished`` was
+        handed is then the whole of it).
         """
         from .. import fanout
 
@@ -521,6 +523,7 @@ class FileStore(ContractStore):
         states = out.states
         rows: dict[int, Any] = {}  # each piece's cache rows, taken in the order of todo: the order met
         made: _Made = []
+        again = 0  # records read again here: finished ones among them are in no piece's made
         with contextlib.closing(fanout.share_out(todo, each, (jobs.fd,))) as pieces:
             for k, piece, answer in pieces:
                 if not _well_formed(answer, brief):
@@ -535,15 +538,18 @@ class FileStore(ContractStore):
                     try:
                         rec = decode(data, job_id)
                     except JobError:  # not what the child read: read it here, and say why (its row: read again)
+                        again += 1
                         self._take_open(jobs, job_id, out, None, finished, limit)
                         continue
                     states[job_id] = rec.state
                     out.append(rec)
+                again += len(bad)
                 for job_id in bad:  # unreadable there: read here, and say why
                     self._take_open(jobs, job_id, out, cache, finished, limit)
         for k in sorted(rows):
             cache.take_rows(rows[k])  # malformed rows are left out: their records are read again next time
-        return made if finished is not None else None
+        # What the pieces made is the listing part's rows only when every finished record is in it.
+        return made if finished is not None and not again else None
 
     def orphans(self) -> Listing:
         """Records a sweep may adopt: not terminal, not held, and stranded.

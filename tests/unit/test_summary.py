@@ -863,3 +863,39 @@ def test_a_shared_listing_keeps_no_summary_of_a_file_changed_too_recently(
     assert part.dir_id is not None  # jobs/ itself was old enough to trust
     # Walked from the part (jobs/ unchanged), the record named among the others is read again.
     assert listed_briefly(store) == listed(FileStore(tmp_path / "root", summaries=False))
+
+
+def test_a_record_a_child_could_not_read_is_in_the_listing_part_all_the_same(
+    tmp_path: Path, later: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A record a child could not read (say it was being edited in place) is read again here; if it
+    # reads as finished now, the listing part must know it, or a listing of the unchanged jobs/
+    # (which walks the part instead of the directory) would leave it out.
+    monkeypatch.setattr(file_store, "_SHARED_FROM", 2)
+    monkeypatch.setattr(fanout, "MIN_SHARE", 1)
+    monkeypatch.setattr(summary, "_ASIDE_FROM", 1)
+    monkeypatch.setenv(fanout.PROCESSES_ENV, "2")
+    store = FileStore(tmp_path / "root", summaries=str(tmp_path / "cache"))
+    ids = [store.submit(Record(kind="k", spec={"n": n})) for n in range(40)]
+    for job_id in ids:
+        finish(store, job_id)
+    parent, real = os.getpid(), file_store.summary_or_record
+    here: list[str] = []
+
+    def flaky(data: bytes, job_id: str = "") -> Any:
+        if os.getpid() != parent:
+            raise jobctl.errors.Invalid("being edited", job_id)  # every child: all it reads is re-read here
+        here.append(job_id)
+        time.sleep(0.005)  # the children take pieces meanwhile
+        return real(data, job_id)
+
+    monkeypatch.setattr(file_store, "summary_or_record", flaky)
+    plain = listed(FileStore(tmp_path / "root", summaries=False))
+    assert listed_briefly(store) == plain
+    assert len(here) < len(ids), "no child took a piece"
+    monkeypatch.setattr(file_store, "summary_or_record", real)
+    part = summary.Listed.of(
+        summary.Summaries.load(str(tmp_path / "cache"), store.jobs_dir, os.stat(store.jobs_dir), read=False)
+    )
+    assert sorted(row[0] for row in part.rows) + part.others == sorted(ids)
+    assert listed_briefly(store) == plain  # walked from the part: jobs/ is unchanged
