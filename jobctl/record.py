@@ -12,7 +12,7 @@ import re
 import sys
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import wire
 from .errors import Invalid, UnknownSchema
@@ -533,6 +533,7 @@ def decode(data: bytes | str, job_id: str = "") -> Record:
 
 
 _new_record = object.__new__
+_new_parts = tuple.__new__
 _fromiso = datetime.fromisoformat
 
 
@@ -648,7 +649,30 @@ def _models(content_block: str, critical_block: str | None) -> tuple[tuple[str, 
     return got[0], got[1]
 
 
-def _canonical_parts(text: str) -> tuple[Any, ...] | None:
+class _Parts(NamedTuple):
+    """The values of a record in the canonical layout, as :func:`_canonical_parts` checked them."""
+
+    models: tuple[tuple[str, ...], tuple[str, ...]]
+    id: str
+    kind: str
+    state: str
+    spec: Any
+    checkpoint: Any
+    done: int
+    total: int
+    progress_updated: datetime
+    owner: str
+    epoch: int
+    expires: datetime
+    requires: str | None  # the names block as matched (see _block)
+    error: str | None
+    intent: Intent | None
+    extensions: Any
+    created: datetime
+    updated: datetime
+
+
+def _canonical_parts(text: str) -> _Parts | None:
     """The values of a record in the canonical layout, every check of :func:`_canonical` made (None: it gives None).
 
     Each member of the record's own is matched where the layout puts it, at
@@ -707,7 +731,8 @@ def _canonical_parts(text: str) -> tuple[Any, ...] | None:
         return None
     iso = _fromiso if _Z == "Z" else _offset_iso  # a ValueError (a 13th month) sends the record to _decode
     created, updated = t.groups()
-    return (
+    intent = None if want is None else Intent(want, by or "", _time(at, "intent.at"))
+    values = (
         models,
         job_id,
         kind,
@@ -722,60 +747,45 @@ def _canonical_parts(text: str) -> tuple[Any, ...] | None:
         iso(expires),
         requires,
         error,
-        None if want is None else Intent(want, by or "", _time(at, "intent.at")),
+        intent,
         extensions,
         iso(created),
         iso(updated),
     )
+    parts: _Parts = _new_parts(_Parts, values)  # tuple.__new__: the NamedTuple's own is a Python function
+    return parts
 
 
 def _canonical(text: str) -> Record | None:
     """:func:`_fast_decode` for a record in the canonical layout: fixed text by regex, opaque values by the scanner."""
-    parts = _canonical_parts(text)
-    if parts is None:
+    p = _canonical_parts(text)
+    if p is None:
         return None
-    (
-        models,
-        job_id,
-        kind,
-        state,
-        spec,
-        checkpoint,
-        done,
-        total,
-        p_updated,
-        owner,
-        epoch,
-        expires,
-        requires,
-        error,
-        intent,
-        extensions,
-        created,
-        updated,
-    ) = parts
+    models = p.models
     rec: Record = _new_record(Record)
     rec.content = list(models[0])
     rec.critical = list(models[1])
-    rec.id = job_id
-    rec.kind = kind
-    rec.state = state
-    rec.spec = spec
-    rec.checkpoint = checkpoint
+    rec.id = p.id
+    rec.kind = p.kind
+    rec.state = p.state
+    rec.spec = spec = p.spec
+    rec.checkpoint = checkpoint = p.checkpoint
     orig = rec._orig = {"spec": spec, "checkpoint": checkpoint}
-    rec.progress = Progress(done, total, p_updated)
-    rec.lease = Lease(owner, epoch, expires)
-    rec.intent = intent
+    rec.progress = Progress(p.done, p.total, p.progress_updated)
+    rec.lease = Lease(p.owner, p.epoch, p.expires)
+    rec.intent = p.intent
     rec.envelope = rec.delegation = None
-    rec.requires = [] if requires is None else _block(requires)
+    rec.requires = [] if p.requires is None else _block(p.requires)
+    error = p.error
     rec.error = error or ""
     rec._error_present = error == ""
     rec.extensions = {}
+    extensions = p.extensions
     if extensions:
         for name, value in extensions.items():
             rec.extensions[name] = orig["x:" + name] = value
-    rec.created_at = created
-    rec.updated_at = updated
+    rec.created_at = p.created
+    rec.updated_at = p.updated
     rec._raw = {}
     rec._text = text
     rec._exposed = True
@@ -804,20 +814,20 @@ def summary_or_record(data: bytes | str, job_id: str = "") -> tuple[Any, ...] | 
             parts = _canonical_parts(text) if text.startswith(_CANONICAL_START) else None
         except Exception:  # decode says why, in its words
             parts = None
-        if parts is not None and parts[3] in TERMINAL and parts[5] is None:
+        if parts is not None and parts.state in TERMINAL and parts.checkpoint is None:
             intern = sys.intern
             return (
-                parts[1],
-                intern(parts[2]),
-                intern(parts[3]),
-                parts[6],
-                parts[7],
-                intern(parts[9]),
-                parts[10],
-                intern(parts[13] or ""),
+                parts.id,
+                intern(parts.kind),
+                intern(parts.state),
+                parts.done,
+                parts.total,
+                intern(parts.owner),
+                parts.epoch,
+                intern(parts.error or ""),
                 None,
-                (parts[16] - _EPOCH) // _MICROSECOND,
-                (parts[11] - _EPOCH) // _MICROSECOND,
+                (parts.created - _EPOCH) // _MICROSECOND,
+                (parts.expires - _EPOCH) // _MICROSECOND,
             )
     return decode(data if text is None else text, job_id)
 
