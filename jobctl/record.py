@@ -796,6 +796,16 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MICROSECOND = timedelta(microseconds=1)
 
 
+def micros(when: datetime | None) -> int:
+    """``when`` in whole microseconds since 1970 UTC; 0 for None. Orders exactly as the datetimes do."""
+    return 0 if when is None else (when - _EPOCH) // _MICROSECOND
+
+
+def moment(us: int) -> datetime:
+    """The inverse of :func:`micros`."""
+    return _EPOCH + us * _MICROSECOND
+
+
 def summary_or_record(data: bytes | str, job_id: str = "") -> tuple[Any, ...] | Record:
     """:func:`decode`, or for a finished record in the canonical layout without a checkpoint, its summary's fields.
 
@@ -826,8 +836,8 @@ def summary_or_record(data: bytes | str, job_id: str = "") -> tuple[Any, ...] | 
                 parts.epoch,
                 intern(parts.error or ""),
                 None,
-                (parts.created - _EPOCH) // _MICROSECOND,
-                (parts.expires - _EPOCH) // _MICROSECOND,
+                micros(parts.created),
+                micros(parts.expires),
             )
     return decode(data if text is None else text, job_id)
 

@@ -44,10 +44,11 @@ import sys
 import time
 from array import array
 from collections.abc import Callable, Iterable, Iterator
-from datetime import datetime, timedelta, timezone
 from itertools import compress
 from operator import itemgetter
 from typing import Any, NamedTuple
+
+from .record import micros, moment
 
 try:
     # The builtin BLAKE2 alone: hashlib loads OpenSSL first, milliseconds on every listing's start.
@@ -106,20 +107,6 @@ class Summary(NamedTuple):
     checkpoint: str | None  # the compact text as read; None when absent
     created: int  # created_at in microseconds since 1970 (1970 itself when absent): list orders by it
     expires: int  # lease.expires_at likewise (0 when unset): list names a lease run too far ahead
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-_MICROSECOND = timedelta(microseconds=1)
-
-
-def micros(when: datetime | None) -> int:
-    """``when`` in whole microseconds since 1970 UTC; 0 for None. Orders exactly as the datetimes do."""
-    return 0 if when is None else (when - _EPOCH) // _MICROSECOND
-
-
-def moment(us: int) -> datetime:
-    """The inverse of :func:`micros`."""
-    return _EPOCH + us * _MICROSECOND
 
 
 def _dir_identity(st: os.stat_result) -> tuple[int, ...]:
@@ -661,49 +648,63 @@ class Summaries:
 
     def remember(self, job_id: str, st: os.stat_result, state: str | None) -> None:
         """What was just read of ``job_id`` (``st`` from the open file; ``state`` None unless finished)."""
-        self.remember_all([(job_id, state, (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))])
+        if self.directory is None:
+            return
+        mtime, ctime = st.st_mtime_ns, st.st_ctime_ns
+        code = self._code(state, mtime, ctime, self.recent())
+        if code == _OTHER:
+            self.other(job_id)
+            return
+        self._remembered += 1
+        self._add(job_id, code, (st.st_ino, st.st_size), (mtime, ctime))
 
-    def remember_all(self, read: list[tuple[str, str | None, tuple[int, int, int, int]]]) -> None:
-        """:meth:`remember` of each ``(job_id, state or None, (st_ino, st_size, st_mtime_ns, st_ctime_ns))``."""
-        if self.directory is not None:
-            self.take_rows(self.rows_of(read))
+    def _code(self, state: str | None, mtime: int, ctime: int, recent: int) -> int:
+        """A row's code: its state's index in the table (added while there is room), else :data:`_OTHER`.
+
+        :data:`_OTHER` (read on every call) for an open record (state None),
+        a file changed since ``recent`` (too recently to trust), or a state a
+        full table cannot take.
+        """
+        if state is None or mtime >= recent or ctime >= recent:
+            return _OTHER
+        table = self._table
+        try:
+            return table.index(state)
+        except ValueError:
+            if len(table) >= _OTHER - 1:
+                return _OTHER
+            table.append(state)
+            return len(table) - 1
 
     def rows_of(self, read: list[tuple[str, str | None, tuple[int, int, int, int]]]) -> Rows:
-        """The rows :meth:`remember_all` adds for ``read``, as plain data (:data:`Rows`), in its order.
+        """The rows :meth:`remember` makes of each of ``read``, in its order, as plain data (:data:`Rows`).
+
+        Each is ``(job_id, state or None, (st_ino, st_size, st_mtime_ns, st_ctime_ns))``.
 
         Made where the records were read -- in a child of a shared scan
         (:mod:`jobctl.fanout`), which marshals them back -- and taken in the
-        scanning process by :meth:`take_rows`. A row of an open record (state
-        None), or of a file changed too recently to trust, is one read on
-        every call (:data:`_OTHER`, a size no file has). A state this cache's
-        table lacks is added to the table here; the table is sent with the
-        rows, so that their codes can be read in a process whose table differs.
+        scanning process by :meth:`take_rows`. A state this cache's table
+        lacks is added to the table here (:meth:`_code`); the table is sent
+        with the rows, so that their codes can be read in a process whose
+        table differs.
         """
-        table = self._table
         names: list[str] = []
         codes, sizes, times = bytearray(), array("Q"), array("q")
         recent = self.recent()
+        code_of = self._code
         remembered = 0
         for job_id, state, (ino, size, mtime, ctime) in read:
             names.append(job_id + ".json")
-            code = _OTHER
-            if state is not None and mtime < recent and ctime < recent:
-                try:
-                    code = table.index(state)
-                except ValueError:
-                    if len(table) < _OTHER - 1:
-                        code = len(table)
-                        table.append(state)
-            if code == _OTHER:
-                codes.append(_OTHER)
+            code = code_of(state, mtime, ctime, recent)
+            codes.append(code)
+            if code == _OTHER:  # as other() makes it: a size no file has
                 sizes.extend((0, _NEVER))
                 times.extend((0, 0))
                 continue
             remembered += 1
-            codes.append(code)
             sizes.extend((ino, size))
             times.extend((mtime, ctime))
-        return names, bytes(codes), sizes.tobytes(), times.tobytes(), remembered, tuple(table)
+        return names, bytes(codes), sizes.tobytes(), times.tobytes(), remembered, tuple(self._table)
 
     def recent(self) -> int:
         """The time (ns) from which a file changed is too recent to trust, for the scan begun by :meth:`check`."""

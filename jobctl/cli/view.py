@@ -351,7 +351,7 @@ def _list_piped(
     """
     store = state.store()
     now = store.now()
-    ended: list[Any] = []  # Summary, or with --json _Shown: sorted by _ended_order once all are in
+    ended: list[Any] = []  # Summary, or with --json _Shown: sorted by _summary_order or _shown_order once all are in
     taken: dict[str, tuple[Summary, Any]] = {}
     wants_ended = not open_only and (not states or any(s in TERMINAL for s in states))
 

@@ -37,6 +37,7 @@ from ..record import (
     decode,
     encode,
     held,
+    micros,
     summary_or_record,
 )
 from ..wire import lazy_pattern
@@ -756,7 +757,6 @@ def summary_of(rec: Record) -> summary.Summary:
 
 def summary_fields(rec: Record) -> tuple[Any, ...]:
     """:func:`summary_of` as a plain tuple (what :mod:`marshal` carries), the strings most records share interned."""
-    micros = (_summary_module or _load_summary()).micros
     intern = sys.intern  # kind, state, owner and error repeat across a store: one copy each when held
     lease = rec.lease
     return (

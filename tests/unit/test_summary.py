@@ -9,6 +9,7 @@ import stat
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -795,9 +796,11 @@ def test_rows_made_elsewhere_are_taken_with_their_codes_mapped(tmp_path: Path) -
     assert list(here._new_sizes) == [1, 10, 0, summary._NEVER, 3, 12]
     assert dict(here._new_at) == {"a.json": 0, "b.json": 1, "c.json": 2}
     assert (here._remembered, here._ended_other) == (2, 1)
-    # The same rows made here are these rows.
+    # The same rows made here one by one are these rows.
     alone = rows_cache(tmp_path, ["failed"])
-    alone.remember_all(read)
+    for job_id, state, (ino, size, mtime, ctime) in read:
+        st: Any = SimpleNamespace(st_ino=ino, st_size=size, st_mtime_ns=mtime, st_ctime_ns=ctime)  # what remember reads
+        alone.remember(job_id, st, state)
 
     def states(cache: summary.Summaries) -> list[str | None]:
         return [None if code == summary._OTHER else cache._table[code] for code in cache._new_codes]
