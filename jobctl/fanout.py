@@ -2,7 +2,9 @@
 
 A store without a summary cache must read and decode every record file to
 learn its state (:meth:`jobctl.store.file.FileStore.list_open`); at 100,000
-records that is seconds of one core's work while the others idle. Here the
+records that is seconds of one core's work while the others idle. (With the
+cache, a changed directory still costs a ``stat`` of every record file, and
+:meth:`jobctl.summary.Summaries.check` shares those the same way.) Here the
 list of names is cut into contiguous pieces, :data:`PIECES` a process, and
 every process -- this one and the children it forks -- takes the next piece
 from a shared queue as it finishes one: a process that runs slower does

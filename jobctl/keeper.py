@@ -94,8 +94,9 @@ class Lookout:
     stays, so a notice lost without a word costs at most ``check_every``.
 
     One lookout serves a whole worker (one inotify descriptor, or one
-    listening connection to PostgreSQL, however many jobs run); a keeper
-    given none starts its own for its attempt. The notices are read at most
+    listening connection to PostgreSQL, however many jobs run, opened when
+    the first keeper follows its record); a keeper given none starts its own
+    for its attempt. The notices are read at most
     every ``settle`` seconds (the first after a quiet spell at once): a job
     that writes its checkpoint in a tight loop costs its keeper a read per
     settle, not one per write. Where the
@@ -108,23 +109,32 @@ class Lookout:
         self.settle = max(0.0, float(settle))
         self._lock = threading.Lock()
         self._follow: dict[str, list[Callable[[], None]]] = {}
+        # Opened for the first keeper that follows a record: a worker pass that runs nothing
+        # opens none (closing an inotify descriptor waits on the kernel, 10 ms and more).
+        self._store = store
         self._notices: Notices | None = None
-        if store is not None:
-            with contextlib.suppress(JobError, OSError):
-                self._notices = store.notices()
         self._thread: threading.Thread | None = None
         self._stop_r, self._stop_w = os.pipe()
         self._closed = False
 
+    def _open(self) -> Notices | None:
+        """The notices, opened on first use (lock held); None: there are none to hear."""
+        store, self._store = self._store, None
+        if store is not None:
+            with contextlib.suppress(JobError, OSError):
+                self._notices = store.notices()
+        return self._notices
+
     @property
     def hearing(self) -> bool:
         """Whether this lookout has notices to hear (False: the keepers poll)."""
-        return self._notices is not None
+        with self._lock:
+            return not self._closed and self._open() is not None
 
     def follow(self, job_id: str, look: Callable[[], None]) -> None:
         """Call ``look`` whenever the record ``job_id`` may have been written, until :meth:`drop`."""
         with self._lock:
-            if self._closed or self._notices is None:
+            if self._closed or self._open() is None:
                 return
             self._follow.setdefault(job_id, []).append(look)
             if self._thread is None:

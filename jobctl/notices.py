@@ -53,10 +53,10 @@ class Notices:
     recheck: float = RECHECK_SECONDS
 
     def __init__(self, directory: str) -> None:
-        import ctypes  # deferred: ctypes.util imports subprocess, which a submit must not pay for
-        import ctypes.util
+        import ctypes  # deferred: a submit never listens
 
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        # The process's own symbols, libc's among them (ctypes.util.find_library would run ldconfig).
+        libc = ctypes.CDLL(None, use_errno=True)
         init = libc.inotify_init1
         init.argtypes = [ctypes.c_int]
         init.restype = ctypes.c_int

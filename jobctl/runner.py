@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import errno
 import json
 import math
@@ -359,8 +358,8 @@ def _load_prctl() -> Callable[..., int] | None:
     if not sys.platform.startswith("linux"):
         return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-        fn = libc.prctl
+        # The process's own symbols, libc's among them: find_library would run ldconfig to name it.
+        fn = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
         return None
     fn.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
@@ -737,7 +736,8 @@ class Guardian:
     supervisor; never signal that id again). The guardian
     takes in every message waiting before it kills anything. If the guardian
     process dies, the next message starts a new one and replays every
-    registration first.
+    registration first. The first registration starts the first one: a worker
+    pass that runs nothing starts no process at all.
     """
 
     def __init__(self) -> None:
@@ -747,7 +747,8 @@ class Guardian:
         self._closed = False
         self.proc: subprocess.Popen[bytes] | None = None
         self._fd = -1
-        self._spawn()
+        #: Why the last guardian process could not be started (None: it was, or none was needed yet).
+        self.failure: str | None = None
 
     def _spawn(self) -> None:
         proc = subprocess.Popen(
@@ -775,10 +776,14 @@ class Guardian:
                             assert self.proc.stdin is not None
                             self.proc.stdin.close()
                         self.proc.poll()  # reap it if it is gone
+            if not self._live:
+                return True  # nothing to guard: the next registration starts one
             try:
                 self._spawn()
-            except OSError:
+            except OSError as exc:
+                self.failure = f"cannot start the guardian: {exc.strerror or exc}"
                 return False
+            self.failure = None
             data = "".join(f"+{pid} {at!r}{rest}\n" for pid, (at, rest) in self._live.items()).encode()
         return False
 
@@ -1059,15 +1064,8 @@ class ChildWork(Work):
         log = self._logfile = self._open_log(keeper)
         out.log = None if log is None else log.name
         if self._guardian is None:
-            try:
-                self._guardian = Guardian()
-                self._own_guardian = True
-            except OSError as exc:
-                out.exit_code = 126
-                out.error = f"cannot start the guardian: {exc.strerror or exc}"
-                self._footer(out.error)
-                self._close()
-                return False
+            self._guardian = Guardian()  # its process starts with the child it guards
+            self._own_guardian = True
         try:
             self.result_file = self._result_ready(keeper)
         except (OSError, JobError) as exc:
@@ -1175,7 +1173,8 @@ class ChildWork(Work):
                 self._footer(f"not started; {late.verdict}: {late.message}")
                 return None
             out.exit_code = 126
-            out.error = f"cannot start {command.argv[0]}: no guardian process to supervise it"
+            why = f" ({guardian.failure})" if guardian.failure else ""
+            out.error = f"cannot start {command.argv[0]}: no guardian process to supervise it{why}"
             self._footer(out.error)
             return None
         spec: tuple[int, bytes] | None = None

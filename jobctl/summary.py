@@ -37,13 +37,14 @@ Writes are atomic (a temporary renamed into place).
 
 from __future__ import annotations
 
+import contextlib
 import marshal
 import os
 import stat
 import sys
 import time
 from array import array
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import compress
 from operator import itemgetter
 from typing import Any, NamedTuple
@@ -88,6 +89,8 @@ _ONLY_STR = frozenset((str,))
 _FINISHED = bytes([1] * _OTHER + [0])  # codes -> 1 for a finished record's row, 0 for an other row
 _ID = itemgetter(slice(None, -5))  # "<id>.json" -> "<id>"
 _S_IFMT = 0o170000
+#: A full check of at least this many rows shares its stats among processes (jobctl.fanout).
+_CHECK_SHARED_FROM = 5_000
 _S_IFREG = stat.S_IFREG
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -111,6 +114,11 @@ class Summary(NamedTuple):
 
 def _dir_identity(st: os.stat_result) -> tuple[int, ...]:
     return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_nlink, st.st_size)
+
+
+def _record_names(fd: int) -> list[str]:
+    """The record files' names in the directory open as ``fd`` (``<id>.json``), in the directory's order."""
+    return [name for name in os.listdir(fd) if name[-5:] == ".json" and name[0] != "."]
 
 
 def default_dir() -> str:
@@ -576,63 +584,110 @@ class Summaries:
         self._need_rows()
         if not self._n:
             # Nothing cached: every record name is handed out, in the directory's order, unstatted.
-            met = [name for name in os.listdir(fd) if name[-5:] == ".json" and name[0] != "."]
+            met = _record_names(fd)
             self._plan.extend(met)
             self._unknown += len(met)
             for name in met:
                 yield name[:-5]
             return
+        yield from self._check_rows(fd)
+
+    def _check_rows(self, fd: int) -> Iterator[str]:
+        """:meth:`check` against the rows: every record name statted, the stats shared among processes.
+
+        The directory is read here (one read of it is the only order there
+        is), and each record name's row found: mostly the row after the last
+        one's. The names are statted in contiguous pieces, shared among
+        processes (:func:`jobctl.fanout.share_out`) when there are at least
+        :data:`_CHECK_SHARED_FROM` rows, in this one otherwise; a piece's
+        answer is the positions whose file is not its row's, or is gone. An
+        answer that is not a list of positions inside its piece is not
+        believed: every name of that piece is handed out to be read. Then the
+        names are walked in the directory's order, building the plan (the
+        runs of rows confirmed, and the names to be read in between) and
+        handing out each name to be read.
+        """
         names = self._rows()
-        sizes, times = self._sizes, self._times
-        codes = self._codes
-        plan = self._plan
+        listed = _record_names(fd)
+        # Each listed name's row (-1: none), in the directory's order: mostly the row after the last.
+        rows = array("q", bytes(8 * len(listed)))
         index: dict[str, int] | None = None
-        k = start = 0
-        expect = names[0]
-        with os.scandir(fd) as entries:
-            for entry in entries:
-                name = entry.name
-                if name != expect:
-                    if name[-5:] != ".json" or name[0] == ".":
-                        continue
-                    if index is None:
-                        index = dict(zip(names, range(self._n), strict=False))  # not the sentinel
-                    at = index.get(name)
-                    if start < k:
-                        plan.append((start, k))
-                    if at is None:
-                        self._unknown += 1
-                        plan.append(name)
-                        start = k
-                        yield name[:-5]
-                        continue
-                    self._jumps += 1
-                    k = start = at
+        k = 0
+        for p, name in enumerate(listed):
+            if name != names[k]:
+                if index is None:
+                    index = dict(zip(names, range(self._n), strict=False))  # not the sentinel
+                at = index.get(name)
+                if at is None:
+                    rows[p] = -1
+                    continue
+                k = at
+            rows[p] = k
+            k += 1
+        sizes, times = self._sizes, self._times
+
+        def changed(piece: Sequence[int]) -> list[int]:
+            """The positions in ``piece`` whose file is not its row's (``~p``: gone)."""
+            out = []
+            lstat = os.stat
+            for p in piece:
+                at = rows[p]
+                if at < 0:
+                    continue
                 try:
-                    st = entry.stat(follow_symlinks=False)
+                    st = lstat(listed[p], dir_fd=fd, follow_symlinks=False)
                 except FileNotFoundError:  # removed since the directory was read
-                    st = None
-                j = k + k
-                if (
-                    st is not None
-                    and st.st_ctime_ns == times[j + 1]
+                    out.append(~p)
+                    continue
+                j = at + at
+                if not (
+                    st.st_ctime_ns == times[j + 1]
                     and st.st_mtime_ns == times[j]
                     and st.st_size == sizes[j + 1]
                     and st.st_ino == sizes[j]
                     and st.st_mode & _S_IFMT == _S_IFREG
                 ):
-                    k += 1
-                    expect = names[k]
-                    continue
+                    out.append(p)
+            return out
+
+        from . import fanout
+
+        verdict = bytearray(len(listed))  # 0: its row's, 1: another file (read it), 2: gone
+        count = None if self._n >= _CHECK_SHARED_FROM else 1
+        with contextlib.closing(fanout.share_out(range(len(listed)), changed, [fd], count=count)) as answers:
+            for _index, piece, answer in answers:
+                assert isinstance(piece, range)
+                if type(answer) is list and all(type(p) is int and (p if p >= 0 else ~p) in piece for p in answer):
+                    for p in answer:
+                        verdict[p if p >= 0 else ~p] = 1 if p >= 0 else 2
+                else:
+                    verdict[piece.start : piece.stop] = b"\1" * len(piece)
+        codes, plan = self._codes, self._plan
+        k = start = 0
+        for p, name in enumerate(listed):
+            at = rows[p]
+            if at != k:  # check's name != expect: a name not in the rows, or a row further off
                 if start < k:
                     plan.append((start, k))
-                at, k = k, k + 1
-                start = k
-                expect = names[k]
-                if st is not None:
-                    self._met_other += codes[at] == _OTHER
+                if at < 0:
+                    self._unknown += 1
                     plan.append(name)
+                    start = k
                     yield name[:-5]
+                    continue
+                self._jumps += 1
+                k = start = at
+            if not verdict[p]:
+                k += 1
+                continue
+            if start < k:
+                plan.append((start, k))
+            k += 1
+            start = k
+            if verdict[p] == 1:
+                self._met_other += codes[at] == _OTHER
+                plan.append(name)
+                yield name[:-5]
         if start < k:
             plan.append((start, k))
 

@@ -43,7 +43,6 @@ import os
 import queue
 import select
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -62,10 +61,10 @@ from .runner import Guardian, Outcome, Processor, Run, RunStore, processors
 from .schedule import after_of, attempt, blocked_by, not_before, pipeline_of
 from .store.base import Notices, OpenListing
 from .store.location import address
-from .webhook import Delivery, Webhook, message
 
 if TYPE_CHECKING:
     from .processor import AsyncLoop, FunctionWork, ProcessorFunction
+    from .webhook import Delivery, Webhook
 
 __all__ = ["Worker", "WorkerStore", "Event", "Summary", "MODES", "default_owner"]
 
@@ -140,7 +139,8 @@ class Summary:
 
 def default_owner(name: str = "worker") -> str:
     """``<name>@<host>:<pid>``: unique to this process, so two workers never share a lease owner."""
-    return f"{name}@{socket.gethostname()}:{os.getpid()}"
+    # The node name is the host name gethostname(2) returns, without importing socket for it.
+    return f"{name}@{os.uname().nodename}:{os.getpid()}"
 
 
 class Worker:
@@ -200,7 +200,11 @@ class Worker:
         # Posted from the webhook's own thread; what became of each comes back
         # here and is said by the main thread, as every other event is.
         self._deliveries: queue.SimpleQueue[Delivery] = queue.SimpleQueue()
-        self._webhook = Webhook(on_failure_url, self._delivered) if on_failure_url else None
+        self._webhook: Webhook | None = None
+        if on_failure_url:
+            from .webhook import Webhook  # its HTTP client only for a worker that posts alerts
+
+            self._webhook = Webhook(on_failure_url, self._delivered)
         self.on_event = on_event
         self.env = dict(os.environ if env is None else env)
         # The jobs' environment is an allow-list of self.env; the alert keeps all of it.
@@ -722,6 +726,8 @@ class Worker:
         pipeline = None
         with contextlib.suppress(JobError, OSError):  # the message goes without it rather than not at all
             pipeline = pipeline_of(self.store.load(out.job_id))
+        from .webhook import message
+
         body = message(out.job_id, out.kind, out.error, out.attempt, pipeline, self.owner)
         if not hook.post(out.job_id, out.kind, body):
             detail = f"webhook {hook.where}: {hook.backlog} alerts wait for it already; this one is dropped"

@@ -97,14 +97,18 @@ def test_an_unchanged_directory_is_answered_without_listing_it(
     expected = answer(store.list_open())
 
     def refuse(path: object) -> object:
-        raise AssertionError("scandir on the fast path")
+        raise AssertionError("the directory listed on the fast path")
 
-    monkeypatch.setattr(file_store.os, "scandir", refuse)
+    def refuse_listing() -> None:
+        monkeypatch.setattr(file_store.os, "scandir", refuse)
+        monkeypatch.setattr(file_store.os, "listdir", refuse)
+
+    refuse_listing()
     assert answer(store.list_open()) == expected
     monkeypatch.undo()
     store.submit(Record(kind="k", spec={}))  # the directory changed: the scan must look
-    monkeypatch.setattr(file_store.os, "scandir", refuse)
-    with pytest.raises(AssertionError, match="scandir"):
+    refuse_listing()
+    with pytest.raises(AssertionError, match="the directory listed"):
         store.list_open()
 
 
@@ -349,19 +353,22 @@ def test_cached_answers_equal_uncached_ones_under_interleaved_writers(
 
     ``shared``: every full scan with two records or more to read shares
     them among three processes (jobctl.fanout), as a cold scan of a large
-    store does; the counter proves that children did the reading.
+    store does, and so does every check of the cache's rows against the
+    files' stats; the counter proves that children did the reading.
     """
-    forks = 0
+    forks = stat_forks = 0
     if shared:
         monkeypatch.setattr(file_store, "_SHARED_FROM", 2)
+        monkeypatch.setattr(summary, "_CHECK_SHARED_FROM", 1)
         monkeypatch.setattr(fanout, "MIN_SHARE", 1)
         monkeypatch.setenv(fanout.PROCESSES_ENV, "3")
         real_fork = fanout._fork
 
         def fork_counted(*args: Any) -> Any:
-            nonlocal forks
+            nonlocal forks, stat_forks
             got = real_fork(*args)
             forks += got is not None
+            stat_forks += got is not None and args[1].__name__ == "changed"  # a check's stats
             return got
 
         monkeypatch.setattr(fanout, "_fork", fork_counted)
@@ -392,7 +399,22 @@ def test_cached_answers_equal_uncached_ones_under_interleaved_writers(
             order.shuffle(entries)
         return entries
 
+    real_listdir, real_stat = os.listdir, os.stat
+
+    def listdir(path: Any = ".") -> list[str]:
+        names = real_listdir(path)
+        if shuffle:
+            order.shuffle(names)
+        return names
+
+    def stat(path: Any, *, dir_fd: int | None = None, follow_symlinks: bool = True) -> os.stat_result:
+        """A stat relative to a directory (jobs/, as the cache's check makes them): coarse when the run is."""
+        st = real_stat(path, dir_fd=dir_fd, follow_symlinks=follow_symlinks)
+        return coarse_stat(st) if coarse and dir_fd is not None else st
+
     monkeypatch.setattr(os, "scandir", scandir)
+    monkeypatch.setattr(os, "listdir", listdir)
+    monkeypatch.setattr(os, "stat", stat)
     fresh_hits = listed_hits = 0
     real_fresh = summary.Summaries.fresh
     real_listed_fresh = summary.Listed.fresh
@@ -510,6 +532,7 @@ def test_cached_answers_equal_uncached_ones_under_interleaved_writers(
         assert same_tick > 0, "no change ever fell within the tick of the one before"
     if shared:
         assert forks > 50, f"the scans were shared {forks} times"
+        assert stat_forks > 20, f"the checks' stats were shared {stat_forks} times"
 
 
 def test_a_worker_board_starts_from_the_cache(tmp_path: Path, later: None, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -741,6 +764,48 @@ def test_an_unchanged_directory_reads_the_head_alone(
     assert answer(store.list_open()) == reference(store)
 
 
+@pytest.mark.parametrize("lie", [["x"], [10**6], None, "all"], ids=["not-ints", "outside", "no-list", "garbage"])
+def test_a_shared_check_reads_the_whole_piece_of_an_answer_it_cannot_believe(
+    tmp_path: Path, later: None, monkeypatch: pytest.MonkeyPatch, lie: Any
+) -> None:
+    """A piece whose stats came back as anything but positions inside it: every record of it is read again."""
+    store = FileStore(tmp_path / "root", summaries=str(tmp_path / "cache"))
+    for _ in range(40):
+        finish(store, store.submit(Record(kind="k", spec={})))
+    store.submit(Record(kind="k", spec={}))
+    expected = reference(store)
+    store.list_open()
+    monkeypatch.setattr(summary, "_CHECK_SHARED_FROM", 1)
+    monkeypatch.setattr(fanout, "MIN_SHARE", 1)
+    monkeypatch.setenv(fanout.PROCESSES_ENV, "2")
+    real_share_out = fanout.share_out
+    lied: list[range] = []
+
+    def lying(items: Any, each: Any, keep: Any = (), *, count: Any = None) -> Any:
+        for k, piece, got in real_share_out(items, each, keep, count=count):
+            if k == 1:
+                lied.append(piece)
+                got = lie
+            yield k, piece, got
+
+    decoded: list[str] = []
+    real_decode = file_store.decode
+
+    def counting(data: bytes, job_id: str = "") -> Record:
+        decoded.append(job_id)
+        return real_decode(data, job_id)
+
+    monkeypatch.setattr(fanout, "share_out", lying)
+    monkeypatch.setattr(file_store, "decode", counting)
+    os.utime(store.jobs_dir)  # jobs/ looks changed: every file is statted
+    assert answer(store.list_open()) == expected
+    [piece] = lied
+    listed = [name[:-5] for name in os.listdir(store.jobs_dir) if name.endswith(".json")]
+    pending = expected[0]
+    assert sorted(decoded) == sorted({*pending, *(listed[p] for p in piece)})
+    assert 0 < len(piece) < 41
+
+
 def test_entries_met_out_of_order_are_stored_in_the_order_met(
     tmp_path: Path, later: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -758,7 +823,7 @@ def test_entries_met_out_of_order_are_stored_in_the_order_met(
         jumps.append(self._jumps)
         real_finish(self, st)
 
-    real_scandir = os.scandir
+    real_scandir, real_listdir = os.scandir, os.listdir
 
     def backwards(path: Any) -> Entries:
         with real_scandir(path) as it:
@@ -766,6 +831,7 @@ def test_entries_met_out_of_order_are_stored_in_the_order_met(
 
     monkeypatch.setattr(summary.Summaries, "finish", finish_counted)
     monkeypatch.setattr(os, "scandir", backwards)
+    monkeypatch.setattr(os, "listdir", lambda path=".": real_listdir(path)[::-1])
     os.utime(store.jobs_dir)  # jobs/ looks changed: every file is statted
     assert answer(store.list_open()) == expected
     os.utime(store.jobs_dir)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from workertools import job_argv, read_log, submit
 
-from jobctl import FileStore, Record
+from jobctl import FileStore, Record, runner
 from jobctl.worker import Event, Worker
 
 pytestmark = pytest.mark.timeout(60)
@@ -62,6 +62,63 @@ def test_kinds_without_a_processor_are_left_alone(store: FileStore) -> None:
     assert summary["complete"] == 1
     assert store.load(foreign).state == "pending" and store.load(foreign).lease.epoch == 0
     assert store.load(mine).state == "complete"
+
+
+def counting_starts(store: FileStore, monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], list[int]]:
+    """Count the guardian processes started and the store's notices opened (the board's, a keeper's lookout)."""
+    guardians: list[int] = []
+    notices: list[int] = []
+    spawn, listen = runner.Guardian._spawn, store.notices
+
+    def counted_spawn(guardian: runner.Guardian) -> None:
+        guardians.append(1)
+        spawn(guardian)
+
+    def counted_notices() -> Any:
+        notices.append(1)
+        return listen()
+
+    monkeypatch.setattr(runner.Guardian, "_spawn", counted_spawn)
+    monkeypatch.setattr(store, "notices", counted_notices)
+    return guardians, notices
+
+
+def test_a_pass_that_runs_nothing_starts_no_guardian_and_no_lookout(
+    store: FileStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cron job's ``worker --once`` that finds nothing to run pays for no process and no second inotify."""
+    store.submit(Record(kind="download", spec={"url": "x"}))  # nothing here runs it
+    guardians, notices = counting_starts(store, monkeypatch)
+    assert worker(store).run("once").ran == {}
+    assert (guardians, notices) == ([], [1])  # the board's notices only
+
+
+def test_the_first_job_run_starts_the_guardian_and_the_lookout(
+    store: FileStore, side_log: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ids = [submit(store, job_argv("exit", 0), side_log) for _ in range(3)]
+    guardians, notices = counting_starts(store, monkeypatch)
+    summary = worker(store, concurrency=2).run("drain")
+    assert summary.ran == dict.fromkeys(ids, "complete")
+    assert (guardians, notices) == ([1], [1, 1])  # one of each for the whole worker, however many jobs
+
+
+def test_a_job_is_not_started_when_no_guardian_can_be_started(
+    store: FileStore, side_log: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No code of a job runs unsupervised: without a guardian process the child gets no go."""
+
+    def refused(_guardian: runner.Guardian) -> None:
+        raise OSError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(runner.Guardian, "_spawn", refused)
+    job = submit(store, job_argv("exit", 0), side_log)
+    events: list[Event] = []
+    worker(store, on_event=events.append).run("once")
+    assert [line for line in read_log(side_log) if line["event"] == "start"] == []
+    said = [e.detail for e in events if e.job_id == job and e.what in ("failed", "retry")]
+    expected = "no guardian process to supervise it (cannot start the guardian: Resource temporarily unavailable)"
+    assert len(said) == 1 and expected in said[0], said
 
 
 def test_a_handler_runs_its_kind(store: FileStore, tmp_path: Path) -> None:
