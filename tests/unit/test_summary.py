@@ -39,6 +39,18 @@ def finish(store: FileStore, job_id: str, state: str = "complete") -> None:
     store.finish(job_id, rec.lease.epoch, state)
 
 
+def count_decodes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """From now on, the id of every record the file store decodes, in order."""
+    decoded: list[str] = []
+
+    def counting(data: bytes, job_id: str = "") -> Record:
+        decoded.append(job_id)
+        return decode(data, job_id)
+
+    monkeypatch.setattr(file_store, "decode", counting)
+    return decoded
+
+
 @pytest.fixture
 def later(monkeypatch: pytest.MonkeyPatch) -> None:
     """Scans believe they start 10 s from now: nothing written by the test looks racy."""
@@ -72,13 +84,7 @@ def test_a_warm_scan_decodes_no_finished_record(tmp_path: Path, later: None, mon
     for job_id in ids[:5]:
         finish(store, job_id)
     store.list_open()
-    decoded: list[str] = []
-
-    def counting(data: bytes, job_id: str = "") -> Record:
-        decoded.append(job_id)
-        return decode(data, job_id)
-
-    monkeypatch.setattr(file_store, "decode", counting)
+    decoded = count_decodes(monkeypatch)
     store.list_open()  # directory unchanged: not even a stat of the finished ones
     assert decoded == [ids[5]]
     os.utime(store.jobs_dir)  # the directory looks changed: every file is statted, none decoded again
@@ -545,13 +551,7 @@ def test_a_worker_board_starts_from_the_cache(tmp_path: Path, later: None, monke
         finish(store, job_id)
     waiting = store.submit(schedule.plan(Record(kind="k", spec={}), after=[done[0]]))
     store.list_open()  # an earlier command wrote the cache
-    decoded: list[str] = []
-
-    def counting(data: bytes, job_id: str = "") -> Record:
-        decoded.append(job_id)
-        return decode(data, job_id)
-
-    monkeypatch.setattr(file_store, "decode", counting)
+    decoded = count_decodes(monkeypatch)
     board = Board(store, None, notices=False)
     assert decoded == [waiting]
     assert all(board.states[job_id] == "complete" for job_id in done)
@@ -788,15 +788,8 @@ def test_a_shared_check_reads_the_whole_piece_of_an_answer_it_cannot_believe(
                 got = lie
             yield k, piece, got
 
-    decoded: list[str] = []
-    real_decode = file_store.decode
-
-    def counting(data: bytes, job_id: str = "") -> Record:
-        decoded.append(job_id)
-        return real_decode(data, job_id)
-
     monkeypatch.setattr(fanout, "share_out", lying)
-    monkeypatch.setattr(file_store, "decode", counting)
+    decoded = count_decodes(monkeypatch)
     os.utime(store.jobs_dir)  # jobs/ looks changed: every file is statted
     assert answer(store.list_open()) == expected
     [piece] = lied
