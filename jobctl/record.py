@@ -810,9 +810,7 @@ def summary_or_record(data: bytes | str, job_id: str = "") -> tuple[Any, ...] | 
     """:func:`decode`, or for a finished record in the canonical layout without a checkpoint, its summary's fields.
 
     The fields are what ``jobctl.store.file.summary_fields`` makes of the
-    decoded record: ``(id, kind, state, done, total, owner, epoch, error,
-    None, created_at, lease.expires_at)``, the instants in microseconds since
-    1970, the strings most records share interned. The record is checked
+    decoded record (:func:`summary_tuple`, its checkpoint text None). The record is checked
     exactly as :func:`decode` checks it and refused with the same error;
     only the objects a finished record's line never shows are not built.
     A shared cold scan reads tens of thousands of these (:mod:`jobctl.fanout`).
@@ -825,21 +823,37 @@ def summary_or_record(data: bytes | str, job_id: str = "") -> tuple[Any, ...] | 
         except Exception:  # decode says why, in its words
             parts = None
         if parts is not None and parts.state in TERMINAL and parts.checkpoint is None:
-            intern = sys.intern
-            return (
-                parts.id,
-                intern(parts.kind),
-                intern(parts.state),
-                parts.done,
-                parts.total,
-                intern(parts.owner),
-                parts.epoch,
-                intern(parts.error or ""),
-                None,
-                micros(parts.created),
-                micros(parts.expires),
-            )
+            return summary_tuple(
+                parts.id, parts.kind, parts.state, parts.done, parts.total, parts.owner, parts.epoch,
+                parts.error or "", None, parts.created, parts.expires,
+            )  # fmt: skip
     return decode(data if text is None else text, job_id)
+
+
+def summary_tuple(
+    job_id: str,
+    kind: str,
+    state: str,
+    done: int,
+    total: int,
+    owner: str,
+    epoch: int,
+    error: str,
+    checkpoint_text: str | None,
+    created: datetime | None,
+    expires: datetime | None,
+) -> tuple[Any, ...]:
+    """A finished record's summary fields in ``jobctl.summary.Summary``'s order, as the cache keeps them.
+
+    The instants in microseconds since 1970 (:func:`micros`); kind, state,
+    owner and error interned: they repeat across a store, one copy each when
+    held, and marshal writes and loads each once.
+    """
+    intern = sys.intern
+    return (
+        job_id, intern(kind), intern(state), done, total, intern(owner), epoch, intern(error),
+        checkpoint_text, micros(created), micros(expires),
+    )  # fmt: skip
 
 
 def _fast_fields(top: Any, text: str) -> Record | None:

@@ -73,6 +73,7 @@ __all__ = [
 #: later one; such a file is read every time until it is older. Two seconds
 #: covers FAT's granularity and modest clock skew on a network filesystem.
 RACY_NS = 2_000_000_000
+
 #: The layout of the cache files; one of another version is ignored, and replaced when written.
 #: 5: ``.open`` as a head (what an unchanged directory needs) and its rows after it, read only when needed;
 #: 4: ``.open`` alone, rows packed (see :class:`Summaries`); 3 had ``.open`` and ``.stat``, one string per record.
@@ -110,6 +111,18 @@ class Summary(NamedTuple):
     checkpoint: str | None  # the compact text as read; None when absent
     created: int  # created_at in microseconds since 1970 (1970 itself when absent): list orders by it
     expires: int  # lease.expires_at likewise (0 when unset): list names a lease run too far ahead
+
+
+def too_recent(mtime: int, ctime: int, started: int) -> bool:
+    """Whether a file (or ``jobs/``) with these times changed within :data:`RACY_NS` of ``started`` or later.
+
+    ``started`` is the scan's start (``time.time_ns()``). Such a change may
+    share a timestamp tick with one still to come, so the identity read
+    now cannot stand for the contents: what has it is read again next time.
+    The one rule for every row, listing summary and directory identity kept.
+    """
+    recent = started - RACY_NS
+    return mtime >= recent or ctime >= recent
 
 
 def _dir_identity(st: os.stat_result) -> tuple[int, ...]:
@@ -706,21 +719,21 @@ class Summaries:
         if self.directory is None:
             return
         mtime, ctime = st.st_mtime_ns, st.st_ctime_ns
-        code = self._code(state, mtime, ctime, self.recent())
+        code = self._code(state, mtime, ctime)
         if code == _OTHER:
             self.other(job_id)
             return
         self._remembered += 1
         self._add(job_id, code, (st.st_ino, st.st_size), (mtime, ctime))
 
-    def _code(self, state: str | None, mtime: int, ctime: int, recent: int) -> int:
+    def _code(self, state: str | None, mtime: int, ctime: int) -> int:
         """A row's code: its state's index in the table (added while there is room), else :data:`_OTHER`.
 
         :data:`_OTHER` (read on every call) for an open record (state None),
-        a file changed since ``recent`` (too recently to trust), or a state a
-        full table cannot take.
+        a file changed too recently to trust (:func:`too_recent` of this
+        scan), or a state a full table cannot take.
         """
-        if state is None or mtime >= recent or ctime >= recent:
+        if state is None or too_recent(mtime, ctime, self._started):
             return _OTHER
         table = self._table
         try:
@@ -745,12 +758,11 @@ class Summaries:
         """
         names: list[str] = []
         codes, sizes, times = bytearray(), array("Q"), array("q")
-        recent = self.recent()
         code_of = self._code
         remembered = 0
         for job_id, state, (ino, size, mtime, ctime) in read:
             names.append(job_id + ".json")
-            code = code_of(state, mtime, ctime, recent)
+            code = code_of(state, mtime, ctime)
             codes.append(code)
             if code == _OTHER:  # as other() makes it: a size no file has
                 sizes.extend((0, _NEVER))
@@ -761,9 +773,10 @@ class Summaries:
             times.extend((mtime, ctime))
         return names, bytes(codes), sizes.tobytes(), times.tobytes(), remembered, tuple(self._table)
 
-    def recent(self) -> int:
-        """The time (ns) from which a file changed is too recent to trust, for the scan begun by :meth:`check`."""
-        return self._started - RACY_NS
+    @property
+    def started(self) -> int:
+        """When the scan begun by :meth:`check` began (ns): what :func:`too_recent` judges a file by."""
+        return self._started
 
     def take_rows(self, rows: Rows | None) -> bool:
         """Add rows made by :meth:`rows_of` (here or in a child); False, adding nothing, when they are malformed."""
@@ -831,7 +844,7 @@ class Summaries:
         if self.directory is None:
             return
         dir_id: tuple[int, ...] | None = _dir_identity(jobs_stat)
-        if max(jobs_stat.st_mtime_ns, jobs_stat.st_ctime_ns) >= self._started - RACY_NS:
+        if too_recent(jobs_stat.st_mtime_ns, jobs_stat.st_ctime_ns, self._started):
             dir_id = None  # changed within a tick of the scan: the next call must look
         confirmed = sum(item[1] - item[0] for item in self._plan if type(item) is tuple)
         same_rows = (
@@ -1030,11 +1043,10 @@ class Listed:
 
     def remember_all(self, read: Iterable[tuple[Summary, Any]]) -> None:
         """:meth:`remember` of each ``(summary, status)`` (a status: what has ``st_ino`` ... ``st_ctime_ns``)."""
-        recent = self._started - RACY_NS
+        started = self._started
         seen, others = self.seen, self._others
         for summary, st in read:
-            mtime, ctime = st.st_mtime_ns, st.st_ctime_ns
-            if mtime >= recent or ctime >= recent:
+            if too_recent(st.st_mtime_ns, st.st_ctime_ns, started):
                 others.append(summary[0])
                 continue
             # The summary as built (jobctl.store.file.summary_of interns the strings most records share,
@@ -1072,7 +1084,7 @@ class Listed:
         if self.directory is None:
             return
         dir_id: tuple[int, ...] | None = None
-        if jobs_stat is not None and max(jobs_stat.st_mtime_ns, jobs_stat.st_ctime_ns) < self._started - RACY_NS:
+        if jobs_stat is not None and not too_recent(jobs_stat.st_mtime_ns, jobs_stat.st_ctime_ns, self._started):
             dir_id = _dir_identity(jobs_stat)
         self._others.sort()
         if self._fresh:

@@ -25,7 +25,6 @@ import gc
 import os
 import re
 import stat
-import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -37,8 +36,8 @@ from ..record import (
     decode,
     encode,
     held,
-    micros,
     summary_or_record,
+    summary_tuple,
 )
 from ..wire import lazy_pattern
 from .base import Listing, Notices, OpenListing, Skipped, Unreadable
@@ -756,22 +755,13 @@ def summary_of(rec: Record) -> summary.Summary:
 
 
 def summary_fields(rec: Record) -> tuple[Any, ...]:
-    """:func:`summary_of` as a plain tuple (what :mod:`marshal` carries), the strings most records share interned."""
-    intern = sys.intern  # kind, state, owner and error repeat across a store: one copy each when held
-    lease = rec.lease
-    return (
-        rec.id,
-        intern(rec.kind),
-        intern(rec.state),
-        rec.progress.done,
-        rec.progress.total,
-        intern(lease.owner),
-        lease.epoch,
-        intern(rec.error),
+    """:func:`summary_of` as a plain tuple (what :mod:`marshal` carries): :func:`jobctl.record.summary_tuple`."""
+    lease, progress = rec.lease, rec.progress
+    return summary_tuple(
+        rec.id, rec.kind, rec.state, progress.done, progress.total, lease.owner, lease.epoch, rec.error,
         None if rec.checkpoint is None else rec.checkpoint_text(),  # most have none: spare two calls
-        micros(rec.created_at),
-        micros(lease.expires_at),
-    )
+        rec.created_at, lease.expires_at,
+    )  # fmt: skip
 
 
 _summary_module: Any = None
@@ -809,8 +799,8 @@ def _read_share(
     bad: list[str] = []
     read: list[tuple[str, str | None, tuple[int, int, int, int]]] = []
     rows = cache.directory is not None
-    recent = cache.recent()  # a summary this recent is not kept in the listing part
-    ident_text = (_summary_module or _load_summary()).ident_text
+    mod = _summary_module or _load_summary()
+    ident_text, too_recent, started = mod.ident_text, mod.too_recent, cache.started
     for job_id in share:
         try:
             got = fsio.read_file_stat(jobs, job_id + ".json", job_id, limit)
@@ -834,7 +824,8 @@ def _read_share(
         if rows:
             read.append((job_id, got_one[2], ident))
         if brief:
-            text = None if not rows or ident[2] >= recent or ident[3] >= recent else ident_text(*ident)
+            # Too recent a change: not kept in the listing part (Listed.remember_made names it among the others).
+            text = None if not rows or too_recent(ident[2], ident[3], started) else ident_text(*ident)
             briefs.append((got_one, ident, text))
     if brief:
         # By id, which for ids minted by time is creation order too: the sorts of a listing (by

@@ -51,6 +51,17 @@ def count_decodes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return decoded
 
 
+def cached_store(tmp_path: Path, finished: int) -> tuple[FileStore, tuple[list[str], dict[str, str], list[str]]]:
+    """A store of ``finished`` finished records and one pending, its cache written; and what list_open must say."""
+    store = FileStore(tmp_path / "root", summaries=str(tmp_path / "cache"))
+    for _ in range(finished):
+        finish(store, store.submit(Record(kind="k", spec={})))
+    store.submit(Record(kind="k", spec={}))
+    expected = reference(store)
+    assert answer(store.list_open()) == expected
+    return store, expected
+
+
 @pytest.fixture
 def later(monkeypatch: pytest.MonkeyPatch) -> None:
     """Scans believe they start 10 s from now: nothing written by the test looks racy."""
@@ -764,17 +775,35 @@ def test_an_unchanged_directory_reads_the_head_alone(
     assert answer(store.list_open()) == reference(store)
 
 
+def test_a_check_shares_its_stats_from_check_shared_from_rows(
+    tmp_path: Path, later: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fewer rows than _CHECK_SHARED_FROM: statted here; that many: children take pieces too. The answer is one."""
+    store, expected = cached_store(tmp_path, 12)  # 13 rows
+    monkeypatch.setattr(fanout, "MIN_SHARE", 1)
+    monkeypatch.setenv(fanout.PROCESSES_ENV, "2")
+    real_fork = fanout._fork
+    forks: list[str] = []
+
+    def fork_counted(*args: Any) -> Any:
+        forks.append(args[1].__name__)
+        return real_fork(*args)
+
+    monkeypatch.setattr(fanout, "_fork", fork_counted)
+    for threshold, shared in ((14, False), (13, True)):
+        monkeypatch.setattr(summary, "_CHECK_SHARED_FROM", threshold)
+        forks.clear()
+        os.utime(store.jobs_dir)  # jobs/ looks changed: every file is statted
+        assert answer(store.list_open()) == expected
+        assert forks == (["changed"] if shared else []), threshold
+
+
 @pytest.mark.parametrize("lie", [["x"], [10**6], None, "all"], ids=["not-ints", "outside", "no-list", "garbage"])
 def test_a_shared_check_reads_the_whole_piece_of_an_answer_it_cannot_believe(
     tmp_path: Path, later: None, monkeypatch: pytest.MonkeyPatch, lie: Any
 ) -> None:
     """A piece whose stats came back as anything but positions inside it: every record of it is read again."""
-    store = FileStore(tmp_path / "root", summaries=str(tmp_path / "cache"))
-    for _ in range(40):
-        finish(store, store.submit(Record(kind="k", spec={})))
-    store.submit(Record(kind="k", spec={}))
-    expected = reference(store)
-    store.list_open()
+    store, expected = cached_store(tmp_path, 40)
     monkeypatch.setattr(summary, "_CHECK_SHARED_FROM", 1)
     monkeypatch.setattr(fanout, "MIN_SHARE", 1)
     monkeypatch.setenv(fanout.PROCESSES_ENV, "2")
@@ -803,12 +832,7 @@ def test_entries_met_out_of_order_are_stored_in_the_order_met(
     tmp_path: Path, later: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The next scan of a directory whose order changed walks the rows in sequence again: no look-up."""
-    store = FileStore(tmp_path / "root", summaries=str(tmp_path / "cache"))
-    for _ in range(20):
-        finish(store, store.submit(Record(kind="k", spec={})))
-    store.submit(Record(kind="k", spec={}))
-    expected = reference(store)
-    assert answer(store.list_open()) == expected
+    store, expected = cached_store(tmp_path, 20)
     jumps: list[int] = []
     real_finish = summary.Summaries.finish
 
