@@ -13,6 +13,7 @@ __all__ = [
     "JobError",
     "NotFound",
     "LeaseHeld",
+    "LockBusy",
     "StaleEpoch",
     "LeaseExpired",
     "Terminal",
@@ -73,6 +74,10 @@ class LeaseHeld(JobError):
     verdict = "lease_held"
     legacy = "lease-held"
     exit_code = 4
+
+
+class LockBusy(LeaseHeld):
+    """A claim that would not wait found the record's lock taken (a write under way, or a writer stopped in one)."""
 
 
 class StaleEpoch(JobError):

@@ -62,6 +62,11 @@ DAY = 86_400.0
 YEAR = 365 * DAY
 #: The longest lease jobctl grants unless told otherwise (setting ``max_ttl``).
 DEFAULT_MAX_TTL = DAY
+
+#: Seconds a write that will not wait (a claim from a pick: ``claim --next``, a worker's slot) waits
+#: for a record's lock, or its row lock: a write holds it for milliseconds (its fsyncs), a writer
+#: stopped in the middle of one for as long as it stays stopped.
+LOCK_PATIENCE = 2.0
 #: How far past ``max_ttl`` a lease may reach before it is flagged: clocks of
 #: two hosts sharing a store may disagree by this much.
 LEASE_SLACK = 60.0

@@ -14,11 +14,12 @@ import _thread
 import fcntl
 import os
 import re
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from . import fsio
-from .errors import Refused
+from . import fsio, limits
+from .errors import LockBusy, Refused
 
 __all__ = ["change", "read", "remove", "sweep"]
 
@@ -73,9 +74,32 @@ class _Hold:
         self.drop = False
 
 
+def _try(fd: int, deadline: float) -> bool:
+    """Take ``flock(LOCK_EX)`` on ``fd`` if it comes free before ``deadline`` (monotonic); False if not."""
+    pause = 0.001
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, 0.05)
+
+
 @contextmanager
-def _locked(at: fsio.Dir, name: str, job_id: str = "") -> Iterator[_Hold]:
+def _locked(at: fsio.Dir, name: str, job_id: str = "", wait: bool = True) -> Iterator[_Hold]:
     """Hold ``flock(LOCK_EX)`` on ``<name>.lock`` for the block; refuse re-entry.
+
+    The contract's lock blocks, without a timeout, and is never broken by
+    age [JOB-L2]. With ``wait`` false it is waited for :data:`jobctl.limits.LOCK_PATIENCE`
+    seconds at most, long enough for any write under way: still taken then
+    (a writer stopped in the middle of a write holds it for as long as it
+    stays stopped), :class:`LockBusy` is raised and nothing is read or
+    written. Picking a job to claim uses that, so one frozen writer cannot
+    stop every claim behind it.
 
     The one lock file jobctl ever removes is that of a record that never came
     to be (a failed submit, see :func:`change`); a locker that waited on it
@@ -90,7 +114,11 @@ def _locked(at: fsio.Dir, name: str, job_id: str = "") -> Iterator[_Hold]:
     while True:
         fd = fsio.open_lock(at, lock_name, job_id)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            if wait:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            elif not _try(fd, time.monotonic() + limits.LOCK_PATIENCE):
+                busy = f"{at.join(lock_name)} is locked by another writer (one stopped in the middle of a write?)"
+                raise LockBusy(busy, job_id)
             if os.fstat(fd).st_nlink:
                 break
         except BaseException:
@@ -110,7 +138,9 @@ def _locked(at: fsio.Dir, name: str, job_id: str = "") -> Iterator[_Hold]:
             os.close(fd)  # releases the flock
 
 
-def change(at: fsio.Dir, name: str, edit: Callable[[bytes | None], bytes], job_id: str = "") -> bytes:
+def change(
+    at: fsio.Dir, name: str, edit: Callable[[bytes | None], bytes], job_id: str = "", *, wait: bool = True
+) -> bytes:
     """Compare-and-set record ``name`` in ``at``: lock, read, ``edit(current)``, replace atomically.
 
     ``edit`` gets the current bytes (None when missing) and returns the new
@@ -118,11 +148,14 @@ def change(at: fsio.Dir, name: str, edit: Callable[[bytes | None], bytes], job_i
     The replacement is staged in a unique temporary in the same directory,
     fsynced, renamed over the record, and the directory is fsynced. Taking the
     same record's lock again inside ``edit`` is refused (it would deadlock).
-    A disk that refuses the write raises :class:`jobctl.errors.WriteFailed`
+    With ``wait`` false, a lock somebody else holds is waited for only
+    :data:`jobctl.limits.LOCK_PATIENCE` seconds (then :class:`jobctl.errors.LockBusy`, nothing
+    read or written). A disk
+    that refuses the write raises :class:`jobctl.errors.WriteFailed`
     with the record as it was and no temporary left; when there was no
     record, the lock file made for it is removed as well.
     """
-    with _locked(at, name, job_id) as hold:
+    with _locked(at, name, job_id, wait) as hold:
         current = read(at, name, job_id)
         try:
             new = edit(current)

@@ -512,18 +512,25 @@ _INTENT_KEYS = frozenset(("want", "by", "at"))
 _ENVELOPE_KEYS = frozenset(("schema", "actions"))
 
 
-def decode(data: bytes | str, job_id: str = "") -> Record:
+def decode(data: bytes | str, job_id: str = "", *, named: bool = False) -> Record:
     """Read one record file, validating everything a writer promises.
 
     Refusals: ``Invalid`` (bad JSON, a duplicate name, an unknown field, a
     broken rule), ``UnknownSchema`` (a critical model this reader does not
     know, or a legacy ``schema`` other than 3/4/5). ``job_id`` only labels
-    the error message.
+    the error message; ``named`` makes it the id the record was read under
+    (its file's name, its row's key), and a record naming another id is
+    ``Invalid``: a claim of it would write the other job's record. Every
+    store read is ``named``.
     """
     try:
         text = wire.utf8_text(data, "record") if isinstance(data, bytes) else data
         rec = _fast_decode(text)
-        return rec if rec is not None else _decode(text)
+        if rec is None:
+            rec = _decode(text)
+        if named and rec.id != job_id:
+            raise Invalid(f"the record of job {job_id} names another id, {rec.id!r}")
+        return rec
     except (Invalid, UnknownSchema) as exc:
         if job_id and not exc.job_id:
             exc.job_id = job_id
@@ -811,7 +818,8 @@ def summary_or_record(data: bytes | str, job_id: str = "") -> tuple[Any, ...] | 
 
     The fields are what ``jobctl.store.file.summary_fields`` makes of the
     decoded record (:func:`summary_tuple`, its checkpoint text None). The record is checked
-    exactly as :func:`decode` checks it and refused with the same error;
+    exactly as :func:`decode` checks it and refused with the same error
+    (``job_id``, when given, is the name it was read under: ``named``);
     only the objects a finished record's line never shows are not built.
     A shared cold scan reads tens of thousands of these (:mod:`jobctl.fanout`).
     """
@@ -822,12 +830,14 @@ def summary_or_record(data: bytes | str, job_id: str = "") -> tuple[Any, ...] | 
             parts = _canonical_parts(text) if text.startswith(_CANONICAL_START) else None
         except Exception:  # decode says why, in its words
             parts = None
-        if parts is not None and parts.state in TERMINAL and parts.checkpoint is None:
+        # A record naming another id than it was read under goes to decode, which refuses it.
+        ours = parts is not None and (not job_id or parts.id == job_id)
+        if ours and parts is not None and parts.state in TERMINAL and parts.checkpoint is None:
             return summary_tuple(
                 parts.id, parts.kind, parts.state, parts.done, parts.total, parts.owner, parts.epoch,
                 parts.error or "", None, parts.created, parts.expires,
             )  # fmt: skip
-    return decode(data if text is None else text, job_id)
+    return decode(data if text is None else text, job_id, named=bool(job_id))
 
 
 def summary_tuple(

@@ -165,9 +165,6 @@ class Watch:
             except OSError:
                 self._poll()  # the store could not be read: the full read decides (or keeps the snapshot)
                 return
-            if isinstance(rec, Record) and rec.id != job_id:
-                self._poll()  # a record file naming another id: only a listing places it
-                return
             got.append((job_id, rec))
         shown = broke = False  # a mark moved (the view must be made again); the unreadable moved
         for job_id in removed:

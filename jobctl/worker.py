@@ -53,7 +53,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Protocol
 
 from .board import UNREADABLE, Board
-from .errors import JobError, LeaseHeld, NotFound, Terminal, Untrusted
+from .errors import JobError, LeaseHeld, LockBusy, NotFound, Terminal, Untrusted
 from .jobenv import JobEnvironment
 from .keeper import Keeper, Lookout
 from .record import TERMINAL, Record, format_time, held
@@ -76,7 +76,7 @@ class WorkerStore(RunStore, Protocol):
 
     def ids(self) -> list[str]: ...
     def list_open(self) -> OpenListing: ...
-    def claim(self, job_id: str, owner: str, ttl_seconds: float) -> Record: ...
+    def claim(self, job_id: str, owner: str, ttl_seconds: float, *, wait: bool = True) -> Record: ...
     def set_intent(self, job_id: str, want: str, by: str = "") -> Record: ...
     def notices(self) -> Notices | None: ...
 
@@ -446,7 +446,12 @@ class Worker:
             self._post(_Report(rec.id, skip=True, event=event))
             return
         try:
-            claimed = store.claim(rec.id, self.owner, self.ttl)
+            # Waiting for the lock a moment only (LOCK_PATIENCE): a writer stopped in the middle of a write
+            # would hold this slot (and a stop of the worker) for as long as it stays stopped. Tried again later.
+            claimed = store.claim(rec.id, self.owner, self.ttl, wait=False)
+        except LockBusy:
+            self._post(_Report(rec.id, skip=True))
+            return
         except (LeaseHeld, Terminal, NotFound):
             self._post(_Report(rec.id))  # somebody was quicker; the view was stale
             return

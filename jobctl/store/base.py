@@ -211,7 +211,15 @@ class Store(Protocol):
         """
         ...
 
-    def claim(self, job_id: str, owner: str, ttl_seconds: float) -> Record:
+    def claim(
+        self,
+        job_id: str,
+        owner: str,
+        ttl_seconds: float,
+        *,
+        vet: Callable[[Record, datetime], None] | None = None,
+        wait: bool = True,
+    ) -> Record:
         """Take the lease for ``ttl_seconds``; the epoch rises by one [JOB-L4].
 
         Refusals: blank owner -> ``Refused`` [JOB-O3]; ``NotFound``; the record
@@ -219,6 +227,16 @@ class Store(Protocol):
         [JOB-T1]; held by another owner, or by this owner under a recall ->
         ``LeaseHeld`` [JOB-O1] [JOB-R5]. Everything but the lease and the
         state is kept as found [JOB-O5]; ``updated_at`` does not move.
+
+        ``vet`` is handed the record as found under the lock, after those
+        checks, with the store's time; it refuses the claim by raising, and
+        nothing is written (``claim --next`` judges a record runnable again
+        there). With ``wait`` false, the record's lock (or row lock) is
+        waited for :data:`jobctl.limits.LOCK_PATIENCE` seconds at most, long
+        enough for any write under way; still taken then, ``LockBusy`` (a
+        ``LeaseHeld``). The contract's lock waits without end [JOB-L2];
+        picking a job to claim does not, so one writer stopped in the middle
+        of a write cannot hold every claim behind it.
         """
         ...
 

@@ -75,7 +75,7 @@ class ContractStore:
     def _read_epoch(self, job_id: str) -> tuple[int, bytes, bool]:
         raise NotImplementedError
 
-    def _write(self, job_id: str, apply: Apply, fresh: bool = False) -> Record:
+    def _write(self, job_id: str, apply: Apply, fresh: bool = False, *, wait: bool = True) -> Record:
         raise NotImplementedError
 
     def _create(self, job_id: str, data: bytes) -> None:
@@ -147,10 +147,18 @@ class ContractStore:
         self._create(job_id, encode(rec))
         return job_id
 
-    def claim(self, job_id: str, owner: str, ttl_seconds: float) -> Record:
+    def claim(
+        self,
+        job_id: str,
+        owner: str,
+        ttl_seconds: float,
+        *,
+        vet: Apply | None = None,
+        wait: bool = True,
+    ) -> Record:
         ttl = _claim_terms(job_id, owner, ttl_seconds, self.max_ttl)
         seen, data, exact = self._read_epoch(job_id)
-        return self._write(job_id, _claiming(job_id, owner, ttl, seen, data, exact))
+        return self._write(job_id, _claiming(job_id, owner, ttl, seen, data, exact, vet), wait=wait)
 
     def renew(self, job_id: str, epoch: int, ttl_seconds: float) -> Record:
         _epoch(epoch)
@@ -311,10 +319,14 @@ def _claim_terms(job_id: str, owner: str, ttl_seconds: Any, max_ttl: float) -> f
     return _ttl_within(ttl_seconds, max_ttl, job_id)
 
 
-def _claiming(job_id: str, owner: str, ttl: float, seen: int, data: bytes, exact: bool) -> Apply:
+def _claiming(
+    job_id: str, owner: str, ttl: float, seen: int, data: bytes, exact: bool, vet: Apply | None = None
+) -> Apply:
     """The claim's preconditions and effect [JOB-L4], for a record whose epoch read ``seen``.
 
     ``data`` and ``exact`` are as :meth:`ContractStore._read_epoch` gives them.
+    ``vet`` sees the record as found under the lock, after the contract's
+    own checks, and refuses by raising (nothing is written).
     """
 
     def apply(rec: Record, now: datetime) -> None:
@@ -331,6 +343,8 @@ def _claiming(job_id: str, owner: str, ttl: float, seen: int, data: bytes, exact
                 raise LeaseHeld(f"job {job_id} is held by {lease.owner} until {lease.expires_at:%Y-%m-%dT%H:%M:%SZ}")
             if lease.recall is not None:
                 raise LeaseHeld(f"job {job_id} is recalled ({lease.recall.reason}); its holder cannot re-claim it")
+        if vet is not None:
+            vet(rec, now)
         rec.lease = Lease(owner, lease.epoch + 1, limits.later(now, ttl, "ttl", job_id))
         if rec.state in ("pending", "running"):
             rec.state = "running"

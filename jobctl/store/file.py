@@ -136,8 +136,9 @@ class FileStore(ContractStore):
             fsio.open_dir(self.root, "work", create=True).close()
         else:
             # work/ belongs to an existing store [JOB-W3]; a read-only one may
-            # lack it and still be read, so failing to make it is not a refusal.
-            with contextlib.suppress(OSError):
+            # lack it and still be read, so failing to make it is not a refusal,
+            # nor is a link or odd file there: what uses work/ refuses it then.
+            with contextlib.suppress(OSError, JobError):
                 fsio.open_dir(self.root, "work", create=True).close()
         self._clock: Clock = clock or _system_clock
 
@@ -180,7 +181,7 @@ class FileStore(ContractStore):
     # -- reads ---------------------------------------------------------------
 
     def load(self, job_id: str) -> Record:
-        return decode(self.load_bytes(job_id), job_id)
+        return decode(self.load_bytes(job_id), job_id, named=True)
 
     def load_bytes(self, job_id: str) -> bytes:
         name = ids.check(job_id) + ".json"
@@ -206,7 +207,7 @@ class FileStore(ContractStore):
         m = _EPOCH.search(data)
         if m is not None:
             return int(m.group(1)), data, False
-        return decode(data, job_id).lease.epoch, data, True
+        return decode(data, job_id, named=True).lease.epoch, data, True
 
     def ids(self) -> list[str]:
         """Ids of every record name, sorted by byte order.
@@ -235,7 +236,7 @@ class FileStore(ContractStore):
                     data = lock.read(jobs, job_id + ".json", job_id)
                     if data is None:
                         continue  # removed by hand since the directory was read
-                    listing.append(decode(data, job_id))
+                    listing.append(decode(data, job_id, named=True))
                 except JobError as exc:
                     listing.unreadable.append((job_id, exc))
         return listing
@@ -414,7 +415,7 @@ class FileStore(ContractStore):
                 if got is None:
                     continue  # removed since the directory was read
                 data, fst = got
-                rec = decode(data, job_id)
+                rec = decode(data, job_id, named=True)
             except JobError as exc:
                 listed.other(job_id)
                 unreadable.append((job_id, exc))
@@ -470,7 +471,7 @@ class FileStore(ContractStore):
             if got is None:
                 return  # removed since the directory was read
             data, st = got
-            rec = decode(data, job_id)
+            rec = decode(data, job_id, named=True)
         except JobError as exc:
             out.unreadable.append((job_id, exc))
             if cache is not None:
@@ -536,7 +537,7 @@ class FileStore(ContractStore):
                         finished(_new(summary_type, fields), _new(FileIdentity, ident))
                 for job_id, _, data in opened:
                     try:
-                        rec = decode(data, job_id)
+                        rec = decode(data, job_id, named=True)
                     except JobError:  # not what the child read: read it here, and say why (its row: read again)
                         again += 1
                         self._take_open(jobs, job_id, out, None, finished, limit)
@@ -597,6 +598,8 @@ class FileStore(ContractStore):
         apply: Callable[[Record, datetime], None],
         fresh: bool = False,
         vet: Callable[[str, bytes], None] | None = None,
+        *,
+        wait: bool = True,
     ) -> Record:
         """Decode, ``apply``, encode and replace under the lock; return the record written.
 
@@ -618,7 +621,7 @@ class FileStore(ContractStore):
                 raise NotFound(f"no job {job_id}", job_id)
             if vet is not None:
                 vet(name, current)
-            rec = decode(current, job_id)
+            rec = decode(current, job_id, named=True)
             rec._exposed = False  # only update() hands it to outside code
             apply(rec, self.now())
             data = encode(rec, settle=True)
@@ -627,8 +630,8 @@ class FileStore(ContractStore):
 
         try:
             with self._jobs() as jobs:
-                data = lock.change(jobs, name, edit, job_id)
-            return decode(data, job_id) if fresh else done[-1]
+                data = lock.change(jobs, name, edit, job_id, wait=wait)
+            return decode(data, job_id, named=True) if fresh else done[-1]
         except JobError as exc:
             if not exc.job_id:
                 exc.job_id = job_id
@@ -693,7 +696,7 @@ class FileStore(ContractStore):
 
         def ended(data: bytes) -> bool:
             try:
-                return decode(data, job_id).terminal
+                return decode(data, job_id, named=True).terminal
             except JobError:
                 return False
 

@@ -31,8 +31,8 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from .. import ids
-from ..errors import Exists, JobError, NotFound, Refused
+from .. import ids, limits
+from ..errors import Exists, JobError, LockBusy, NotFound, Refused
 from ..notices import RECHECK_SECONDS
 from ..record import Record, decode, encode
 from ..schedule import after_of, not_before, pipeline_of
@@ -356,6 +356,9 @@ class PostgresStore(ContractStore):
                     with conn.transaction():
                         yield conn
                         committing = True
+            except psycopg.errors.LockNotAvailable as exc:
+                # A write that would not wait (a claim from a pick) met a row another transaction holds.
+                raise LockBusy("the row is locked by another transaction (a write under way)") from exc
             except psycopg.Error as exc:
                 raise self._failed(conn, exc, committing) from exc
 
@@ -429,7 +432,7 @@ class PostgresStore(ContractStore):
         return bytes(row[0])
 
     def load(self, job_id: str) -> Record:
-        return decode(self.load_bytes(job_id), job_id)
+        return decode(self.load_bytes(job_id), job_id, named=True)
 
     @_read
     def _read_epoch(self, job_id: str) -> tuple[int, bytes, bool]:
@@ -449,7 +452,7 @@ class PostgresStore(ContractStore):
         listing = Listing()
         for job_id, data in rows:
             try:
-                listing.append(decode(bytes(data), job_id))
+                listing.append(decode(bytes(data), job_id, named=True))
             except JobError as exc:
                 listing.unreadable.append((job_id, exc))
         return listing
@@ -478,7 +481,7 @@ class PostgresStore(ContractStore):
                 out.states[job_id] = state
                 continue
             try:
-                rec = decode(bytes(data), job_id)
+                rec = decode(bytes(data), job_id, named=True)
             except JobError as exc:
                 out.unreadable.append((job_id, exc))
                 continue
@@ -511,7 +514,7 @@ class PostgresStore(ContractStore):
                 if taken and job_id in taken:
                     continue
                 try:
-                    rec = decode(bytes(data), job_id)
+                    rec = decode(bytes(data), job_id, named=True)
                 except JobError as exc:
                     unreadable.append((job_id, exc))
                     continue
@@ -534,16 +537,18 @@ class PostgresStore(ContractStore):
     # -- writes ------------------------------------------------------------------
 
     @_retried
-    def _write(self, job_id: str, apply: Apply, fresh: bool = False) -> Record:
+    def _write(self, job_id: str, apply: Apply, fresh: bool = False, *, wait: bool = True) -> Record:
         ids.check(job_id)
         try:
             with self._tx(pipelined=True) as conn:
+                if not wait:  # a row another transaction holds is waited for a moment only
+                    conn.execute(Q["lock_patience"], {"ms": int(limits.LOCK_PATIENCE * 1000)})
                 row = conn.execute(Q["load_for_update"], {"id": job_id}, binary=True).fetchone()
                 if row is None:
                     raise NotFound(f"no job {job_id}", job_id)
                 # the server's clock, read with the row lock held, as the file store reads it under flock
                 now = self._clock() if self._clock is not None else row[1].astimezone(timezone.utc)
-                rec = decode(bytes(row[0]), job_id)
+                rec = decode(bytes(row[0]), job_id, named=True)
                 rec._exposed = False  # only update() hands it to outside code
                 apply(rec, now)
                 data = encode(rec, settle=True)
@@ -552,11 +557,11 @@ class PostgresStore(ContractStore):
             if not exc.job_id:
                 exc.job_id = job_id
             raise
-        return decode(data, job_id) if fresh else rec
+        return decode(data, job_id, named=True) if fresh else rec
 
     @_retried
     def _create(self, job_id: str, data: bytes) -> None:
-        rec = decode(data, job_id)
+        rec = decode(data, job_id, named=True)
         with self._alone() as conn:  # one INSERT is a transaction of its own
             cur = conn.execute(Q["insert"], _columns(job_id, data, rec))
             if cur.rowcount != 1:
@@ -577,7 +582,7 @@ class PostgresStore(ContractStore):
         """
         ids.check(job_id)
         try:
-            columns = _columns(job_id, data, decode(data, job_id))
+            columns = _columns(job_id, data, decode(data, job_id, named=True))
         except JobError:
             columns = None
         with self._tx() as conn:
@@ -607,7 +612,7 @@ class PostgresStore(ContractStore):
             if row is None:
                 return False
             try:
-                if not decode(bytes(row[0]), job_id).terminal:
+                if not decode(bytes(row[0]), job_id, named=True).terminal:
                     return False
             except JobError:
                 return False
@@ -653,7 +658,7 @@ class PostgresStore(ContractStore):
                 # the session's time zone is the server's choice
                 now = given if given is not None else row[2].astimezone(timezone.utc)
                 try:
-                    rec = decode(data, job_id)
+                    rec = decode(data, job_id, named=True)
                 except JobError as exc:
                     passed.append(job_id)
                     if unreadable is not None:
@@ -676,7 +681,7 @@ class PostgresStore(ContractStore):
         """
         for job_id, data in rows:
             try:
-                rec = decode(bytes(data), job_id)
+                rec = decode(bytes(data), job_id, named=True)
                 after_of(rec)
                 not_before(rec)
             except JobError as exc:

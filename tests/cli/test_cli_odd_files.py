@@ -124,3 +124,28 @@ def test_a_write_the_disk_refuses_exits_14_and_changes_nothing(jobctl: Jobctl) -
     assert f"job {small}: cannot write {jobs}/{small}.json: File too large; nothing was changed" in proc.stderr.decode()
     assert jobctl.record(small) == record
     assert sorted(os.listdir(jobs)) == before
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("kind", ["link", "file", "fifo"])
+def test_an_odd_work_directory_stops_only_what_uses_it(jobctl: Jobctl, kind: str, tmp_path: Path) -> None:
+    """A link, file or FIFO planted at work/: reading the store goes on; what needs work/ refuses it."""
+    job = jobctl.submit()
+    work = jobctl.root / "work"
+    os.rmdir(work)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    if kind == "link":
+        os.symlink(outside, work)
+    elif kind == "file":
+        work.write_bytes(b"")
+    else:
+        os.mkfifo(work)
+    for args in (("list",), ("show", job), ("orphans",)):
+        ran = jobctl(*args)
+        assert ran.code == 0, (args, ran.err)
+        assert job in ran.text
+    ran = jobctl("logs", job)
+    assert ran.code != 0 and "Traceback" not in ran.err and ran.err.count("\n") == 1
+    assert str(work) in ran.err
+    assert list(outside.iterdir()) == []

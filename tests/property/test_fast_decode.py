@@ -17,6 +17,7 @@ nesting around the limit, a byte order mark, trailing data, truncation.
 
 from __future__ import annotations
 
+import json
 import random
 import re
 from datetime import datetime, timedelta, timezone
@@ -66,14 +67,14 @@ def _outcome(decoder: Any, data: bytes) -> Any:
     return ("ok", _snapshot(rec))
 
 
-def _strict(data: bytes) -> Record:
-    """What ``decode(data, "j")`` was before the fast path: the strict decoder alone."""
+def _strict(data: bytes, name: str = "j") -> Record:
+    """What ``decode(data, name)`` was before the fast path: the strict decoder alone."""
     try:
         return record._decode(data)
     except JobError as exc:
-        exc.job_id = "j"
+        exc.job_id = name
         if isinstance(exc, Invalid):
-            exc.hint = "the record file jobs/j.json is damaged: look at it, restore or remove it"
+            exc.hint = f"the record file jobs/{name}.json is damaged: look at it, restore or remove it"
         raise
 
 
@@ -85,13 +86,24 @@ def _brief_outcome(data: bytes) -> Any:
     """summary_or_record's answer as the strict decoder's would read: a summary's fields stand for the record."""
     record._UNTIL_CANONICAL[0] = 0  # as in any process past its first records
     try:
-        got = record.summary_or_record(data, "j")
+        got = record.summary_or_record(data, _named(data))
     except JobError as exc:
         return ("refused", type(exc).__name__, str(exc), exc.job_id, getattr(exc, "hint", None))
     if isinstance(got, Record):
         return ("ok", _snapshot(got))
     BRIEF[0] += 1
     return ("summary", got)
+
+
+def _named(data: bytes) -> str:
+    """The id ``data`` names, where it can be read (a store reads a record under its own name), else ``j``."""
+    try:
+        named = json.loads(data).get("id")
+    except (ValueError, AttributeError, RecursionError):
+        # Past what json reads (a number of thousands of digits, say): the id as the layout spells it.
+        m = re.search(rb'\n  "id": "([0-9a-z-]+)",\n', data)
+        named = m.group(1).decode() if m else None
+    return named if isinstance(named, str) and named else "j"
 
 
 def check(data: bytes) -> bool:
@@ -101,8 +113,9 @@ def check(data: bytes) -> bool:
     answers with the record or with exactly the fields summary_fields takes
     of it (a finished record only).
     """
-    fast = _outcome(lambda d: record.decode(d, "j"), data)
-    strict = _outcome(_strict, data)
+    name = _named(data)
+    fast = _outcome(lambda d: record.decode(d, name), data)
+    strict = _outcome(lambda d: _strict(d, name), data)
     assert fast == strict, data[:2000]
     brief = _brief_outcome(data)
     if brief[0] == "summary":

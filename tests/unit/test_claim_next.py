@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from jobctl import Record, Store, schedule
-from jobctl.errors import Invalid, UnknownSchema
+from jobctl.errors import Invalid, LeaseHeld, UnknownSchema
 
 
 def submit(store: Store, kind: str = "k", **plan: Any) -> str:
@@ -166,3 +166,123 @@ def test_the_pick_uses_the_startable_index_past_many_finished_jobs(pg_store: Any
     job = submit(pg_store)
     got = pg_store.claim_next("w", 30)
     assert got is not None and got.id == job
+
+
+# -- judged again under the lock ------------------------------------------------------
+
+
+def test_a_job_paused_since_the_listing_is_passed_over_and_left_as_it_was(any_store: Store, clock: Any) -> None:
+    """The listing is only where to look: the claim judges the record as found under its lock."""
+    s = any_store
+    first = submit(s)
+    clock.advance(1)
+    second = submit(s)
+    listing = s.list_open()
+    s.set_intent(first, "pause", "ops")
+    before = s.load_bytes(first)
+    got = schedule.claim_next(s, "w", 60, records=listing)
+    assert got is not None and got.id == second
+    assert s.load_bytes(first) == before
+
+
+def test_a_retry_scheduled_since_the_listing_is_not_claimed_early(any_store: Store, clock: Any) -> None:
+    """Claimed, failed with a retry an hour ahead and released between the listing and the claim."""
+    s = any_store
+    first = submit(s, retries=1, intervals=[3600])
+    clock.advance(1)
+    second = submit(s)
+    listing = s.list_open()
+    rec = s.claim(first, "other", 60)
+    s.update(first, rec.lease.epoch, lambda r: schedule.record_failure(r, 1, clock.now))
+    s.release(first, rec.lease.epoch)
+    before = s.load_bytes(first)
+    got = schedule.claim_next(s, "w", 60, records=listing)
+    assert got is not None and got.id == second
+    assert s.load_bytes(first) == before
+    clock.advance(3601)
+    again = s.claim_next("w", 60)
+    assert again is not None and again.id == first and again.lease.epoch == 2
+
+
+def test_a_vet_refusal_writes_nothing(any_store: Store) -> None:
+    s = any_store
+    job = submit(s)
+    before = s.load_bytes(job)
+
+    def refuse(rec: Record, now: Any) -> None:
+        raise LeaseHeld(f"not {rec.id}", rec.id)
+
+    with pytest.raises(LeaseHeld, match=f"not {job}"):
+        s.claim(job, "w", 60, vet=refuse)
+    assert s.load_bytes(job) == before
+
+
+def test_the_request_is_refused_before_any_record_is_passed_over(any_store: Store) -> None:
+    """A blank owner is the caller's error: refused, not every record passed over as unclaimable."""
+    from jobctl.errors import Refused
+
+    submit(any_store)
+    with pytest.raises(Refused, match="owner"):
+        schedule.claim_next(any_store, " ", 60)
+
+
+def test_a_record_refused_at_its_lock_is_named_and_the_next_one_claimed(store_root: Any, clock: Any) -> None:
+    """A link at the oldest job's lock: that job is named in skipped, the next is claimed (format.md)."""
+    import os
+
+    from jobctl import FileStore
+
+    s = FileStore(store_root, clock=clock)
+    first = submit(s)
+    clock.advance(1)
+    second = submit(s)
+    lock = os.path.join(s.jobs_dir, f"{first}.json.lock")
+    os.unlink(lock)
+    os.symlink(os.path.join(str(store_root), "elsewhere"), lock)
+    skipped: list[Any] = []
+    got = s.claim_next("w", 60, skipped=skipped)
+    assert got is not None and got.id == second
+    assert [job_id for job_id, _ in skipped] == [first]
+    assert not os.path.lexists(os.path.join(str(store_root), "elsewhere"))
+
+
+def test_a_record_file_naming_another_id_is_unreadable_and_never_claims_that_job(store_root: Any, clock: Any) -> None:
+    """A copy of a record without its hold, under another name, cannot get the held job claimed."""
+    import os
+    from pathlib import Path
+
+    from jobctl import FileStore
+
+    s = FileStore(store_root, clock=clock)
+    held = submit(s, hold=True)
+    plain = submit(s)
+    Path(s.jobs_dir, "zzz.json").write_bytes(s.load_bytes(plain).replace(plain.encode(), held.encode()))
+    os.chmod(Path(s.jobs_dir, "zzz.json"), 0o600)
+    listing = s.list_open()
+    assert [job_id for job_id, _ in listing.unreadable] == ["zzz"]
+    assert "names another id" in listing.unreadable[0][1].message
+    got = s.claim_next("w", 60)
+    assert got is not None and got.id == plain
+    assert s.claim_next("w", 60) is None
+    assert s.load(held).lease.epoch == 0
+
+
+def test_a_claim_that_will_not_wait_meets_a_locked_row_as_lock_busy(pg_store: Store, pg_url: str) -> None:
+    """PostgreSQL: another transaction holding the row (a writer stopped mid-write) -> LockBusy, nothing written."""
+    import psycopg
+
+    from jobctl import LockBusy
+
+    job = submit(pg_store)
+    other = submit(pg_store)
+    before = pg_store.load_bytes(job)
+    with psycopg.connect(pg_url) as conn:
+        conn.execute("SELECT 1 FROM jobctl_jobs WHERE id = %s FOR UPDATE", (job,))
+        with pytest.raises(LockBusy) as caught:
+            pg_store.claim(job, "w", 60, wait=False)
+        assert caught.value.job_id == job and caught.value.exit_code == 4
+        got = pg_store.claim_next("w", 60)
+        assert got is not None and got.id == other
+        conn.rollback()
+    assert pg_store.load_bytes(job) == before
+    assert pg_store.claim(job, "w", 60, wait=False).lease.epoch == 1

@@ -43,9 +43,9 @@ def count_decodes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """From now on, the id of every record the file store decodes, in order."""
     decoded: list[str] = []
 
-    def counting(data: bytes, job_id: str = "") -> Record:
+    def counting(data: bytes, job_id: str = "", *, named: bool = False) -> Record:
         decoded.append(job_id)
-        return decode(data, job_id)
+        return decode(data, job_id, named=named)
 
     monkeypatch.setattr(file_store, "decode", counting)
     return decoded
@@ -462,10 +462,10 @@ def test_cached_answers_equal_uncached_ones_under_interleaved_writers(
     decoded = 0
     real_decode = file_store.decode
 
-    def counting(data: bytes, job_id: str = "") -> Record:
+    def counting(data: bytes, job_id: str = "", *, named: bool = False) -> Record:
         nonlocal decoded
         decoded += 1
-        return real_decode(data, job_id)
+        return real_decode(data, job_id, named=named)
 
     monkeypatch.setattr(file_store, "decode", counting)
     rng = random.Random(1212)

@@ -377,10 +377,10 @@ def test_a_polling_watch_reads_everything_every_time(tmp_path: Path, monkeypatch
     assert counted.lists == 2 and counted.loads == 0
 
 
-def test_a_record_file_naming_another_id_is_placed_by_a_full_read(
+def test_a_record_file_naming_another_id_is_named_unreadable_without_a_full_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Only a listing knows where such a file goes (listings sort by file name): the watch asks one."""
+    """A copy of a record under another name is refused as any reader refuses it: no listing is needed."""
     monkeypatch.setattr(watch_module, "INSURANCE_SECONDS", NEVER)
     root = tmp_path / "root"
     store = FileStore(root)
@@ -393,7 +393,9 @@ def test_a_record_file_naming_another_id_is_placed_by_a_full_read(
     notice = w.next(timeout=5)
     assert notice is not None and notice.what == "changed"
     assert_same(notice.records, reference(root, "k")[0])
-    assert counted.lists == 2
+    assert [job_id for job_id, _ in w.unreadable] == ["1-first"]
+    assert "names another id" in w.unreadable[0][1].message
+    assert counted.lists == 1
 
 
 def test_changes_keep_what_wait_read_for_take(store: FileStore) -> None:

@@ -26,6 +26,11 @@ SELECT data FROM jobctl_jobs WHERE id = %(id)s;
 WITH locked AS (SELECT data FROM jobctl_jobs WHERE id = %(id)s FOR UPDATE)
 SELECT data, clock_timestamp() FROM locked;
 
+-- name: lock_patience
+-- Before load_for_update in a claim that will not wait: a row another
+-- transaction holds longer than this fails (lock_not_available) instead.
+SELECT set_config('lock_timeout', %(ms)s::text, true);
+
 -- name: read_epoch
 SELECT epoch, data FROM jobctl_jobs WHERE id = %(id)s;
 
