@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from .errors import JobError, Refused
+from .errors import Invalid, JobError, Refused
 from .record import AFTER, PIPELINE, RETRY, ZERO_TIME, Record
 from .schedule import after_of, retry_of
 from .store.base import Store
@@ -139,7 +139,10 @@ def collect(
     now = store.now() if now is None else now
     wanted = set(states)
     listing = store.list()
-    cutoff = now - older_than
+    try:
+        cutoff = now - older_than
+    except OverflowError:  # a span reaching back before year 1: refused, as limits.later refuses one past 9999
+        raise Invalid(f"older_than {older_than} reaches back before the first time a record can hold") from None
     candidates = {
         rec.id: rec
         for rec in listing

@@ -52,6 +52,7 @@ __all__ = [
     "RETRY_INTERVAL",
     "RETRY_INTERVALS_MAX",
     "NOT_BEFORE_DELAY",
+    "OLDER_THAN",
     "ATTEMPT",
     "later",
     "lease_too_long",
@@ -155,6 +156,8 @@ RETRY_INTERVAL = Range("interval", 0, YEAR)
 #: The most intervals (= retries) a retry schedule may list.
 RETRY_INTERVALS_MAX = 1000
 NOT_BEFORE_DELAY = Range("delay", 0, 10 * YEAR)
+#: ``gc --older-than``: as far back as a ``--not-before`` delay reaches ahead.
+OLDER_THAN = Range("older_than", 0, 10 * YEAR)
 ATTEMPT = Range("attempt", 1, INT64_MAX, whole=True)
 
 

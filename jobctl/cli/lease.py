@@ -18,8 +18,8 @@ from ..record import Record
 from ..store.base import UNSET
 from . import render
 from .main import (
-    COUNT,
     JSON_TEXT,
+    PATH_TEXT,
     STATE_CHOICE,
     STATES_HELP,
     TEXT,
@@ -27,9 +27,11 @@ from .main import (
     State,
     common,
     complete_ids,
+    count,
     default_by,
     epoch_option,
     job_id_argument,
+    json_text,
     pass_state,
     raw_json,
     ttl_option,
@@ -158,7 +160,7 @@ def claim(
 @epoch_option
 @click.option(
     "--done",
-    type=COUNT,
+    type=count(limits.DONE),
     metavar="N",
     default=0,
     show_default=True,
@@ -186,7 +188,10 @@ def progress(state: State, job_id: str, epoch: int, done: int, checkpoint: str |
 @click.argument("args", nargs=-1, metavar="[ID] CHECKPOINT")
 @epoch_option
 @click.option(
-    "--done", type=COUNT, metavar="N", help=f"Also record the work done ({limits.DONE.text()}). [default: leave it]"
+    "--done",
+    type=count(limits.DONE),
+    metavar="N",
+    help=f"Also record the work done ({limits.DONE.text()}). [default: leave it]",
 )
 @common
 @pass_state
@@ -213,7 +218,7 @@ def checkpoint(state: State, args: tuple[str, ...], epoch: int, done: int | None
         raise click.UsageError(f"checkpoint does not know what to do with {args[2]!r}")
     if job_id == "":
         raise click.BadParameter("wants a value, not an empty string", param_hint="ID")
-    value = raw_json(JSON_TEXT.convert(text, None, None), "CHECKPOINT")
+    value = raw_json(json_text(PATH_TEXT.convert(text, None, None), "CHECKPOINT"), "CHECKPOINT")
     store = state.store()
     if done is None:
 
@@ -284,7 +289,12 @@ def _need_state(ctx: click.Context, _param: click.Parameter, value: str | None) 
 )
 @click.option("--error", type=TEXT, help="Why it failed, in the same write.")
 @click.option("--checkpoint", type=JSON_TEXT, help="The last checkpoint, in the same write: JSON, @FILE or -.")
-@click.option("--done", type=COUNT, metavar="N", help=f"The final work done, in the same write ({limits.DONE.text()}).")
+@click.option(
+    "--done",
+    type=count(limits.DONE),
+    metavar="N",
+    help=f"The final work done, in the same write ({limits.DONE.text()}).",
+)
 @common
 @pass_state
 def finish(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from .. import limits
 from . import render
 from .main import TEXT, JobCommand, State, common, job_id_argument, pass_state
 
@@ -68,7 +69,7 @@ def _states(text: str) -> tuple[str, ...]:
     type=TEXT,
     required=True,
     metavar="DURATION",
-    help="Only jobs last changed longer ago than this: 90s, 15m, 2h, 7d.",
+    help="Only jobs last changed longer ago than this: 90s, 15m, 2h, 7d (at most 3650d, else invalid).",
 )
 @click.option(
     "--state",
@@ -100,7 +101,7 @@ def gc(state: State, older_than: str, states: str, dry_run: bool) -> None:
     from ..lifecycle import collect
     from .submit import parse_duration
 
-    span = parse_duration(older_than, "--older-than")
+    span = parse_duration(older_than, "--older-than", limits.OLDER_THAN)
     store = state.store()
     result = collect(store, span, _states(states), dry_run)
     for rec in result.removed:

@@ -53,7 +53,11 @@ __all__ = [
     "run_ttl_option",
     "by_option",
     "TEXT",
+    "PATH_TEXT",
     "JSON_TEXT",
+    "not_utf8",
+    "json_text",
+    "stdin_bytes",
     "SECONDS",
     "COUNT",
     "TTL_SECONDS",
@@ -64,6 +68,7 @@ __all__ = [
     "STATES_HELP",
     "default_by",
     "raw_json",
+    "echo_out",
     "EXIT_OK",
     "EXIT_FAILURE",
     "EXIT_USAGE",
@@ -232,38 +237,91 @@ else:
     _StrType = _FloatType = _IntType = click.ParamType
 
 
+def not_utf8(text: str) -> int | None:
+    """The offset of the first byte that is not UTF-8 in ``text``, else None.
+
+    Python hands over argv (and anything read with ``surrogateescape``) with
+    such bytes as lone surrogates; kept, they would be written as U+FFFD.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return len(text[: exc.start].encode("utf-8", "surrogateescape"))
+    return None
+
+
 class _Text(_StrType):
-    """A string that must not be empty: ``--by "$WHO"`` with WHO unset is a usage error, as upstream."""
+    """A string that must not be empty: ``--by "$WHO"`` with WHO unset is a usage error, as upstream.
+
+    Nor hold bytes that are not UTF-8 (a usage error too, a value of the wrong
+    form), unless ``paths``: a path is the one text that may be any bytes.
+    """
 
     name = "text"
+
+    def __init__(self, paths: bool = False) -> None:
+        self.paths = paths
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
         text = str(value)
         if text == "":
             self.fail("wants a value, not an empty string", param, ctx)
+        if not self.paths:
+            byte = not_utf8(text)
+            if byte is not None:
+                self.fail(f"is not UTF-8 (byte {byte}); give it as UTF-8 text", param, ctx)
         return text
+
+
+def stdin_bytes(what: str, instead: str) -> Any:
+    """stdin's byte stream, or ``Invalid`` naming ``what`` when the process was started with it closed (``<&-``)."""
+    stream = getattr(sys.stdin, "buffer", None)
+    if stream is None:
+        from ..errors import Invalid
+
+        exc = Invalid(f"{what}: stdin is closed, there is nothing to read")
+        exc.hint = f"{instead}, or run it with stdin open"
+        raise exc
+    return stream
+
+
+def json_text(text: str, what: str) -> str:
+    """JSON text given inline, as ``@FILE`` or as ``-`` (stdin), read; ``invalid`` naming ``what``.
+
+    Text that is not UTF-8 (inline, in the file or on stdin) is ``invalid``,
+    as a record's bytes are: JSON is UTF-8, and nothing is written in its place.
+    """
+    from ..errors import Invalid
+
+    where = ""
+    if text == "-":
+        data = stdin_bytes(f"{what} -", "give the JSON inline or as @FILE").read()
+        text, where = data.decode("utf-8", "surrogateescape"), " (stdin)"
+    elif text.startswith("@"):
+        path, where = text[1:], f" ({text[1:]})"
+        try:
+            with open(path, "rb") as fh:
+                text = fh.read().decode("utf-8", "surrogateescape")
+        except OSError as exc:
+            # One line, as for JSON that does not parse, not a screen of usage.
+            raise Invalid(f"{what}: cannot read {path}: {exc.strerror or exc}") from None
+    byte = not_utf8(text)
+    if byte is not None:
+        raise Invalid(f"{what}{where} is not UTF-8 (byte {byte})")
+    return text
 
 
 class _JsonText(_Text):
-    """JSON given inline, as ``@FILE``, or as ``-`` for stdin; returned as text, never re-spelled."""
+    """JSON given inline, as ``@FILE``, or as ``-`` for stdin (:func:`json_text`); never re-spelled."""
 
     name = "json"
 
+    def __init__(self) -> None:
+        super().__init__(paths=True)  # "@FILE" names a path; the JSON itself is checked by json_text
+
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
         text = super().convert(value, param, ctx)
-        if text == "-":
-            return sys.stdin.buffer.read().decode("utf-8", "surrogateescape")
-        if text.startswith("@"):
-            try:
-                with open(text[1:], "rb") as fh:
-                    return fh.read().decode("utf-8", "surrogateescape")
-            except OSError as exc:
-                # One line, as for JSON that does not parse, not a screen of usage.
-                from ..errors import Invalid
-
-                flag = param.opts[0] if isinstance(param, click.Option) else "JSON"
-                raise Invalid(f"{flag}: cannot read {text[1:]}: {exc.strerror or exc}") from None
-        return text
+        return json_text(text, param.opts[0] if isinstance(param, click.Option) else "JSON")
 
 
 class _Seconds(_FloatType):
@@ -323,6 +381,8 @@ STATE_CHOICE = click.Choice(STATES)
 STATES_HELP = ", ".join(STATES[:-1]) + " or " + STATES[-1]
 
 TEXT = _Text()
+#: A path (``--store``, ``init DIR``): any bytes the file system takes.
+PATH_TEXT = _Text(paths=True)
 JSON_TEXT = _JsonText()
 SECONDS = _Seconds()
 COUNT = _Count()
@@ -377,8 +437,20 @@ def _version_text() -> str:
 
 def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if value and not ctx.resilient_parsing:
-        click.echo(_version_text())
+        _eager_out(ctx, _version_text())
         ctx.exit()
+
+
+def _eager_out(ctx: click.Context, text: str) -> None:
+    """Print ``--help`` or ``--version``; as any command's output, a closed stdout exits 141.
+
+    The group's eager options run while the group parses its arguments,
+    before :meth:`JobGroup.invoke` can map anything, so they map it here.
+    """
+    try:
+        echo_out(text, color=ctx.color)
+    except BrokenPipeError:
+        _broken_pipe(ctx)
 
 
 def _set_debug(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
@@ -389,7 +461,7 @@ def _set_debug(ctx: click.Context, _param: click.Parameter, value: bool) -> None
 store_option = click.option(
     "--store",
     metavar="DIR",
-    type=TEXT,
+    type=PATH_TEXT,
     expose_value=False,
     callback=_set_store,
     is_eager=True,
@@ -509,7 +581,7 @@ def by_option(fn: F) -> F:
 
 def _show_help(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if value and not ctx.resilient_parsing:
-        click.echo(ctx.get_help(), color=ctx.color)
+        _eager_out(ctx, ctx.get_help())
         ctx.exit()
 
 
@@ -683,16 +755,7 @@ class JobGroup(click.Group):
             click.echo("", err=True)
             ctx.exit(EXIT_INTERRUPTED)
         except BrokenPipeError:
-            # Nobody reads stdout any more. Point it at /dev/null so the flush at
-            # interpreter exit does not raise a second time and print a traceback.
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            try:
-                os.dup2(devnull, sys.stdout.fileno())
-            except (OSError, ValueError, AttributeError):
-                pass
-            finally:
-                os.close(devnull)
-            ctx.exit(EXIT_BROKEN_PIPE)
+            _broken_pipe(ctx)
         except Unavailable as exc:
             if state.debug:
                 _traceback()
@@ -705,6 +768,32 @@ class JobGroup(click.Group):
             where = f"{exc.filename}: " if exc.filename else ""
             click.echo(f"jobctl: {where}{exc.strerror or exc}", err=True)
             ctx.exit(EXIT_FAILURE)
+
+
+def _broken_pipe(ctx: click.Context) -> None:
+    """Exit 141, quietly: nobody reads stdout any more (``| head -1``, or started with it closed)."""
+    # Point stdout at /dev/null so the flush at interpreter exit does not
+    # raise a second time and print a traceback.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+    finally:
+        os.close(devnull)
+    ctx.exit(EXIT_BROKEN_PIPE)
+
+
+def echo_out(message: str | bytes, ctx: click.Context | None = None, **kwargs: Any) -> None:
+    """``click.echo`` to stdout, but a closed stdout raises ``BrokenPipeError`` (exit 141).
+
+    click writes nothing, and says nothing, when the process was started with
+    stdout closed (``>&-``, ``sys.stdout`` is None): a submitted id would be
+    lost with exit 0.
+    """
+    if sys.stdout is None:
+        raise BrokenPipeError(32, "stdout is closed")
+    click.echo(message, **kwargs)
 
 
 def _traceback() -> None:
@@ -778,10 +867,10 @@ def help_command(ctx: click.Context, command: str | None) -> None:
     parent = ctx.parent
     assert parent is not None  # a subcommand always has its group's context
     if command is None:
-        click.echo(parent.get_help())
+        echo_out(parent.get_help())
         return
     cmd = cli.get_command(parent, command)
     if cmd is None:
         raise click.UsageError(f"no such command {command!r}", ctx=parent)
     with cmd.make_context(command, [], parent=parent, resilient_parsing=True) as sub:
-        click.echo(cmd.get_help(sub))
+        echo_out(cmd.get_help(sub))

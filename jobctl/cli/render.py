@@ -19,12 +19,11 @@ from collections.abc import Collection, Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-import click
-
 from ..errors import JobError
 from ..record import RESULT, ZERO_TIME, Record, format_time, held, is_zero
 from ..store.file import is_orphan
 from ..wire import Raw, dumps_compact
+from .main import echo_out
 
 if TYPE_CHECKING:  # pragma: no cover - typing only; rich is imported where it draws
     from rich.console import Console, RenderableType
@@ -108,7 +107,7 @@ class Screen:
 
 def out(line: str) -> None:
     """One line of data on stdout, UTF-8 with a bare LF whatever the platform or locale."""
-    click.echo(line.encode("utf-8", "surrogateescape") + b"\n", nl=False)
+    echo_out(line.encode("utf-8", "surrogateescape") + b"\n", nl=False)
 
 
 def json_line(obj: Mapping[str, Any]) -> str:
@@ -149,14 +148,14 @@ class Lines:
             lines = lines[1:]
         if lines:
             self.flush()
-            click.echo(("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"), nl=False)
+            echo_out(("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"), nl=False)
 
     def out_json(self, obj: Mapping[str, Any]) -> None:
         self.out(json_line(obj))
 
     def flush(self) -> None:
         if self._pending:
-            click.echo(b"".join(self._pending), nl=False)  # as out() writes, flushed
+            echo_out(b"".join(self._pending), nl=False)  # as out() writes, flushed
             self._pending.clear()
             self._size = 0
 

@@ -12,7 +12,7 @@ from .. import limits
 from ..errors import Exists, Invalid
 from ..record import Progress, Record, parse_time
 from . import render
-from .main import COUNT, JSON_TEXT, TEXT, JobCommand, State, common, count, default_by, pass_state, raw_json
+from .main import JSON_TEXT, TEXT, JobCommand, State, common, count, default_by, not_utf8, pass_state, raw_json
 
 __all__ = ["submit", "parse_when", "parse_duration"]
 
@@ -20,12 +20,20 @@ _DELAY = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)\Z")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-def parse_duration(text: str, what: str) -> timedelta:
-    """A span of time: ``90``, ``90s``, ``15m``, ``2h``, ``7d``; ``invalid`` naming ``what`` otherwise."""
+def parse_duration(text: str, what: str, bounds: limits.Range) -> timedelta:
+    """A span of time in ``bounds``: ``90``, ``90s``, ``15m``, ``2h``, ``7d``; ``invalid`` naming ``what`` otherwise.
+
+    The range is checked on the number, before a ``timedelta`` is made of it:
+    ``99999999999999999999d`` is a refusal, never ``OverflowError``.
+    """
     match = _DELAY.match(text.strip())
     if match is None:
         raise Invalid(f"{what}: {text!r} is not a duration (90s, 15m, 2h, 7d)")
-    return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+    seconds = float(match.group(1)) * _UNITS[match.group(2)]
+    if not bounds.holds(seconds):
+        days = bounds.high / limits.DAY
+        raise Invalid(f"{what}: {text!r} is out of range ({bounds.text()} seconds: at most {days:g}d)")
+    return timedelta(seconds=seconds)
 
 
 def parse_when(text: str, now: datetime) -> datetime:
@@ -81,7 +89,7 @@ def _env_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
 )
 @click.option(
     "--total",
-    type=COUNT,
+    type=count(limits.TOTAL),
     metavar="N",
     default=0,
     show_default=True,
@@ -192,7 +200,14 @@ def submit(
             raise click.UsageError(f"a command after -- makes a {SHELL} job, not --kind {kind}")
         import json
 
-        body: dict[str, object] = {"argv": list(command), "cwd": os.getcwd()}
+        for number, word in enumerate(command, start=1):
+            byte = not_utf8(word)
+            if byte is not None:  # a spec is JSON, UTF-8: the word would be run spelt otherwise
+                raise click.UsageError(f"word {number} of the command after -- is not UTF-8 (byte {byte})")
+        cwd = os.getcwd()
+        if not_utf8(cwd) is not None:
+            raise Invalid(f"this directory's path is not UTF-8, so a spec cannot hold it as its cwd: {cwd!r}")
+        body: dict[str, object] = {"argv": list(command), "cwd": cwd}
         if env_pairs:
             body["env"] = _env_pairs(env_pairs)
         kind, spec = SHELL, json.dumps(body, ensure_ascii=False)
@@ -200,7 +215,9 @@ def submit(
         raise click.UsageError("give --kind (or a command after --)")
     elif env_pairs:
         raise click.UsageError("--env goes with a command after --")
-    rec = Record(id=job_id or "", kind=kind, spec=raw_json(spec or "{}", "--spec"), progress=Progress(total=total))
+    # Only a --spec not given at all is {}: an empty file or stdin is JSON that does not parse, as a checkpoint's.
+    body_text = "{}" if spec is None else spec
+    rec = Record(id=job_id or "", kind=kind, spec=raw_json(body_text, "--spec"), progress=Progress(total=total))
     if kind == SHELL:
         from ..shell import parse
 

@@ -13,7 +13,7 @@ from ..errors import NoStore
 from ..store.file import FileStore
 from ..store.location import masked
 from . import render
-from .main import EXIT_FAILURE, TEXT, JobCommand, State, common, complete_ids, pass_state
+from .main import EXIT_FAILURE, PATH_TEXT, TEXT, JobCommand, State, common, complete_ids, pass_state
 
 __all__ = ["init", "sweep", "paths", "doctor", "check_lock", "check_rename", "check_access", "check_owner"]
 
@@ -22,7 +22,7 @@ ONE_USER = "a file store belongs to one user (docs/security.md); for several use
 
 
 @click.command(cls=JobCommand, short_help="Create a store (jobs/ and work/) at DIR or the configured root.")
-@click.argument("directory", metavar="[DIR]", required=False, type=TEXT)
+@click.argument("directory", metavar="[DIR]", required=False, type=PATH_TEXT)
 @common
 @pass_state
 def init(state: State, directory: str | None) -> None:

@@ -16,7 +16,18 @@ from ..store.file import collector_paused, is_orphan, summary_of
 from ..summary import Summary, micros, moment
 from ..summary import settle as summary_settle
 from . import render
-from .main import EXIT_FAILURE, STATE_CHOICE, STATES_HELP, TEXT, JobCommand, State, common, job_id_argument, pass_state
+from .main import (
+    EXIT_FAILURE,
+    STATE_CHOICE,
+    STATES_HELP,
+    TEXT,
+    JobCommand,
+    State,
+    common,
+    echo_out,
+    job_id_argument,
+    pass_state,
+)
 
 __all__ = ["show", "result", "list_jobs", "orphans"]
 
@@ -86,7 +97,7 @@ def show(state: State, job_id: str) -> None:
     elif screen.terminal:
         render.print_job(screen, rec, state.now(), _dependency_states(state, rec), rec.id in flagged)
     else:
-        click.echo(encode(rec), nl=False)
+        echo_out(encode(rec), nl=False)
     _warn_long_leases(state, [rec], flagged)
 
 

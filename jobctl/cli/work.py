@@ -29,6 +29,7 @@ from .main import (
     common,
     count,
     default_by,
+    echo_out,
     job_id_argument,
     pass_state,
     run_ttl_option,
@@ -225,6 +226,8 @@ flags and resume. JSON that CMD leaves in the file $JOB_RESULT names is
 stored as the job's result when it completes (not JSON: the attempt fails).
 Without CMD the job's kind decides: a `shell` job runs its spec's argv;
 another kind runs its handler (--handler KIND=CMD, or the config file).
+With --next, CMD goes after --, and an ID is a usage error (2), as for
+claim --next: nothing is claimed.
 
 While CMD runs the lease is renewed every third of --ttl, and the job's
 intent and recall are read: cancel, pause and recall stop CMD (SIGTERM to
@@ -258,7 +261,19 @@ Examples:
 """
 
 
-@click.command(cls=JobCommand, help=_RUN_HELP, short_help="Run a command under a job's lease.")
+class _RunCommand(JobCommand):
+    """``run``: also notes how many words came after ``--``, which the parsed arguments no longer say.
+
+    ``run ID --next -- CMD`` and ``run --next -- ID CMD`` both parse to the
+    words ``ID CMD``; only the raw arguments tell the ID from the command.
+    """
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta["jobctl.run.command_words"] = len(args) - args.index("--") - 1 if "--" in args else 0
+        return super().parse_args(ctx, args)
+
+
+@click.command(cls=_RunCommand, help=_RUN_HELP, short_help="Run a command under a job's lease.")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED, metavar="[ID] [-- CMD...]")
 @click.option("--next", "next_", is_flag=True, help="Claim the oldest runnable job instead of ID.")
 @click.option("--kind", "kinds", multiple=True, type=TEXT, metavar="K", help="With --next: only kind K (repeatable).")
@@ -292,6 +307,10 @@ def run(
     owned_only: bool | None,
     quiet: bool,
 ) -> None:
+    if next_ and len(args) > click.get_current_context().meta.get("jobctl.run.command_words", 0):
+        # As claim --next: a word before -- is an ID, and run would claim
+        # another job and run the ID as part of its command.
+        raise click.UsageError("--next chooses the job itself; name no ID with it (the command goes after --)")
     from .. import runner, settings
     from ..errors import JobError, NotFound
     from ..jobenv import JobEnvironment
@@ -645,7 +664,7 @@ def logs(state: State, job_id: str, attempt: int | None, follow: bool) -> None:
             # Through runner.log_read: a link or FIFO planted at a log is refused, never followed.
             chunk = runner.log_read(store, job_id, number, offsets.get(path, 0))
             if chunk:
-                click.echo(chunk, nl=False)  # bytes go to stdout's binary stream as they are
+                echo_out(chunk, nl=False)  # bytes go to stdout's binary stream as they are
                 offsets[path] = offsets.get(path, 0) + len(chunk)
                 moved = True
         return moved

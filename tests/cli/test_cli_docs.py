@@ -90,3 +90,20 @@ def test_the_how_to_guides_exist_and_use_real_commands() -> None:
         code = re.findall(r"```.*?```", page, re.S) + re.findall(r"`[^`\n]+`", page)
         for used in re.findall(r"\bjobctl ([a-z][a-z-]+)", "\n".join(code)):
             assert used in known or used in ("run", "worker", "logs", "pipeline"), used
+
+
+def test_every_page_gives_an_exit_code_its_own_name() -> None:
+    """`17 (`drain_incomplete`)`, `` `invalid` (exit 9) ``: wherever a page pairs a code and a name, the table's."""
+    names = {name: code for code, name in _exit_table().items()}
+    pages = [*DOCS.rglob("*.md"), REPO / "README.md", REPO / "CHANGELOG.md"]
+    pairs = []
+    for page in pages:
+        if not page.exists():
+            continue
+        text = page.read_text(encoding="utf-8")
+        found = [(int(c), n) for c, n in re.findall(r"\b(\d{1,3}) \(`([a-z_]+)`\)", text)]
+        found += [(int(c), n) for n, c in re.findall(r"`([a-z_]+)` \((?:exit )?(\d{1,3})\)", text)]
+        pairs += [(page.name, code, name) for code, name in found if name in names]
+    assert pairs, "no page pairs a code with its name any more: the pattern is stale"
+    wrong = [(page, code, name) for page, code, name in pairs if names[name] != code]
+    assert wrong == []

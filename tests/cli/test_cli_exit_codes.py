@@ -328,3 +328,30 @@ def test_records_left_unchanged_byte_for_byte_by_a_refused_cancel(jobctl: Jobctl
     refused(jobctl("cancel", job), errors.Terminal, job)
     assert jobctl.record(job) == before
     assert encode(jobctl.store().load(job)) == before
+
+
+def test_a_stdout_closed_from_the_start_exits_141(jobctl: Jobctl) -> None:
+    # exec ... >&-: sys.stdout is None, where click.echo writes nothing and says nothing.
+    job = jobctl.submit()
+    for args in (("submit", "--kind", "k"), ("list",), ("show", job)):
+        proc = subprocess.run(
+            ["sh", "-c", 'exec "$@" >&-', "sh", JOBCTL, *args],
+            capture_output=True,
+            env=jobctl.subprocess_env(),
+            timeout=60,
+        )
+        assert proc.returncode == cli_main.EXIT_BROKEN_PIPE, (args, proc.stderr)
+        assert proc.stderr == b"", (args, proc.stderr)
+
+
+@pytest.mark.parametrize("args", [("--help",), ("--version",), ("claim", "--help"), ("help",)])
+def test_help_and_version_into_a_closed_pipe_exit_141(jobctl: Jobctl, args: tuple[str, ...]) -> None:
+    proc = subprocess.Popen(
+        [JOBCTL, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=jobctl.subprocess_env()
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # as `| head -0`: the first write meets a closed pipe
+    err = proc.stderr.read()
+    proc.stderr.close()
+    assert proc.wait() == cli_main.EXIT_BROKEN_PIPE, err
+    assert err == b""

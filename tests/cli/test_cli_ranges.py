@@ -102,6 +102,45 @@ def test_library_parsed_numbers_are_invalid(jobctl: Jobctl, args: list[str], nee
     assert list((jobctl.root / "jobs").glob("*.json")) == []  # nothing submitted
 
 
+@pytest.mark.parametrize(
+    ("words", "option", "bounds"),
+    [
+        (["progress", "@ID", "--epoch", "1"], "--done", limits.DONE),
+        (["checkpoint", "@ID", "{}", "--epoch", "1"], "--done", limits.DONE),
+        (["finish", "@ID", "--epoch", "1", "--state", "complete"], "--done", limits.DONE),
+        (["submit", "--kind", "k"], "--total", limits.TOTAL),
+    ],
+)
+@pytest.mark.parametrize("beyond", ["-5", INT64_PLUS])
+def test_a_count_out_of_range_names_its_own_range(
+    jobctl: Jobctl, words: list[str], option: str, bounds: limits.Range, beyond: str
+) -> None:
+    ran = jobctl(*_args(jobctl, words, option, beyond))
+    assert ran.code == 2, ran.err
+    assert f"({bounds.text()})" in ran.err, ran.err  # not the epoch's
+    assert "epoch <=" not in ran.err, ran.err
+
+
+@pytest.mark.parametrize("span", ["1000000d", "999999999d", "99999999999999999999d", "3651d", "9" * 400])
+def test_gc_older_than_out_of_range_is_invalid(jobctl: Jobctl, span: str) -> None:
+    job = jobctl.submit()
+    jobctl("cancel", job)
+    ran = jobctl("gc", "--older-than", span)
+    _clean(ran.err)
+    assert ran.code == Invalid.exit_code, ran.err
+    assert ran.err.startswith(f"jobctl: invalid: --older-than: {span!r} is out of range ("), ran.err
+    assert ran.out == b"" and (jobctl.root / "jobs" / f"{job}.json").exists()
+    assert jobctl("gc", "--older-than", "3650d").code == 0
+
+
+def test_collect_refuses_a_span_before_year_1(tmp_path: object) -> None:
+    from jobctl.lifecycle import collect
+
+    store = FileStore(str(tmp_path))
+    with pytest.raises(Invalid, match="reaches back before the first time"):
+        collect(store, timedelta.max)
+
+
 def test_at_the_library_bounds_submit_takes_them(jobctl: Jobctl) -> None:
     assert jobctl("submit", "--kind", "k", "--retry-intervals", ",".join([YEAR] * 1000)).code == 0
     assert jobctl("submit", "--kind", "k", "--not-before", "3650d").code == 0
@@ -214,3 +253,4 @@ def test_the_exit_code_page_gives_the_ranges_the_program_enforces() -> None:
     assert f"each 0 ≤ seconds ≤ {int(limits.RETRY_INTERVAL.high)}" in row("`--retry-intervals`", "")
     assert f"at most {limits.RETRY_INTERVALS_MAX} intervals" in row("`--retry-intervals`", "")
     assert f"at most {int(limits.NOT_BEFORE_DELAY.high // limits.DAY)} days" in row("`--not-before`", "")
+    assert f"at most {int(limits.OLDER_THAN.high // limits.DAY)} days" in row("`--older-than`", "`gc`")

@@ -1,0 +1,128 @@
+"""Input the command line must refuse whole: bytes that are not UTF-8, an empty spec, a closed stdin, a misplaced ID.
+
+Each is one line on stderr and a documented exit code (usage 2 for an
+option's text, invalid 9 for JSON text), never a traceback, and nothing is
+written: no record, no claim.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from clitools import JOBCTL, Jobctl
+
+from jobctl import errors
+
+#: argv as Python hands it over: the byte 0xff escaped as a lone surrogate.
+BAD = "id\udcff"
+
+
+def _nothing_written(jobctl: Jobctl) -> None:
+    assert list((jobctl.root / "jobs").glob("*.json")) == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("submit", "--kind", "k", "--id", BAD),
+        ("submit", "--kind", BAD),
+        ("submit", "--kind", "k", "--requires", BAD),
+        ("submit", "--", "echo", BAD),
+        ("claim", BAD, "--owner", "a"),
+        ("claim", "--next", "--owner", BAD),
+        ("recall", "j", "--epoch", "1", "--reason", BAD),
+        ("finish", "j", "--epoch", "1", "--state", "failed", "--error", BAD),
+    ],
+)
+def test_an_option_that_is_not_utf8_is_a_usage_error(jobctl: Jobctl, args: tuple[str, ...]) -> None:
+    ran = jobctl(*args)
+    assert ran.code == errors.EXIT_USAGE, ran.err
+    assert "is not UTF-8 (byte 2)" in ran.err, ran.err
+    assert "Traceback" not in ran.err and ran.out == b""
+    _nothing_written(jobctl)
+
+
+def test_the_option_not_utf8_is_named(jobctl: Jobctl) -> None:
+    ran = jobctl("submit", "--kind", "k", "--id", BAD)
+    assert "Invalid value for '--id': is not UTF-8 (byte 2)" in ran.err, ran.err
+
+
+def test_json_text_that_is_not_utf8_is_invalid(jobctl: Jobctl, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(b'{"a": "\xff"}')
+    for args, kwargs, needle in (
+        (("--spec", '{"a": "\udcff"}'), {}, "--spec is not UTF-8 (byte 7)"),
+        (("--spec", f"@{bad}"), {}, f"--spec ({bad}) is not UTF-8 (byte 7)"),
+        (("--spec", "-"), {"input": b'{"a": "\xff"}'}, "--spec (stdin) is not UTF-8 (byte 7)"),
+    ):
+        ran = jobctl("submit", "--kind", "k", *args, **kwargs)  # type: ignore[arg-type]
+        assert ran.code == errors.Invalid.exit_code, ran.err
+        assert ran.err.startswith(f"jobctl: invalid: {needle}; "), ran.err
+        assert len(ran.err.splitlines()) == 1
+    _nothing_written(jobctl)
+    job = jobctl.submit()
+    jobctl("claim", job, "--owner", "a")
+    before = jobctl.record(job)
+    ran = jobctl("checkpoint", job, f"@{bad}", "--epoch", "1")
+    assert ran.code == errors.Invalid.exit_code and f"CHECKPOINT ({bad}) is not UTF-8" in ran.err, ran.err
+    ran = jobctl("progress", job, "--epoch", "1", "--checkpoint", '"\udcff"')
+    assert ran.code == errors.Invalid.exit_code and "--checkpoint is not UTF-8" in ran.err, ran.err
+    assert jobctl.record(job) == before
+
+
+def test_a_path_may_be_any_bytes(jobctl: Jobctl, tmp_path: Path) -> None:
+    odd = tmp_path / "st\udcffre"  # a store root is a path: any bytes the file system takes
+    ran = jobctl("--store", str(odd), "submit", "--kind", "k")
+    assert ran.code == 0, ran.err
+    assert len(list((odd / "jobs").glob("*.json"))) == 1
+
+
+def test_an_empty_spec_file_or_stdin_is_invalid_not_an_empty_object(jobctl: Jobctl, tmp_path: Path) -> None:
+    empty = tmp_path / "empty.json"
+    empty.write_bytes(b"")
+    for args, kwargs in ((("--spec", "-"), {"input": b""}), (("--spec", f"@{empty}"), {})):
+        ran = jobctl("submit", "--kind", "k", *args, **kwargs)  # type: ignore[arg-type]
+        assert ran.code == errors.Invalid.exit_code, ran.err
+        assert ran.err.startswith("jobctl: invalid: --spec is not JSON: "), ran.err
+    _nothing_written(jobctl)
+    assert jobctl("submit", "--kind", "k", "--spec", "-", input=b"{}").code == 0  # given, it is taken
+
+
+def _closed_stdin(jobctl: Jobctl, *args: str) -> subprocess.CompletedProcess[bytes]:
+    # exec ... <&-: the process starts with fd 0 closed, so sys.stdin is None
+    script = 'exec "$@" <&-'
+    return subprocess.run(
+        ["sh", "-c", script, "sh", JOBCTL, *args], capture_output=True, env=jobctl.subprocess_env(), timeout=60
+    )
+
+
+def test_json_from_a_closed_stdin_is_refused(jobctl: Jobctl) -> None:
+    job = jobctl.submit()
+    jobctl("claim", job, "--owner", "a")
+    before = jobctl.record(job)
+    for args, what in (
+        (("submit", "--kind", "k", "--spec", "-"), "--spec -"),
+        (("checkpoint", job, "-", "--epoch", "1"), "CHECKPOINT -"),
+        (("progress", job, "--epoch", "1", "--checkpoint", "-"), "--checkpoint -"),
+    ):
+        proc = _closed_stdin(jobctl, *args)
+        err = proc.stderr.decode()
+        assert proc.returncode == errors.Invalid.exit_code, err
+        assert err == (
+            f"jobctl: invalid: {what}: stdin is closed, there is nothing to read; "
+            "give the JSON inline or as @FILE, or run it with stdin open\n"
+        )
+    assert jobctl.record(job) == before
+    assert len(list((jobctl.root / "jobs").glob("*.json"))) == 1
+
+
+def test_run_next_with_an_id_is_a_usage_error_and_claims_nothing(jobctl: Jobctl) -> None:
+    other = jobctl.submit()
+    before = jobctl.record(other)
+    for args in (("run", "some-id", "--next", "--", "true"), ("run", "--next", "some-id")):
+        ran = jobctl(*args)
+        assert ran.code == errors.EXIT_USAGE, ran.err
+        assert "--next chooses the job itself; name no ID with it" in ran.err
+        assert jobctl.record(other) == before  # not claimed, not failed
