@@ -62,7 +62,7 @@ def processes() -> int:
     :data:`MAX_PROCESSES`; anything else is ignored).
     """
     given = os.environ.get(PROCESSES_ENV, "")
-    if given.isdigit() and 1 <= int(given) <= MAX_PROCESSES:
+    if given.isascii() and given.isdigit() and 1 <= int(given) <= MAX_PROCESSES:  # "²".isdigit() too
         return int(given)
     try:
         n = len(os.sched_getaffinity(0))

@@ -8,8 +8,11 @@ a time relative to an opened directory (``openat``), with ``O_NOFOLLOW``, so a
 link anywhere inside the store -- ``jobs/``, ``work/``, ``work/.jobctl``, a
 record, a lock, a log -- is refused instead of followed. What is opened is then
 checked with ``fstat``: a record, lock or log must be a regular file, a
-directory a directory. Reads open with ``O_NONBLOCK`` (a FIFO at a record's
-name must not hang a reader) and refuse records over :func:`max_record_bytes`.
+directory a directory; an open that fails on what is not a regular file
+(``ELOOP``, ``EISDIR``, ``ENXIO``, ...) names what is there too. Files open
+with ``O_NONBLOCK`` (a FIFO at a record's or lock's name must not hang a
+reader) and ``O_NOCTTY`` (a terminal there must not become ours), and reads
+refuse records over :func:`max_record_bytes`.
 New files are created with ``O_EXCL``.
 
 A refusal is a verdict naming the path: ``Invalid`` for something at a
@@ -53,8 +56,11 @@ _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_O_NOCTTY = getattr(os, "O_NOCTTY", 0)
 _DIR_FLAGS = os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC
-_READ_FLAGS = os.O_RDONLY | _O_NOFOLLOW | _O_NONBLOCK | _O_CLOEXEC
+# O_NONBLOCK: a FIFO at the name must not make the open wait; O_NOCTTY: a terminal there must not become ours.
+_FILE_FLAGS = _O_NOFOLLOW | _O_NONBLOCK | _O_NOCTTY | _O_CLOEXEC
+_READ_FLAGS = os.O_RDONLY | _FILE_FLAGS
 _CHUNK = 1 << 16
 
 #: Records larger than this are refused unread. The largest legitimate record
@@ -77,7 +83,8 @@ def max_record_bytes() -> int:
     if raw == _limit_cache[0]:
         return _limit_cache[1]
     value = raw.strip()
-    if not value.isdigit() or int(value) < 1:
+    # ASCII digits only: str.isdigit() also takes "²" and other digits int() refuses.
+    if not (value.isascii() and value.isdigit()) or int(value) < 1:
         raise Invalid(f"{MAX_RECORD_ENV} must be a whole number of bytes of at least 1, not {raw!r}")
     _limit_cache = (raw, int(value))
     return _limit_cache[1]
@@ -151,6 +158,24 @@ def refusal(path: str, exc: OSError, job_id: str = "", doing: str = "read") -> J
         job = f"job {job_id}: " if job_id else ""
         return WriteFailed(f"{job}cannot {doing} {path}: {reason}; nothing was changed", job_id)
     return Refused(f"cannot {doing} {path}: {reason}", job_id)
+
+
+def _odd_there(at: int, name: str, exc: OSError) -> str | None:
+    """What is at ``name`` when an open of it failed because it is not a regular file there; else None.
+
+    ``ELOOP`` (``O_NOFOLLOW`` met a link), ``EISDIR`` (a directory opened for
+    writing), ``ENXIO`` (a socket, or a FIFO with no reader opened for
+    writing), ``ENODEV`` and the like (a device): the ``lstat`` names it. An
+    error on what *is* a regular file (``EACCES``, a full disk) is None: the
+    caller's refusal says why.
+    """
+    if exc.errno == errno.ELOOP:
+        return "a symbolic link"
+    try:
+        mode = os.stat(name, dir_fd=at, follow_symlinks=False).st_mode
+    except OSError:
+        return None
+    return None if stat.S_ISREG(mode) else _kind(mode)
 
 
 def _odd(path: str, found: str, wanted: str, job_id: str = "") -> JobError:
@@ -236,8 +261,11 @@ def read_file_stat(
     except FileNotFoundError:
         return None
     except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise _odd(at.join(name), "a symbolic link", "a record", job_id) from None
+        found = _odd_there(at.fd, name, exc)
+        if found == "a symbolic link":
+            raise _odd(at.join(name), found, "a record", job_id) from None
+        if found is not None:  # a socket (ENXIO), say
+            raise _odd(at.join(name), found, "a record (a regular file)", job_id) from None
         raise refusal(at.join(name), exc, job_id) from None
     try:
         st = os.fstat(fd)
@@ -287,12 +315,13 @@ def _regular(fd: int, at: Dir, name: str, wanted: str, job_id: str, single: bool
 def _open_file(at: Dir, name: str, flags: int, wanted: str, job_id: str, doing: str) -> int:
     """``openat`` without following a link; ``FileExistsError``/``FileNotFoundError`` are the caller's."""
     try:
-        return os.open(name, flags | _O_NOFOLLOW | _O_NONBLOCK | _O_CLOEXEC, 0o600, dir_fd=at.fd)
+        return os.open(name, flags | _FILE_FLAGS, 0o600, dir_fd=at.fd)
     except (FileExistsError, FileNotFoundError):
         raise
     except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise _odd(at.join(name), "a symbolic link", wanted, job_id) from None
+        found = _odd_there(at.fd, name, exc)
+        if found is not None:  # a link (ELOOP), a directory (EISDIR), a socket (ENXIO), ...
+            raise _odd(at.join(name), found, wanted, job_id) from None
         raise refusal(at.join(name), exc, job_id, doing) from None
 
 
@@ -300,7 +329,10 @@ def open_lock(at: Dir, name: str, job_id: str = "") -> int:
     """Open (creating 0600 if missing) the lock file ``name``; a link or odd file there is refused.
 
     ``O_CREAT`` with ``O_NOFOLLOW`` fails on a link instead of creating its
-    target. ``O_RDWR`` on a FIFO would not block, but ``fstat`` refuses it.
+    target; a directory or a socket there fails the open, and is named.
+    ``O_NONBLOCK|O_NOCTTY``: a FIFO or a device planted there is neither
+    waited on nor made this process's terminal, and ``fstat`` refuses it
+    before the descriptor is used.
     """
     try:
         fd = _open_file(at, name, os.O_RDWR | os.O_CREAT, "a lock (a regular file)", job_id, "create")

@@ -30,8 +30,12 @@ The cache is optional and per user: ``<user cache dir>/summaries/<key>``
 (platformdirs: ``~/.cache/jobctl`` on Linux), the key hashing the real path
 and device/inode of the store's ``jobs/``. Directories are 0700 and files
 0600, and a directory or file that is a link, not ours, or open to others
-is not used -- nobody else can poison what we believe. A missing, unreadable,
-corrupt or read-only cache costs speed, never an error or a wrong answer.
+is not used -- nobody else can poison what we believe. Below the user cache
+directory nothing is followed: ``jobctl/`` and ``summaries/`` are opened one
+at a time with ``O_NOFOLLOW`` (:func:`_open_private`), and the files are
+opened (``O_NONBLOCK``: a FIFO is never waited on), created and renamed
+relative to the opened directory. A missing, unreadable, corrupt, malformed
+or read-only cache costs speed, never an error or a wrong answer.
 Writes are atomic (a temporary renamed into place).
 """
 
@@ -45,7 +49,7 @@ import sys
 import time
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from itertools import compress
+from itertools import compress, islice
 from operator import itemgetter
 from typing import Any, NamedTuple
 
@@ -95,6 +99,12 @@ _CHECK_SHARED_FROM = 5_000
 _S_IFREG = stat.S_IFREG
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+#: The user cache directory, opened as named; each directory below it, never through a link.
+_DIR_OPEN = os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC
+_DIR_BELOW = _DIR_OPEN | _O_NOFOLLOW
+#: A cache file: never through a link, never waiting (a FIFO planted there opens at once, and fstat refuses it).
+_FILE_OPEN = os.O_RDONLY | _O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | _O_CLOEXEC
 
 
 class Summary(NamedTuple):
@@ -149,24 +159,78 @@ def default_dir() -> str:
     return os.path.join(platformdirs.user_cache_dir("jobctl", appauthor=False), "summaries")
 
 
-def _private_dir(path: str, create: bool) -> bool:
-    """True when ``path`` is a real directory of ours that nobody else may enter."""
-    if create:
-        try:
-            os.makedirs(path, mode=0o700, exist_ok=True)
+def _open_private(directory: str, create: bool) -> int:
+    """A descriptor of the cache directory ``directory`` when it is ours alone; -1 when it is not (or is missing).
+
+    The user cache directory above ``jobctl/`` (``$XDG_CACHE_HOME``, or the
+    directory above a ``summaries=`` path) is opened as named: the user chose
+    it. Every component below it is opened relative to its parent with
+    ``O_NOFOLLOW`` (and, with ``create``, made 0700 when missing), so a link
+    planted at ``jobctl`` or ``summaries`` is never followed, and each must be
+    a directory of ours that nobody else may write (``summaries`` itself:
+    nobody else may even enter). The caller then opens, creates and renames
+    its files relative to the descriptor, so nothing is resolved by path.
+    """
+    root, last = os.path.split(os.path.normpath(directory))
+    parts = [last]
+    above, name = os.path.split(root)
+    if name == "jobctl":  # <user cache dir>/jobctl/summaries: jobctl/ is ours too
+        root, parts = above, ["jobctl", last]
+    root = root or "."
+    if not last or last in (".", ".."):
+        return -1
+    try:
+        fd = os.open(root, _DIR_OPEN)
+    except FileNotFoundError:
+        if not create:
+            return -1
+        try:  # the user cache directory itself is the user's path: made as named
+            os.makedirs(root, mode=0o700, exist_ok=True)
+            fd = os.open(root, _DIR_OPEN)
         except OSError:
-            return False
-    try:
-        st = os.lstat(path)
+            return -1
     except OSError:
-        return False
-    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077
-
-
-def _load_file(path: str) -> Any:
-    """The unmarshalled content of a cache file of ours alone; None for anything else."""
+        return -1
+    uid = os.geteuid()
     try:
-        fd = os.open(path, os.O_RDONLY | _O_CLOEXEC | _O_NOFOLLOW)
+        for i, part in enumerate(parts, 1 - len(parts)):  # i == 0: the last, summaries/ itself
+            try:
+                below = os.open(part, _DIR_BELOW, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    return -1
+                with contextlib.suppress(FileExistsError):  # made meanwhile: the open below judges it
+                    os.mkdir(part, 0o700, dir_fd=fd)
+                below = os.open(part, _DIR_BELOW, dir_fd=fd)
+            os.close(fd)
+            fd = below
+            st = os.fstat(fd)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid or st.st_mode & (0o022 if i else 0o077):
+                return -1  # not ours alone: neither believed nor written
+        found, fd = fd, -1
+        return found
+    except OSError:  # a link (ELOOP), not a directory (ENOTDIR), unreadable, ...
+        return -1
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+@contextlib.contextmanager
+def _private_dir(directory: str, create: bool) -> Iterator[int]:
+    """:func:`_open_private` for a ``with`` block (closed at its end); -1 when the cache is not to be used."""
+    fd = _open_private(directory, create)
+    try:
+        yield fd
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def _load_file(at: int, name: str) -> Any:
+    """The unmarshalled content of the cache file ``name`` in ``at``, when it is ours alone; None for anything else."""
+    try:
+        fd = os.open(name, _FILE_OPEN, dir_fd=at)
     except OSError:
         return None
     try:
@@ -227,11 +291,14 @@ class _Later:
             self.close()
 
 
-def _load_head(path: str) -> tuple[Any, _Later]:
-    """The head of a cache file of ours alone, and its rows to read later; ``(None, nothing)`` for anything else."""
+def _load_head(at: int, name: str) -> tuple[Any, _Later]:
+    """The head of the cache file ``name`` in ``at`` when it is ours alone, and its rows to read later.
+
+    ``(None, nothing)`` for anything else.
+    """
     nothing = _Later()
     try:
-        fd = os.open(path, os.O_RDONLY | _O_CLOEXEC | _O_NOFOLLOW)
+        fd = os.open(name, _FILE_OPEN, dir_fd=at)
     except OSError:
         return None, nothing
     try:
@@ -258,15 +325,15 @@ def _load_head(path: str) -> tuple[Any, _Later]:
             os.close(fd)
 
 
-def _save_file(path: str, value: Any, rows: Any = None) -> bool:
-    """Replace ``path`` atomically with ``value`` marshalled, 0600; False when that failed.
+def _save_file(at: int, name: str, value: Any, rows: Any = None) -> bool:
+    """Replace ``name`` in ``at`` atomically with ``value`` marshalled, 0600; False when that failed.
 
     With ``rows``: ``value`` is a head, written after its length and before
     the rows, so that a reader can take the head alone (:func:`_load_head`).
     """
-    tmp = f"{path}.{os.urandom(5).hex()}.tmp"
+    tmp = f"{name}.{os.urandom(5).hex()}.tmp"
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC | _O_NOFOLLOW, 0o600)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC | _O_NOFOLLOW, 0o600, dir_fd=at)
     except OSError:
         return False
     try:
@@ -279,11 +346,11 @@ def _save_file(path: str, value: Any, rows: Any = None) -> bool:
                 view = view[os.write(fd, view) :]
         finally:
             os.close(fd)
-        os.replace(tmp, path)
+        os.replace(tmp, name, src_dir_fd=at, dst_dir_fd=at)
         return True
     except (OSError, ValueError):
         try:
-            os.unlink(tmp)
+            os.unlink(tmp, dir_fd=at)
         except OSError:
             pass
         return False
@@ -477,8 +544,10 @@ class Summaries:
             return self
         key = f"{self.real}\0{jobs_stat.st_dev}\0{jobs_stat.st_ino}".encode("utf-8", "surrogateescape")
         self.base = os.path.join(directory, blake2b(key, digest_size=16).hexdigest())
-        if read and _private_dir(directory, create=False):
-            self._take(*_load_head(self.base + ".open"))
+        if read:
+            with _private_dir(directory, create=False) as at:
+                if at >= 0:
+                    self._take(*_load_head(at, os.path.basename(self.base) + ".open"))
         return self
 
     def _take(self, head: Any, later: _Later) -> None:
@@ -913,21 +982,54 @@ class Summaries:
         """Write the cache when this scan changed it (atomically: a temporary renamed into place)."""
         if not self.dirty or self.directory is None or not self.base:
             return
-        if not _private_dir(self.directory, create=True):
-            return
-        text, codes, sizes, times = self._rows_out
-        head = (_VERSION, sys.byteorder, self.real, self.dir_id, self.others)
-        if _save_file(self.base + ".open", head, (text, tuple(self._table), codes, sizes, times)):
-            self.dirty = False
-            if not self._loaded:
-                try:  # the second part of the cache of jobctl 0.x before version 4: no longer read
-                    os.unlink(self.base + ".stat")
-                except OSError:
-                    pass
+        name = os.path.basename(self.base)
+        with _private_dir(self.directory, create=True) as at:
+            if at < 0:
+                return
+            text, codes, sizes, times = self._rows_out
+            head = (_VERSION, sys.byteorder, self.real, self.dir_id, self.others)
+            if _save_file(at, name + ".open", head, (text, tuple(self._table), codes, sizes, times)):
+                self.dirty = False
+                if not self._loaded:
+                    try:  # the second part of the cache of jobctl 0.x before version 4: no longer read
+                        os.unlink(name + ".stat", dir_fd=at)
+                    except OSError:
+                        pass
 
 
 _new = tuple.__new__
 _FIELDS = len(Summary._fields)
+#: The types of a summary's fields as the writer writes them (jobctl.record.summary_tuple): the checkpoint
+#: text or None. marshal makes no subclass, so ``type(...) is`` is exact (and a bool is not taken for an int).
+_ROW_TYPES = frozenset(
+    (str, str, str, int, int, str, int, str, checkpoint, int, int) for checkpoint in (str, type(None))
+)
+_ONLY_TUPLE = frozenset((tuple,))
+
+
+def _well_formed(others: Any, rows: Any, idents: Any) -> bool:
+    """Whether a loaded listing part is as :meth:`Listed.save` writes it; anything else is not believed.
+
+    ``others`` and the rows' ids each strictly ascending strings (which the
+    walk's merge relies on to name each record once), with no id in both;
+    each row a tuple of :data:`_ROW_TYPES`; an identity string beside each.
+    A part that is not is taken as absent: that costs the listing speed,
+    never a traceback or a record shown wrongly (or twice, or not at all).
+    """
+    if not (type(others) is list and type(rows) is list and type(idents) is list and len(rows) == len(idents)):
+        return False
+    if not set(map(type, idents)) <= _ONLY_STR or not set(map(type, others)) <= _ONLY_STR:
+        return False
+    if not all(map(str.__lt__, others, islice(others, 1, None))):
+        return False
+    if not set(map(type, rows)) <= _ONLY_TUPLE:
+        return False
+    types, last = _ROW_TYPES, ""
+    for fields in rows:  # one pass; about 0.35 us a row
+        if tuple(map(type, fields)) not in types or not last < fields[0]:
+            return False
+        last = fields[0]
+    return not others or set(others).isdisjoint(map(itemgetter(0), rows))
 
 
 class Listed:
@@ -961,24 +1063,20 @@ class Listed:
         self._fresh = False
         self.dirty = False
         self._started = time.time_ns()
-        if directory is None or not base or not _private_dir(directory, create=False):
-            self.directory = None if directory is None or not base else directory
+        if directory is None or not base:
+            self.directory = None
             return
-        data = _load_file(base + ".list")
+        with _private_dir(directory, create=False) as at:
+            if at < 0:
+                return
+            data = _load_file(at, os.path.basename(base) + ".list")
         try:
             version, real_path, dir_id, others, rows, idents = data
-            if (
-                version == _VERSION
-                and real_path == real
-                and type(rows) is list
-                and type(idents) is list
-                and type(others) is list
-                and len(rows) == len(idents)
-            ):
+            if version == _VERSION and real_path == real and _well_formed(others, rows, idents):
                 self.rows, self.idents, self.others = rows, idents, others
                 self.dir_id = tuple(dir_id) if dir_id is not None else None
         except (TypeError, ValueError):
-            pass
+            self.rows, self.idents, self.others = [], [], []
 
     @classmethod
     def of(cls, summaries: Summaries) -> Listed:
@@ -1000,18 +1098,13 @@ class Listed:
         A summarised record comes as its :class:`Summary`; any other (to be
         read whole) as its id.
         """
-        others = self.others
+        others = self.others  # like the rows, checked when loaded (_well_formed): the merge meets each name once
         k, n = 0, len(others)
         for fields in self.rows:
-            try:
-                job_id = fields[0]
-                while k < n and others[k] < job_id:
-                    yield others[k]
-                    k += 1
-                if len(fields) != _FIELDS:
-                    raise ValueError
-            except (TypeError, ValueError, IndexError):
-                continue  # a malformed row: ignored here, and not written again
+            job_id = fields[0]
+            while k < n and others[k] < job_id:
+                yield others[k]
+                k += 1
             yield _new(Summary, fields)
         while k < n:
             yield others[k]
@@ -1086,34 +1179,34 @@ class Listed:
         dir_id: tuple[int, ...] | None = None
         if jobs_stat is not None and not too_recent(jobs_stat.st_mtime_ns, jobs_stat.st_ctime_ns, self._started):
             dir_id = _dir_identity(jobs_stat)
-        self._others.sort()
+        # Once each, and in order: what _well_formed asks of a part read back.
+        others = self._others = sorted(set(self._others))
         if self._fresh:
             # Walked, not statted: every row still holds, and whatever was remembered joins them.
-            if not self.dirty and self._others == self.others and dir_id == self.dir_id:
+            if not self.dirty and others == self.others and dir_id == self.dir_id:
                 return
-            seen = {
-                fields[0]: (known, fields)
-                for known, fields in zip(self.idents, self.rows, strict=True)
-                if type(fields) is tuple and len(fields) == _FIELDS
-            }
+            seen = {fields[0]: (known, fields) for known, fields in zip(self.idents, self.rows, strict=True)}
             seen.update(self.seen)
         else:
-            if (
-                not self.dirty
-                and len(self.seen) == len(self.rows)
-                and self._others == self.others
-                and dir_id == self.dir_id
-            ):
+            if not self.dirty and len(self.seen) == len(self.rows) and others == self.others and dir_id == self.dir_id:
                 return
             seen = self.seen
-        directory, path, head = self.directory, self.base + ".list", (_VERSION, self.real, dir_id, self._others)
+        directory, name, head = (
+            self.directory,
+            os.path.basename(self.base) + ".list",
+            (_VERSION, self.real, dir_id, others),
+        )
 
         def write() -> None:
             order = sorted(seen)
+            if others and not seen.keys().isdisjoint(others):
+                named = set(others)  # read whole every time (too recent to trust, say): no summary of it kept
+                order = [job_id for job_id in order if job_id not in named]
             rows = [seen[job_id][1] for job_id in order]
             idents = [seen[job_id][0] for job_id in order]
-            if _private_dir(directory, create=True):
-                _save_file(path, (*head, rows, idents))
+            with _private_dir(directory, create=True) as at:
+                if at >= 0:
+                    _save_file(at, name, (*head, rows, idents))
 
         if aside:
             now_or_aside(write, len(seen))

@@ -12,6 +12,7 @@ import json
 import os
 import resource
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -22,9 +23,23 @@ from clitools import JOBCTL, Jobctl
 from jobctl import errors
 
 
+def bind_socket(path: Path) -> None:
+    """A Unix socket at ``path`` (bound by its name alone: a socket's path is limited to about 100 bytes)."""
+    here = os.getcwd()
+    os.chdir(path.parent)
+    try:
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.bind(path.name)  # the socket file stays when the socket is closed
+    finally:
+        os.chdir(here)
+
+
 def plant(jobctl: Jobctl, kind: str) -> tuple[str, str]:
-    """Put ``kind`` (fifo, dir, sparse, link) at record ``odd-1``'s name; return (id, what stderr says)."""
+    """Put ``kind`` (fifo, dir, socket, sparse, link) at record ``odd-1``'s name; return (id, what stderr says)."""
     path = jobctl.root / "jobs" / "odd-1.json"
+    if kind == "socket":  # its open fails (ENXIO) before any fstat: named all the same
+        bind_socket(path)
+        return "odd-1", f"{path} is a socket, not a record (a regular file)"
     if kind == "fifo":
         os.mkfifo(path)
         return "odd-1", f"{path} is a FIFO, not a record (a regular file)"
@@ -39,7 +54,7 @@ def plant(jobctl: Jobctl, kind: str) -> tuple[str, str]:
     return "odd-1", f"{path} is a symbolic link, not a record; jobctl does not follow links in a store"
 
 
-KINDS = ["fifo", "dir", "sparse", "link"]
+KINDS = ["fifo", "dir", "socket", "sparse", "link"]
 
 
 @pytest.mark.timeout(30)
@@ -81,6 +96,41 @@ def test_worker_once_runs_the_others_past_an_odd_record(jobctl: Jobctl, tmp_path
     assert proc.returncode == 0, proc.stderr
     assert marker.read_text() == "yes"
     assert jobctl.store().load(good).state == "complete"
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("kind", ["dir", "socket", "fifo"])
+def test_an_odd_file_at_a_lock_is_invalid_naming_it(jobctl: Jobctl, kind: str) -> None:
+    """Before, a directory (EISDIR) or a socket (ENXIO) at a lock was "refused: cannot create ...", exit 10."""
+    job = jobctl.submit("--id", "a1")
+    lock = jobctl.root / "jobs" / "a1.json.lock"
+    lock.unlink()
+    if kind == "dir":
+        lock.mkdir()
+    elif kind == "socket":
+        bind_socket(lock)
+    else:
+        os.mkfifo(lock)
+    what = {"dir": "a directory", "socket": "a socket", "fifo": "a FIFO"}[kind]
+    before = jobctl.record(job)
+    for command in (("claim", job, "--owner", "x"), ("cancel", job)):
+        ran = jobctl(*command)
+        assert ran.code == errors.Invalid.exit_code, (command, ran.err)
+        assert ran.err.startswith(f"jobctl: invalid: {lock} is {what}, not a lock (a regular file)"), ran.err
+        assert ran.err.count("\n") == 1 and ran.out == b""
+    assert jobctl.record(job) == before
+
+
+@pytest.mark.parametrize("bad", ["²", "1e9"])
+def test_a_record_size_limit_that_is_no_whole_number_is_one_invalid_line(jobctl: Jobctl, bad: str) -> None:
+    """Before, "²" (a digit to str.isdigit(), not to int()) was a ValueError traceback."""
+    job = jobctl.submit()
+    ran = jobctl("show", job, env={"JOBCTL_MAX_RECORD_BYTES": bad})
+    assert ran.code == errors.Invalid.exit_code and ran.out == b""
+    assert ran.err.startswith(
+        f"jobctl: invalid: JOBCTL_MAX_RECORD_BYTES must be a whole number of bytes of at least 1, not {bad!r}"
+    )
+    assert ran.err.count("\n") == 1
 
 
 def _efbig(limit: int) -> None:

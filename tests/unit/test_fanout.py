@@ -220,7 +220,8 @@ def test_processes_counts_cpus_and_takes_the_setting(monkeypatch: pytest.MonkeyP
     assert fanout.processes() == min(len(os.sched_getaffinity(0)), fanout.MAX_PROCESSES)
     monkeypatch.setenv(fanout.PROCESSES_ENV, "3")
     assert fanout.processes() == 3
-    for ignored in ("0", "-1", "many", str(fanout.MAX_PROCESSES + 1), ""):
+    # "²" and "٣" are digits to str.isdigit() (int() refuses the first, takes the second as 3): not whole numbers.
+    for ignored in ("0", "-1", "many", str(fanout.MAX_PROCESSES + 1), "", "²", "٣", " 3"):
         monkeypatch.setenv(fanout.PROCESSES_ENV, ignored)
         assert fanout.processes() == min(len(os.sched_getaffinity(0)), fanout.MAX_PROCESSES)
 

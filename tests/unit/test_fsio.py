@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import socket
+import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from jobctl import Invalid, fsio
+from jobctl import Invalid, Refused, fsio
 from jobctl.errors import JobError
 
 
@@ -84,3 +88,95 @@ def test_remove_below_never_walks_a_linked_parent(tmp_path: Path) -> None:
     fsio.remove_below(str(root), str(root / "nothing" / "here"))  # missing: nothing to do
     with pytest.raises(ValueError):
         fsio.remove_below(str(root), str(tmp_path / "elsewhere"))
+
+
+@pytest.mark.parametrize("bad", ["0", "-5", "lots", "1e9", "²", "٣", "1²"])
+def test_a_record_size_limit_that_is_no_whole_number_is_invalid_naming_it(
+    monkeypatch: pytest.MonkeyPatch, bad: str
+) -> None:
+    """Only ASCII digits: "²".isdigit() is true, and int("²") would raise ValueError (a traceback)."""
+    monkeypatch.setenv(fsio.MAX_RECORD_ENV, bad)
+    with pytest.raises(
+        Invalid, match=f"^JOBCTL_MAX_RECORD_BYTES must be a whole number of bytes of at least 1, not '{bad}'$"
+    ):
+        fsio.max_record_bytes()
+    monkeypatch.setenv(fsio.MAX_RECORD_ENV, " 12 ")
+    assert fsio.max_record_bytes() == 12
+
+
+def _socket_at(path: Path) -> None:
+    """A Unix socket at ``path``, bound by its name alone (a socket's path is limited to about 100 bytes)."""
+    here = os.getcwd()
+    os.chdir(path.parent)
+    try:
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.bind(path.name)  # the socket file stays when the socket is closed
+    finally:
+        os.chdir(here)
+
+
+@pytest.mark.parametrize("kind", ["directory", "socket", "FIFO"])
+def test_an_odd_file_at_a_lock_or_record_name_is_invalid_naming_what_is_there(tmp_path: Path, kind: str) -> None:
+    """A directory (EISDIR) or a socket (ENXIO) fails the open itself: named as an odd file, not 'cannot create'."""
+    for name in ("r.json.lock", "r.json", "attempt-1.log"):
+        path = tmp_path / name
+        if kind == "directory":
+            path.mkdir()
+        elif kind == "socket":
+            _socket_at(path)
+        else:
+            os.mkfifo(path)
+    with fsio.opened_dir(str(tmp_path)) as at:
+        with pytest.raises(Invalid, match=rf"^{tmp_path}/r\.json\.lock is a {kind}, not a lock \(a regular file\)$"):
+            fsio.open_lock(at, "r.json.lock")
+        with pytest.raises(Invalid, match=rf"^{tmp_path}/r\.json is a {kind}, not a record \(a regular file\)$"):
+            fsio.read_file(at, "r.json")
+        with pytest.raises(Invalid, match=rf"^{tmp_path}/attempt-1\.log is a {kind}, not a log \(a regular file\)$"):
+            fsio.open_append(at, "attempt-1.log")
+        with pytest.raises(Invalid, match=rf"^{tmp_path}/attempt-1\.log is a {kind}, not a log \(a regular file\)$"):
+            fsio.open_read(at, "attempt-1.log")
+
+
+def test_a_refusal_of_a_regular_file_still_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only what is not a regular file is named odd: EACCES on a record stays 'refused ... Permission denied'."""
+    (tmp_path / "r.json").write_text("{}")
+    real_open = os.open
+
+    def denying(name: Any, *args: Any, **kwargs: Any) -> int:
+        if name == "r.json":
+            raise PermissionError(errno.EACCES, "Permission denied")
+        return real_open(name, *args, **kwargs)
+
+    with fsio.opened_dir(str(tmp_path)) as at:
+        monkeypatch.setattr(os, "open", denying)
+        with pytest.raises(Refused, match=rf"^cannot read {tmp_path}/r\.json: Permission denied$"):
+            fsio.read_file(at, "r.json")
+        with pytest.raises(Refused, match=rf"^cannot create {tmp_path}/r\.json: Permission denied$"):
+            fsio.open_lock(at, "r.json")
+
+
+def test_a_lock_is_opened_neither_waiting_nor_taking_a_terminal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """O_RDWR opens a device or FIFO planted at a lock before fstat can refuse it: O_NONBLOCK so it is not
+    waited on, O_NOCTTY so a terminal there does not become the controlling terminal of a session leader
+    (a worker under setsid). A real terminal cannot be planted here (a pty opens only through devpts)."""
+    flags: list[int] = []
+    real_open = os.open
+
+    def recording(name: Any, how: int, *args: Any, **kwargs: Any) -> int:
+        if name == "null.json.lock":
+            flags.append(how)
+        return real_open(name, how, *args, **kwargs)
+
+    if os.geteuid() == 0:  # a device at the lock's name, refused naming it
+        os.mknod(tmp_path / "null.json.lock", stat.S_IFCHR | 0o600, os.stat("/dev/null").st_rdev)
+    monkeypatch.setattr(os, "open", recording)
+    with fsio.opened_dir(str(tmp_path)) as at:
+        if os.geteuid() == 0:
+            with pytest.raises(Invalid, match=r"null\.json\.lock is a device, not a lock \(a regular file\)$"):
+                fsio.open_lock(at, "null.json.lock")
+        else:
+            os.close(fsio.open_lock(at, "null.json.lock"))
+    wanted = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    assert flags and all(how & wanted == wanted for how in flags)

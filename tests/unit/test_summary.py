@@ -220,6 +220,176 @@ def test_a_missing_or_unwritable_cache_only_costs_time(tmp_path: Path) -> None:
     assert answer(store.list_open()) == reference(store)
 
 
+def finished_and_open(store: FileStore) -> None:
+    """Three finished records and two pending ones: both parts of the cache have rows and others."""
+    for _ in range(3):
+        finish(store, store.submit(Record(kind="k", spec={})))
+    for _ in range(2):
+        store.submit(Record(kind="k", spec={}))
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("part", [".open", ".list"])
+def test_a_fifo_at_a_cache_file_is_neither_waited_on_nor_believed(tmp_path: Path, later: None, part: str) -> None:
+    """Opened O_NONBLOCK, then refused by fstat: before, the open itself waited for a writer forever."""
+    cache = tmp_path / "cache"
+    store = FileStore(tmp_path / "root", summaries=str(cache))
+    finished_and_open(store)
+    expected, whole = reference(store), listed(FileStore(store.root, summaries=False))
+    assert listed_briefly(store) == whole  # both parts written
+    path = next(p for p in cache_files(cache) if p.suffix == part)
+    path.unlink()
+    os.mkfifo(path, 0o600)
+    assert answer(store.list_open()) == expected
+    assert listed_briefly(store) == whole
+    assert listed(store) == whole
+
+
+def xdg_cache(tmp_path: Path) -> Path:
+    return tmp_path / "xdg" / "jobctl" / "summaries"
+
+
+def test_the_directories_below_the_user_cache_directory_are_made_private(tmp_path: Path, later: None) -> None:
+    (tmp_path / "real-xdg").mkdir()
+    (tmp_path / "xdg").symlink_to(tmp_path / "real-xdg")  # the user cache directory itself is the user's to link
+    store = FileStore(tmp_path / "root", summaries=str(xdg_cache(tmp_path)))
+    finished_and_open(store)
+    store.list_open()
+    for made in (tmp_path / "real-xdg" / "jobctl", tmp_path / "real-xdg" / "jobctl" / "summaries"):
+        assert stat.S_IMODE(made.lstat().st_mode) == 0o700 and made.is_dir() and not made.is_symlink()
+    assert [p.suffix for p in cache_files(xdg_cache(tmp_path))] == [".open"]
+
+
+@pytest.mark.parametrize("linked", ["jobctl", "summaries"])
+def test_a_link_below_the_user_cache_directory_is_never_followed(tmp_path: Path, later: None, linked: str) -> None:
+    """Before, makedirs followed a link at jobctl/ and the cache was written (and believed) where it led."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    cache = xdg_cache(tmp_path)
+    if linked == "jobctl":
+        cache.parent.parent.mkdir()
+        cache.parent.symlink_to(elsewhere)
+    else:
+        cache.parent.mkdir(parents=True, mode=0o700)
+        cache.symlink_to(elsewhere)
+    store = FileStore(tmp_path / "root", summaries=str(cache))
+    finished_and_open(store)
+    whole = listed(FileStore(store.root, summaries=False))
+    for _ in range(2):
+        assert answer(store.list_open()) == reference(store)
+        assert listed_briefly(store) == whole
+    assert list(elsewhere.rglob("*")) == []
+
+
+@pytest.mark.parametrize(
+    "how", ["jobctl open to the group", "jobctl of another owner", "jobctl a link", "summaries a link"]
+)
+def test_a_cache_directory_not_ours_alone_above_the_files_is_never_believed(
+    tmp_path: Path, later: None, how: str
+) -> None:
+    """jobctl/ as well as summaries/ must be ours and written by nobody else; else the cache is not used."""
+    cache = xdg_cache(tmp_path)
+    store = FileStore(tmp_path / "root", summaries=str(cache))
+    job_id = store.submit(Record(kind="k", spec={}))
+    finish(store, job_id)
+    store.list_open()
+    poison(store, cache, "failed")
+    top = cache.parent
+    top.chmod(0o755)  # as an older jobctl's os.makedirs left it: still ours alone to write
+    assert store.list_open().states[job_id] == "failed"  # the poison works when the directories are trusted
+    if how == "jobctl open to the group":
+        top.chmod(0o775)
+    elif how == "jobctl of another owner":
+        if os.geteuid() != 0:
+            pytest.skip("only root can give a directory away")
+        os.chown(top, 4242, -1)
+    elif how == "jobctl a link":
+        top.rename(tmp_path / "moved")
+        top.symlink_to(tmp_path / "moved")
+    else:
+        cache.rename(tmp_path / "moved")
+        cache.symlink_to(tmp_path / "moved")
+    assert answer(store.list_open()) == reference(store)
+    assert listed_briefly(store) == listed(FileStore(store.root, summaries=False))
+
+
+def _list_part(cache: Path) -> tuple[Path, list[Any]]:
+    path = next(p for p in cache_files(cache) if p.suffix == ".list")
+    return path, list(marshal.loads(path.read_bytes()))
+
+
+def _mangle(how: str, others: list[Any], rows: list[Any], idents: list[Any]) -> None:
+    """Make the listing part's ``others``, ``rows`` and ``idents`` (in place) malformed in the way ``how`` names."""
+    first = rows[0]
+    if how == "an other that is no string":
+        others.append(5)
+    elif how == "others out of order":
+        others.reverse()
+    elif how == "an id among the others too":
+        others.append(first[0])
+        others.sort()
+    elif how == "a row twice":
+        rows.insert(1, first)
+        idents.insert(1, idents[0])
+    elif how == "rows out of order":
+        rows.reverse()
+        idents.reverse()
+    elif how == "a row that is a list":
+        rows[0] = list(first)
+    elif how == "a row too short":
+        rows[0] = first[:-1]
+    elif how == "an identity that is no string":
+        idents[0] = 5
+    else:  # a field of another type: "created a string", "expires a string", "done a bool", "kind None", ...
+        field, kind = how.split(" a ") if " a " in how else how.split(" ")
+        at = summary.Summary._fields.index(field)
+        value = {"string": "2030", "bool": True, "None": None, "float": 1.0, "int": 7}[kind]
+        rows[0] = (*first[:at], value, *first[at + 1 :])
+
+
+@pytest.mark.parametrize("unchanged", [True, False], ids=["walked", "looked up"])
+@pytest.mark.parametrize(
+    "how",
+    [
+        "an other that is no string",
+        "others out of order",
+        "an id among the others too",
+        "a row twice",
+        "rows out of order",
+        "a row that is a list",
+        "a row too short",
+        "an identity that is no string",
+        "created a string",
+        "expires a string",
+        "done a bool",
+        "epoch a float",
+        "kind None",
+        "id a int",
+        "checkpoint a int",
+    ],
+)
+def test_a_malformed_listing_part_costs_speed_never_an_answer(
+    tmp_path: Path, later: None, how: str, unchanged: bool
+) -> None:
+    """A private but malformed .list is not believed: before, an int among the others or a created
+    that was a string made piped ``jobctl list`` raise (AttributeError, TypeError), or a row shown wrongly."""
+    cache = tmp_path / "cache"
+    store = FileStore(tmp_path / "root", summaries=str(cache))
+    finished_and_open(store)
+    whole = listed(FileStore(store.root, summaries=False))
+    assert listed_briefly(store) == whole
+    path, part = _list_part(cache)
+    _mangle(how, part[3], part[4], part[5])
+    path.write_bytes(marshal.dumps(tuple(part)))
+    if not unchanged:  # jobs/ changed: each file's identity is compared with the part's (Listed.lookup)
+        (Path(store.jobs_dir) / "stray").write_text("")
+        (Path(store.jobs_dir) / "stray").unlink()
+    assert listed_briefly(store) == whole
+    assert listed(store) == whole
+    _, written = _list_part(cache)
+    assert summary._well_formed(*written[3:])  # what is written again is believed again
+
+
 def test_the_default_directory_is_the_user_cache_directory(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     import platformdirs
 
