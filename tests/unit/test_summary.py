@@ -8,6 +8,7 @@ import random
 import stat
 import sys
 import time
+import zlib
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -314,8 +315,17 @@ def test_a_cache_directory_not_ours_alone_above_the_files_is_never_believed(
 
 
 def _list_part(cache: Path) -> tuple[Path, list[Any]]:
+    """The listing part's path and content; its seal checked."""
     path = next(p for p in cache_files(cache) if p.suffix == ".list")
-    return path, list(marshal.loads(path.read_bytes()))
+    data = path.read_bytes()
+    assert zlib.crc32(data[4:]) == int.from_bytes(data[:4], "little")
+    return path, list(marshal.loads(data[4:]))
+
+
+def _sealed(part: list[Any]) -> bytes:
+    """``part`` as the writer writes it, its seal made anew: a malformation the seal cannot catch."""
+    data = marshal.dumps(tuple(part))
+    return zlib.crc32(data).to_bytes(4, "little") + data
 
 
 def _mangle(how: str, others: list[Any], rows: list[Any], idents: list[Any]) -> None:
@@ -347,6 +357,10 @@ def _mangle(how: str, others: list[Any], rows: list[Any], idents: list[Any]) -> 
         rows[0] = (*first[:at], value, *first[at + 1 :])
 
 
+#: Malformations the shape check itself refuses (the others, the lengths); the rest only the seal can.
+SHAPES = {"an other that is no string", "others out of order", "a row that is a list"}
+
+
 @pytest.mark.parametrize("unchanged", [True, False], ids=["walked", "looked up"])
 @pytest.mark.parametrize(
     "how",
@@ -372,7 +386,10 @@ def test_a_malformed_listing_part_costs_speed_never_an_answer(
     tmp_path: Path, later: None, how: str, unchanged: bool
 ) -> None:
     """A private but malformed .list is not believed: before, an int among the others or a created
-    that was a string made piped ``jobctl list`` raise (AttributeError, TypeError), or a row shown wrongly."""
+    that was a string made piped ``jobctl list`` raise (AttributeError, TypeError), or a row shown wrongly.
+
+    A part whose shape is wrong (``SHAPES``) is refused by its shape, even sealed; any other damage
+    by the seal (the part written again without one, as a change after the writer's leaves it)."""
     cache = tmp_path / "cache"
     store = FileStore(tmp_path / "root", summaries=str(cache))
     finished_and_open(store)
@@ -380,7 +397,8 @@ def test_a_malformed_listing_part_costs_speed_never_an_answer(
     assert listed_briefly(store) == whole
     path, part = _list_part(cache)
     _mangle(how, part[3], part[4], part[5])
-    path.write_bytes(marshal.dumps(tuple(part)))
+    # What the shape check refuses is refused sealed; the rest as damage after the writer leaves it: unsealed.
+    path.write_bytes(_sealed(part) if how in SHAPES else marshal.dumps(tuple(part)))
     if not unchanged:  # jobs/ changed: each file's identity is compared with the part's (Listed.lookup)
         (Path(store.jobs_dir) / "stray").write_text("")
         (Path(store.jobs_dir) / "stray").unlink()
@@ -388,6 +406,25 @@ def test_a_malformed_listing_part_costs_speed_never_an_answer(
     assert listed(store) == whole
     _, written = _list_part(cache)
     assert summary._well_formed(*written[3:])  # what is written again is believed again
+
+
+@pytest.mark.parametrize("at", [0, 3, 4, 100, -1], ids=["seal", "seal's end", "marshal's start", "a row", "last"])
+def test_a_listing_part_with_one_byte_changed_is_not_believed(tmp_path: Path, later: None, at: int) -> None:
+    """A sealed part is believed only as written: one byte changed anywhere and it is as absent."""
+    cache = tmp_path / "cache"
+    store = FileStore(tmp_path / "root", summaries=str(cache))
+    finished_and_open(store)
+    whole = listed(FileStore(store.root, summaries=False))
+    assert listed_briefly(store) == whole
+    path, _ = _list_part(cache)
+    base, real = str(path)[: -len(".list")], str(Path(store.jobs_dir).resolve())
+    assert summary.Listed(base, str(cache), real).rows  # believed as written
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0x01
+    path.write_bytes(bytes(data))
+    assert summary.Listed(base, str(cache), real).rows == []
+    assert listed_briefly(store) == whole
+    _list_part(cache)  # written again, sealed
 
 
 def test_the_default_directory_is_the_user_cache_directory(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
