@@ -8,7 +8,7 @@ import time
 
 from .errors import Invalid
 
-__all__ = ["mint", "check"]
+__all__ = ["mint", "check", "safe"]
 
 # No leading dot, no separator, no control character, something visible.
 _SAFE = re.compile(r"[^./\\\s\x00-\x1f\x7f-\x9f][^/\\\x00-\x1f\x7f-\x9f]*\Z")
@@ -21,6 +21,15 @@ def mint() -> str:
     ids is creation order while the millisecond field keeps 13 digits.
     """
     return f"{time.time_ns() // 1_000_000}-{os.urandom(10).hex()}"
+
+
+def safe(job_id: object) -> bool:
+    """True when :func:`check` takes ``job_id``."""
+    try:
+        check(job_id)
+    except Invalid:
+        return False
+    return True
 
 
 def check(job_id: object) -> str:

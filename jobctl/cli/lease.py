@@ -8,6 +8,7 @@ for the id and ``--epoch``, so a command run under a lease needs neither.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import click
@@ -117,7 +118,9 @@ def claim(
     With --next, the job is the oldest orphan whose dependencies are
     complete, whose not-before time has passed and that is not paused; the
     line starts with its id. Nothing runnable exits 3 (not_found); with -q
-    it says nothing, so cron mails only real errors.
+    it says nothing, so cron mails only real errors. A claim whose line
+    nobody can read (stdout closed, `| head -0`) is given back at once and
+    exits 141: nobody has its epoch.
 
     \b
     Examples:
@@ -147,12 +150,19 @@ def claim(
     else:
         assert job_id is not None
         rec = state.lease_store(ttl).claim(job_id, who, ttl)
-    if fmt == "json" or state.json:
-        render.out_json(render.job_json(rec, state.now()))
-    elif fmt == "env":
-        render.out(render.env_line(rec))
-    else:
-        render.out(render.next_line(rec) if take_next else render.claim_line(rec))
+    try:
+        if fmt == "json" or state.json:
+            render.out_json(render.job_json(rec, state.now()))
+        elif fmt == "env":
+            render.out(render.env_line(rec))
+        else:
+            render.out(render.next_line(rec) if take_next else render.claim_line(rec))
+    except BrokenPipeError:
+        # Nobody read the epoch, so nobody can work under this lease: give it back at once
+        # rather than leave the job stranded for its TTL. Exits 141 all the same.
+        with contextlib.suppress(JobError, OSError):
+            state.lease_store(ttl).release(rec.id, rec.lease.epoch)
+        raise
 
 
 @click.command(cls=JobCommand, short_help="Record work done (and a checkpoint) as the holder.")

@@ -715,7 +715,9 @@ class FileStore(ContractStore):
             bases = set()
             for entry in fsio.scan(jobs):
                 m = _TEMP.match(entry.name)
-                if m:
+                if m and ids.safe(m.group(1)[:-5]):
+                    # A temporary beside a name no record can have ("..json.x.tmp") is nobody's
+                    # staging: sweeping it would take (and make) a lock ids.check never allows.
                     bases.add(m.group(1))
             removed = 0
             refusals: list[JobError] = []

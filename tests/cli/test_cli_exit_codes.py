@@ -355,3 +355,27 @@ def test_help_and_version_into_a_closed_pipe_exit_141(jobctl: Jobctl, args: tupl
     proc.stderr.close()
     assert proc.wait() == cli_main.EXIT_BROKEN_PIPE, err
     assert err == b""
+
+
+@pytest.mark.parametrize("how", ["closed pipe", "closed stdout"])
+@pytest.mark.parametrize("args", [("claim", "--next"), ("claim", "ID")], ids=["next", "named"])
+def test_a_claim_whose_output_nobody_reads_is_given_back(jobctl: Jobctl, how: str, args: tuple[str, ...]) -> None:
+    """``claim --next | head -0``: nobody has the epoch, so nobody can work under the lease; it is released, 141."""
+    job = jobctl.submit()
+    argv = [JOBCTL, *(job if a == "ID" else a for a in args), "--owner", "cron", "--ttl", "3600"]
+    if how == "closed stdout":
+        proc = subprocess.run(
+            ["sh", "-c", 'exec "$@" >&-', "sh", *argv], capture_output=True, env=jobctl.subprocess_env(), timeout=60
+        )
+        code, err = proc.returncode, proc.stderr
+    else:
+        with subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=jobctl.subprocess_env()
+        ) as running:
+            assert running.stdout is not None and running.stderr is not None
+            running.stdout.close()  # as `| head -0`
+            err = running.stderr.read()
+            code = running.wait()
+    assert code == cli_main.EXIT_BROKEN_PIPE, err
+    rec = jobctl.store().load(job)
+    assert rec.lease.epoch == 1 and rec.lease.owner == "" and rec.state == "pending"

@@ -27,9 +27,9 @@ def decoded(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     seen: list[str] = []
     real = file_store.decode
 
-    def counting(data: bytes, job_id: str = "") -> Record:
+    def counting(data: bytes, job_id: str = "", *, named: bool = False) -> Record:
         seen.append(job_id)
-        return real(data, job_id)
+        return real(data, job_id, named=named)
 
     monkeypatch.setattr(file_store, "decode", counting)
     return seen

@@ -1221,6 +1221,16 @@ def test_sweep_everything(clocked_store: jobctl.FileStore) -> None:
     assert sorted(os.listdir(jobs)) == ["a.json", f"{a}.json.lock", "a.json.lock.q.tmp", "b.json", "b.json.lock"]
 
 
+def test_sweep_takes_no_lock_a_record_id_could_not_have(clocked_store: jobctl.FileStore) -> None:
+    """A temporary beside a name ids.check refuses ("..json", ".hidden.json") is nobody's: no lock made for it."""
+    jobs = Path(clocked_store.jobs_dir)
+    planted = ["..json.x1.tmp", ".hidden.json.y2.tmp"]
+    for name in planted:
+        (jobs / name).write_bytes(b"")
+    assert clocked_store.sweep() == 0
+    assert sorted(os.listdir(jobs)) == sorted(planted)
+
+
 # -- every verdict class is reachable --------------------------------------------------------------
 
 
