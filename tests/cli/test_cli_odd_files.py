@@ -12,26 +12,15 @@ import json
 import os
 import resource
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from clitools import JOBCTL, Jobctl
+from oddfiles import bind_socket
 
 from jobctl import errors
-
-
-def bind_socket(path: Path) -> None:
-    """A Unix socket at ``path`` (bound by its name alone: a socket's path is limited to about 100 bytes)."""
-    here = os.getcwd()
-    os.chdir(path.parent)
-    try:
-        with socket.socket(socket.AF_UNIX) as sock:
-            sock.bind(path.name)  # the socket file stays when the socket is closed
-    finally:
-        os.chdir(here)
 
 
 def plant(jobctl: Jobctl, kind: str) -> tuple[str, str]:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import errno
 import os
-import socket
 import stat
 from pathlib import Path
 from typing import Any
 
 import pytest
+from oddfiles import bind_socket
 
 from jobctl import Invalid, Refused, fsio
 from jobctl.errors import JobError
@@ -104,17 +104,6 @@ def test_a_record_size_limit_that_is_no_whole_number_is_invalid_naming_it(
     assert fsio.max_record_bytes() == 12
 
 
-def _socket_at(path: Path) -> None:
-    """A Unix socket at ``path``, bound by its name alone (a socket's path is limited to about 100 bytes)."""
-    here = os.getcwd()
-    os.chdir(path.parent)
-    try:
-        with socket.socket(socket.AF_UNIX) as sock:
-            sock.bind(path.name)  # the socket file stays when the socket is closed
-    finally:
-        os.chdir(here)
-
-
 @pytest.mark.parametrize("kind", ["directory", "socket", "FIFO"])
 def test_an_odd_file_at_a_lock_or_record_name_is_invalid_naming_what_is_there(tmp_path: Path, kind: str) -> None:
     """A directory (EISDIR) or a socket (ENXIO) fails the open itself: named as an odd file, not 'cannot create'."""
@@ -123,7 +112,7 @@ def test_an_odd_file_at_a_lock_or_record_name_is_invalid_naming_what_is_there(tm
         if kind == "directory":
             path.mkdir()
         elif kind == "socket":
-            _socket_at(path)
+            bind_socket(path)
         else:
             os.mkfifo(path)
     with fsio.opened_dir(str(tmp_path)) as at:

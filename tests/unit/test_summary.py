@@ -322,6 +322,16 @@ def _list_part(cache: Path) -> tuple[Path, list[Any]]:
     return path, list(marshal.loads(data[4:]))
 
 
+def _listed_once(tmp_path: Path) -> tuple[Path, FileStore, tuple[list[tuple[object, ...]], list[str]]]:
+    """A store of finished and open records listed once (its listing part written); the whole listing."""
+    cache = tmp_path / "cache"
+    store = FileStore(tmp_path / "root", summaries=str(cache))
+    finished_and_open(store)
+    whole = listed(FileStore(store.root, summaries=False))
+    assert listed_briefly(store) == whole
+    return cache, store, whole
+
+
 def _sealed(part: list[Any]) -> bytes:
     """``part`` as the writer writes it, its seal made anew: a malformation the seal cannot catch."""
     data = marshal.dumps(tuple(part))
@@ -390,11 +400,7 @@ def test_a_malformed_listing_part_costs_speed_never_an_answer(
 
     A part whose shape is wrong (``SHAPES``) is refused by its shape, even sealed; any other damage
     by the seal (the part written again without one, as a change after the writer's leaves it)."""
-    cache = tmp_path / "cache"
-    store = FileStore(tmp_path / "root", summaries=str(cache))
-    finished_and_open(store)
-    whole = listed(FileStore(store.root, summaries=False))
-    assert listed_briefly(store) == whole
+    cache, store, whole = _listed_once(tmp_path)
     path, part = _list_part(cache)
     _mangle(how, part[3], part[4], part[5])
     # What the shape check refuses is refused sealed; the rest as damage after the writer leaves it: unsealed.
@@ -411,11 +417,7 @@ def test_a_malformed_listing_part_costs_speed_never_an_answer(
 @pytest.mark.parametrize("at", [0, 3, 4, 100, -1], ids=["seal", "seal's end", "marshal's start", "a row", "last"])
 def test_a_listing_part_with_one_byte_changed_is_not_believed(tmp_path: Path, later: None, at: int) -> None:
     """A sealed part is believed only as written: one byte changed anywhere and it is as absent."""
-    cache = tmp_path / "cache"
-    store = FileStore(tmp_path / "root", summaries=str(cache))
-    finished_and_open(store)
-    whole = listed(FileStore(store.root, summaries=False))
-    assert listed_briefly(store) == whole
+    cache, store, whole = _listed_once(tmp_path)
     path, _ = _list_part(cache)
     base, real = str(path)[: -len(".list")], str(Path(store.jobs_dir).resolve())
     assert summary.Listed(base, str(cache), real).rows  # believed as written
