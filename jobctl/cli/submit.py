@@ -176,7 +176,8 @@ def submit(
     An --id that is already in the store is refused `exists` (exit 15);
     with --exists-ok its id is printed and the exit is 0, so a producer that
     runs twice enqueues the work once. The existing job is not compared
-    with this request, nor changed.
+    with this request, nor changed; a record there that cannot be read is
+    refused as `show` refuses it (nothing would run).
 
     \b
     Examples:
@@ -249,6 +250,8 @@ def submit(
         if not exists_ok:
             raise
         new_id = rec.id  # already there: the work is enqueued, and that job is left exactly as it is
+        if not state.json:
+            store.load(new_id)  # ... if it can be read: a damaged record there enqueues nothing (invalid)
     if state.json:
         render.out_json(render.job_json(store.load(new_id), state.now()))
     else:

@@ -379,3 +379,15 @@ def test_a_claim_whose_output_nobody_reads_is_given_back(jobctl: Jobctl, how: st
     assert code == cli_main.EXIT_BROKEN_PIPE, err
     rec = jobctl.store().load(job)
     assert rec.lease.epoch == 1 and rec.lease.owner == "" and rec.state == "pending"
+
+
+@pytest.mark.parametrize("json", [False, True], ids=["plain", "json"])
+def test_exists_ok_on_a_damaged_record_is_invalid(jobctl: Jobctl, json: bool) -> None:
+    """The id is taken but its record cannot be read: nothing is enqueued, so exit 0 would hide it."""
+    path = jobctl.root / "jobs" / "bad.json"
+    path.write_bytes(b"{not json")
+    path.chmod(0o600)
+    ran = jobctl(*(["--json"] if json else []), "submit", "--kind", "k", "--id", "bad", "--exists-ok")
+    assert ran.code == errors.Invalid.exit_code and ran.out == b"", ran.err
+    assert ran.err.startswith("jobctl: invalid: ") and "bad" in ran.err and ran.err.count("\n") == 1
+    assert path.read_bytes() == b"{not json"
