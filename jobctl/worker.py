@@ -222,6 +222,7 @@ class Worker:
         self._said_unreadable: set[str] = set()
         self._said_blocked: set[str] = set()
         self._said_waits: set[tuple[str, int]] = set()
+        self._said_busy: set[str] = set()  # jobs whose lock another writer held (the slots', under _lock)
         # Shared with the slots.
         self._lock = threading.Lock()
         self._runs: dict[str, Run | Keeper] = {}
@@ -449,8 +450,12 @@ class Worker:
             # Waiting for the lock a moment only (LOCK_PATIENCE): a writer stopped in the middle of a write
             # would hold this slot (and a stop of the worker) for as long as it stays stopped. Tried again later.
             claimed = store.claim(rec.id, self.owner, self.ttl, wait=False)
-        except LockBusy:
-            self._post(_Report(rec.id, skip=True))
+        except LockBusy as exc:
+            with self._lock:
+                say = rec.id not in self._said_busy
+                self._said_busy.add(rec.id)
+            detail = f"{exc.message}; passed over, tried again later"
+            self._post(_Report(rec.id, skip=True, event=Event("waiting", rec.id, rec.kind, detail) if say else None))
             return
         except (LeaseHeld, Terminal, NotFound):
             self._post(_Report(rec.id))  # somebody was quicker; the view was stale

@@ -101,7 +101,7 @@ def test_claim_next_passes_over_the_frozen_record_and_claims_the_next(frozen: tu
 def test_a_drain_runs_the_others_and_leaves(frozen: tuple[FileStore, str, str]) -> None:
     store, first, second = frozen
     ran = subprocess.run(
-        [sys.executable, "-m", "jobctl", "worker", "--drain", "--name", "w", "-q"],
+        [sys.executable, "-m", "jobctl", "worker", "--drain", "--name", "w"],
         env=env(Path(store.root)),
         capture_output=True,
         text=True,
@@ -110,6 +110,8 @@ def test_a_drain_runs_the_others_and_leaves(frozen: tuple[FileStore, str, str]) 
     assert store.load(second).state == "complete", ran.stderr
     assert store.load(first).state == "pending" and store.load(first).lease.epoch == 0
     assert "Traceback" not in ran.stderr
+    said = [line for line in ran.stderr.splitlines() if first in line]
+    assert len(said) == 1 and "waiting" in said[0] and "is locked by another writer" in said[0], ran.stderr
 
 
 def test_a_worker_with_a_frozen_record_stops_when_told(frozen: tuple[FileStore, str, str], tmp_path: Path) -> None:
