@@ -72,6 +72,13 @@ def env(root: Path) -> dict[str, str]:
     return {**base, "JOB_STORE": str(root), "JOBCTL_CONFIG": no_config()}
 
 
+def jobctl(store: FileStore, *args: str) -> subprocess.CompletedProcess[str]:
+    """A real ``jobctl`` process on ``store``; it must end within 90 s, frozen lock or not."""
+    return subprocess.run(
+        [sys.executable, "-m", "jobctl", *args], env=env(Path(store.root)), capture_output=True, text=True, timeout=90
+    )
+
+
 def test_a_claim_that_will_not_wait_is_refused_lock_busy_and_writes_nothing(frozen: tuple[FileStore, str, str]) -> None:
     store, first, _ = frozen
     before = Path(store.path(first)).read_bytes()
@@ -85,13 +92,7 @@ def test_a_claim_that_will_not_wait_is_refused_lock_busy_and_writes_nothing(froz
 def test_claim_next_passes_over_the_frozen_record_and_claims_the_next(frozen: tuple[FileStore, str, str]) -> None:
     store, first, second = frozen
     before = Path(store.path(first)).read_bytes()
-    ran = subprocess.run(
-        [sys.executable, "-m", "jobctl", "claim", "--next", "--owner", "w"],
-        env=env(Path(store.root)),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    ran = jobctl(store, "claim", "--next", "--owner", "w")
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.split()[0] == second
     assert store.load(second).lease.owner == "w"
@@ -100,13 +101,7 @@ def test_claim_next_passes_over_the_frozen_record_and_claims_the_next(frozen: tu
 
 def test_a_drain_runs_the_others_and_leaves(frozen: tuple[FileStore, str, str]) -> None:
     store, first, second = frozen
-    ran = subprocess.run(
-        [sys.executable, "-m", "jobctl", "worker", "--drain", "--name", "w"],
-        env=env(Path(store.root)),
-        capture_output=True,
-        text=True,
-        timeout=90,
-    )
+    ran = jobctl(store, "worker", "--drain", "--name", "w")
     assert store.load(second).state == "complete", ran.stderr
     assert store.load(first).state == "pending" and store.load(first).lease.epoch == 0
     assert "Traceback" not in ran.stderr
