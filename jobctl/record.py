@@ -831,8 +831,12 @@ def summary_or_record(data: bytes | str, job_id: str = "") -> tuple[Any, ...] | 
         except Exception:  # decode says why, in its words
             parts = None
         # A record naming another id than it was read under goes to decode, which refuses it.
-        ours = parts is not None and (not job_id or parts.id == job_id)
-        if ours and parts is not None and parts.state in TERMINAL and parts.checkpoint is None:
+        if (
+            parts is not None
+            and (not job_id or parts.id == job_id)
+            and parts.state in TERMINAL
+            and parts.checkpoint is None
+        ):
             return summary_tuple(
                 parts.id, parts.kind, parts.state, parts.done, parts.total, parts.owner, parts.epoch,
                 parts.error or "", None, parts.created, parts.expires,

@@ -16,7 +16,6 @@ import click
 
 from .. import wire
 from ..errors import EXIT_FAILURE, Invalid, JobError
-from ..record import decode
 from . import render
 from .main import JobCommand, State, common, pass_state, refusal_line
 
@@ -103,12 +102,9 @@ def import_(state: State, source: IO[bytes]) -> None:
                 raise Invalid(f"line {number} is not JSON ({exc})") from None
             if not isinstance(item, dict) or not isinstance(item.get("record"), str):
                 raise Invalid(f"line {number} has no record text")
-            data = item["record"].encode("utf-8")
-            # Read before anything is written: a line whose id is not its record's is refused whole.
-            job_id = decode(data).id
-            if item.get("id") not in (None, job_id):
-                raise Invalid(f"line {number} names id {item.get('id')!r} but its record is {job_id}")
-            store.import_bytes(data)
+            # The store reads the record before it writes anything: a line whose id is not its
+            # record's is refused whole.
+            store.import_bytes(item["record"].encode("utf-8"), item.get("id"), f"line {number}")
             imported += 1
         except UnicodeEncodeError:  # a lone surrogate (\udcff) in the record text: it is not UTF-8 either
             refusals.append(Invalid(f"line {number}: the record text is not UTF-8"))

@@ -292,8 +292,12 @@ class Store(Protocol):
         """The record's stored bytes, exactly (``jobctl export``). ``NotFound``."""
         ...
 
-    def import_bytes(self, data: bytes) -> str:
-        """Add a record from its exact bytes (``jobctl import``); as ``submit``'s refusals."""
+    def import_bytes(self, data: bytes, expect: str | None = None, what: str = "the import") -> str:
+        """Add a record from its exact bytes (``jobctl import``); as ``submit``'s refusals.
+
+        With ``expect``, a record naming another id is ``Invalid`` (``what`` names who
+        expected it), nothing written.
+        """
         ...
 
     def set_intent(self, job_id: str, want: str, by: str) -> Record:

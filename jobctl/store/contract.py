@@ -85,16 +85,20 @@ class ContractStore:
         """The record's stored bytes, exactly; ``NotFound``. What ``jobctl export`` writes."""
         raise NotImplementedError
 
-    def import_bytes(self, data: bytes) -> str:
+    def import_bytes(self, data: bytes, expect: str | None = None, what: str = "the import") -> str:
         """Add a record from its exact bytes (another store's ``load_bytes``); return its id.
 
         The bytes are decoded first, so a record this reader cannot read is
         refused (``Invalid``, ``UnknownSchema``) and nothing is written; an
-        existing id is ``Invalid``. What ``jobctl import`` calls.
+        existing id is ``Invalid``, and so is a record naming another id than
+        ``expect`` when it is given (``what`` names who expected it: an
+        export line). What ``jobctl import`` calls.
         """
         if not isinstance(data, bytes):
             raise Invalid("import takes the record's bytes")
         rec = decode(data)
+        if expect is not None and rec.id != expect:
+            raise Invalid(f"{what} names id {expect!r} but its record is {rec.id}")
         job_id = ids.check(rec.id)
         self._create(job_id, data)
         return job_id
