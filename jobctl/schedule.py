@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+from . import ids
 from .errors import Invalid, JobError, LeaseHeld, NotFound, Terminal
 from .record import AFTER, PIPELINE, RETRY, ZERO_TIME, Intent, Record, format_time, parse_time
 from .store.base import Listing, OpenListing
@@ -212,6 +213,13 @@ def plan(
         for dep in deps:
             if not isinstance(dep, str) or not dep.strip():
                 raise Invalid("a dependency id is blank")
+            try:
+                ids.check(dep)
+            except Invalid as exc:
+                # No record can ever have it: the job would wait for nothing, then be cancelled [JOB-S4].
+                raise Invalid(f"dependency {exc.message}", rec.id) from None
+            if dep == rec.id:
+                raise Invalid(f"job {rec.id} cannot wait for itself", rec.id)
         rec.extensions[AFTER] = {"jobs": deps}
         if AFTER not in rec.critical:
             rec.critical.append(AFTER)

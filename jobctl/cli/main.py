@@ -841,8 +841,10 @@ def cli() -> None:
     abstraction/config.json, else ~/.abstraction; `jobctl paths` says which
     and why.
 
-    Piped, each command prints the plain lines of upstream's jobctl; on a
-    terminal, tables; with --json, versioned JSON. Data goes to stdout,
+    Piped, each command prints the plain lines of upstream's jobctl (a
+    record's kind, owner or error that holds a character that is not
+    printable, a newline say, is written escaped, \\n, so that a line stays
+    one line); on a terminal, tables; with --json, versioned JSON. Data goes to stdout,
     everything else to stderr; a refusal exits with its verdict's code
     (docs/reference/exit-codes.md).
 

@@ -50,6 +50,7 @@ __all__ = [
     "intent_line",
     "cancel_line",
     "watch_line",
+    "word",
     "job_json",
     "unreadable_line",
 ]
@@ -163,6 +164,22 @@ class Lines:
 # -- plain lines (upstream's, byte for byte) ----------------------------------
 
 
+def word(text: str) -> str:
+    """A record's own text as one field of a plain line: itself, unless it holds a character that is not printable.
+
+    Other writers may put any string in ``kind``, ``lease.owner`` or
+    ``error``; a newline there would make one record two lines to a script
+    reading them, and an escape character would talk to the terminal. Each
+    such character (a control character, a line or paragraph separator,
+    anything :meth:`str.isprintable` refuses) is written as Python spells it
+    in a string: ``\\n``, ``\\x1b``, ``\\u2028``. Printable text, every
+    conforming value in practice, is written as it is, byte for byte.
+    """
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
 def checkpoint_word(rec: Record) -> str:
     """The checkpoint compact with its spelling kept, or ``none``."""
     text = rec.checkpoint_text()
@@ -204,17 +221,19 @@ def renew_line(rec: Record) -> str:
 
 
 def list_line(rec: Record) -> str:
-    return f"{rec.id} kind={rec.kind} state={rec.state} done={rec.progress.done} checkpoint={checkpoint_word(rec)}"
+    kind = word(rec.kind)
+    return f"{rec.id} kind={kind} state={rec.state} done={rec.progress.done} checkpoint={checkpoint_word(rec)}"
 
 
 def summary_line(summary: Summary) -> str:
     """:func:`list_line` of a finished record known by its summary (jobctl.summary)."""
     checkpoint = "none" if summary.checkpoint is None else summary.checkpoint
-    return f"{summary.id} kind={summary.kind} state={summary.state} done={summary.done} checkpoint={checkpoint}"
+    kind = summary.kind if summary.kind.isprintable() else word(summary.kind)
+    return f"{summary.id} kind={kind} state={summary.state} done={summary.done} checkpoint={checkpoint}"
 
 
 def orphan_line(rec: Record) -> str:
-    return f"{rec.id} kind={rec.kind} state={rec.state} checkpoint={checkpoint_word(rec)}"
+    return f"{rec.id} kind={word(rec.kind)} state={rec.state} checkpoint={checkpoint_word(rec)}"
 
 
 def recall_line(rec: Record) -> str:
@@ -234,11 +253,12 @@ def cancel_line(rec: Record) -> str:
 
 def watch_line(rec: Record) -> str:
     """One visible change [JOB-N1]: everything a watcher can see of a record; ``error`` last."""
-    owner = rec.lease.owner or "-"
+    owner = word(rec.lease.owner) or "-"
     line = (
-        f"{rec.id} kind={rec.kind} state={rec.state} done={rec.progress.done} total={rec.progress.total} owner={owner}"
+        f"{rec.id} kind={word(rec.kind)} state={rec.state} done={rec.progress.done} total={rec.progress.total}"
+        f" owner={owner}"
     )
-    return f"{line} error={rec.error}" if rec.error else line
+    return f"{line} error={word(rec.error)}" if rec.error else line
 
 
 def unreadable_line(unreadable: list[tuple[str, JobError]]) -> str:

@@ -72,7 +72,9 @@ def _env_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
 @click.command(cls=JobCommand, short_help="Submit a job (or a command: submit -- CMD...); print its id.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- CMD...]")
 @click.option(
-    "--kind", type=TEXT, help="What the job is: who can read its spec. [default: shell with -- CMD; else required]"
+    "--kind",
+    type=TEXT,
+    help="What the job is: who can read its spec (printable text). [default: shell with -- CMD; else required]",
 )
 @click.option(
     "--spec",
@@ -216,6 +218,9 @@ def submit(
         raise click.UsageError("give --kind (or a command after --)")
     elif env_pairs:
         raise click.UsageError("--env goes with a command after --")
+    if not kind.isprintable():
+        # A newline or escape in a kind would split or colour every line that shows the job (render.word).
+        raise Invalid(f"--kind {kind!r} holds a character that is not printable (a control character or separator)")
     # Only a --spec not given at all is {}: an empty file or stdin is JSON that does not parse, as a checkpoint's.
     body_text = "{}" if spec is None else spec
     rec = Record(id=job_id or "", kind=kind, spec=raw_json(body_text, "--spec"), progress=Progress(total=total))
@@ -224,7 +229,10 @@ def submit(
 
         parse(rec.spec, job_id or "")
     if requires:
-        rec.requires = requires.split(",")
+        names = requires.split(",")
+        if not all(name.strip() for name in names):
+            raise Invalid(f"--requires {requires!r} names an empty capability (give names separated by single commas)")
+        rec.requires = names
     scheduled = any(value is not None for value in (retries, retry_intervals, no_retry_on, pipeline, stage, not_before))
     if scheduled or after or hold:
         from .. import schedule

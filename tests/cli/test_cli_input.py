@@ -126,3 +126,36 @@ def test_run_next_with_an_id_is_a_usage_error_and_claims_nothing(jobctl: Jobctl)
         assert ran.code == errors.EXIT_USAGE, ran.err
         assert "--next chooses the job itself; name no ID with it" in ran.err
         assert jobctl.record(other) == before  # not claimed, not failed
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("--kind", "a\nb"), "--kind 'a\\nb' holds a character that is not printable"),
+        (("--kind", "red\x1b[31m"), "--kind 'red\\x1b[31m' holds a character that is not printable"),
+        (("--kind", "k", "--requires", ","), "--requires ',' names an empty capability"),
+        (("--kind", "k", "--requires", "gpu,,disk"), "--requires 'gpu,,disk' names an empty capability"),
+        (("--kind", "k", "--requires", "gpu, "), "--requires 'gpu, ' names an empty capability"),
+        (("--kind", "k", "--after", "../x"), "dependency job id '../x' starts with a dot"),
+        (("--kind", "k", "--after", "a/b"), "dependency job id 'a/b'"),
+        (("--kind", "k", "--id", "self", "--after", "self"), "job self cannot wait for itself"),
+    ],
+)
+def test_submit_refuses_values_no_record_should_hold(jobctl: Jobctl, args: tuple[str, ...], says: str) -> None:
+    """A kind that would split or colour a plain line, an empty capability, a dependency no job can be.
+
+    Each is invalid, one line, and nothing is written.
+    """
+    ran = jobctl("submit", *args)
+    assert ran.code == errors.Invalid.exit_code, ran.err
+    assert ran.out == b""
+    assert ran.err.count("\n") == 1 and says in ran.err, ran.err
+    _nothing_written(jobctl)
+
+
+def test_submit_takes_printable_kinds_capabilities_and_dependencies(jobctl: Jobctl) -> None:
+    """What the refusals above leave alone: a kind with a space or non-ASCII letters, capabilities, a dependency."""
+    first = jobctl.submit()
+    for args in (("--kind", "nightly backup"), ("--kind", "café"), ("--kind", "k", "--requires", "gpu,disk")):
+        ran = jobctl("submit", *args, "--after", first)
+        assert ran.code == 0, ran.err

@@ -297,3 +297,40 @@ def test_watch_names_an_unreadable_record_once_and_its_dependent_as_blocked(jobc
         f"jobctl: blocked: {waiting} waits for {broken}, which cannot be read",
     ]
     assert ran.lines[0].startswith(f"{waiting} kind=test state=pending")
+
+
+def test_a_record_s_own_text_never_splits_or_colours_a_plain_line(jobctl: Jobctl) -> None:
+    """Another writer may put a newline or an escape in kind, owner or error: each line stays one line, escaped."""
+    from jobctl import Record, summary
+    from jobctl.cli import render
+
+    store = jobctl.store()
+    odd = store.submit(Record(kind="a\nb", spec={}))
+    done = store.submit(Record(kind="c\x1b[31m", spec={}))
+    epoch = store.claim(done, "host\n1", 60).lease.epoch
+    store.finish(done, epoch, "failed", error="line one\nline two\u2028")
+    listed = jobctl("list")
+    assert listed.code == 0
+    assert sorted(listed.lines) == sorted(
+        [
+            f"{odd} kind=a\\nb state=pending done=0 checkpoint=none",
+            f"{done} kind=c\\x1b[31m state=failed done=0 checkpoint=none",
+        ]
+    )
+    assert jobctl("list").out == listed.out  # the second call may take the finished one from the summary cache
+    assert jobctl("orphans").lines == [f"{odd} kind=a\\nb state=pending checkpoint=none"]
+    seen = render.watch_line(store.load(done))
+    assert seen == (
+        f"{done} kind=c\\x1b[31m state=failed done=0 total=0 owner=host\\n1 error=line one\\nline two\\u2028"
+    )
+    # What a warm listing prints a finished record from (jobctl.summary.Summary), without reading it.
+    kept = summary.Summary(done, "c\x1b[31m", "failed", 0, 0, "host\n1", 1, "line one", None, 0, 0)
+    assert render.summary_line(kept) == f"{done} kind=c\\x1b[31m state=failed done=0 checkpoint=none"
+
+
+def test_word_keeps_printable_text_byte_for_byte() -> None:
+    from jobctl.cli.render import word
+
+    for text in ("backup", "nightly backup", "café", "日本", "a\\nb", "'quoted'"):
+        assert word(text) is text
+    assert word("a\tb\r\n\x00\x7f\x85\u2029") == "a\\tb\\r\\n\\x00\\x7f\\x85\\u2029"
