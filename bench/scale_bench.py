@@ -66,6 +66,8 @@ PICK_SAMPLES = 15
 #: The two sizes whose costs the growth target compares, and the pairs of samples (one at each, in turn).
 GROWTH_SIZES = (10_000, 100_000)
 GROWTH_SAMPLES = 3
+#: Pairs of samples of the floor's own growth (a floor takes a second at most).
+FLOOR_PAIRS = 15
 LATENCY_SAMPLES = 15
 LATENCY_SIZES = (100, 1_000)  # a notice costs a read of the watched store: shown at two sizes
 TARGET_UNCHANGED = 0.15  # claim --next / orphans at 100,000 when nothing changed, seconds
@@ -213,14 +215,24 @@ def median(f: Callable[[], float], samples: int, before: Callable[[], None] | No
     return statistics.median(out)
 
 
-def paired(runs: dict[str, Callable[[], float]], samples: int, before: Callable[[], None]) -> dict[str, float]:
-    """The median of each of ``runs``, taking turns sample by sample (a slow moment slows them all)."""
+def turns(runs: dict[str, Callable[[], float]], samples: int, before: Callable[[], None]) -> dict[str, list[float]]:
+    """Every sample of each of ``runs``, taking turns sample by sample (a slow moment slows them all)."""
     got: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(samples):
         for name, f in runs.items():
             before()
             got[name].append(f())
-    return {name: statistics.median(times) for name, times in got.items()}
+    return got
+
+
+def paired(runs: dict[str, Callable[[], float]], samples: int, before: Callable[[], None]) -> dict[str, float]:
+    """The median of each of ``runs``, taking :func:`turns`."""
+    return {name: statistics.median(times) for name, times in turns(runs, samples, before).items()}
+
+
+def ratios(got: dict[str, list[float]], over: str, under: str) -> list[float]:
+    """Each sample of ``over`` over the one of ``under`` taken beside it (:func:`turns`), sorted."""
+    return sorted(a / b for a, b in zip(got[over], got[under], strict=True))
 
 
 def measure(n: int, work: str, old: str | None) -> dict[str, float]:
@@ -248,7 +260,6 @@ def measure(n: int, work: str, old: str | None) -> dict[str, float]:
         Path(path + ".bench.tmp").write_bytes(data)
         os.replace(path + ".bench.tmp", path)
 
-    claim, worker = CLAIM, WORKER
     out: dict[str, float] = {"build": built}
     out["floor"] = median(lambda: floor(jobs), samples)
     if n == max(SIZES):
@@ -269,16 +280,16 @@ def measure(n: int, work: str, old: str | None) -> dict[str, float]:
         elif n != max(SIZES):
             out["list cold"] = median(lambda: run(["list"], env), samples, before)
             out["orphans cold"] = median(lambda: run(["orphans"], env), samples, before)
-            out["worker --once cold"] = median(lambda: run(worker, env), samples, before)
-            out["claim --next cold"] = median(lambda: run(claim, env), samples, lambda: (release(quiet), cold()))
+            out["worker --once cold"] = median(lambda: run(WORKER, env), samples, before)
+            out["claim --next cold"] = median(lambda: run(CLAIM, env), samples, lambda: (release(quiet), cold()))
         if mode == "warm":
             out["list warm"] = median(lambda: run(["list"], env), samples, before)
             out["orphans warm"] = median(lambda: run(["orphans"], env), samples, before)
-            out["worker --once warm"] = median(lambda: run(worker, env), samples, before)
+            out["worker --once warm"] = median(lambda: run(WORKER, env), samples, before)
         # Milliseconds in process, warm: enough samples that one slow moment of the machine is not the median.
         out[f"pick {mode}"] = median(lambda: pick(cached), samples if mode == "cold" else PICK_SAMPLES, before)
-    out["claim --next warm"] = median(lambda: run(claim, env), samples, lambda: (release(quiet), warm()))
-    out["claim --next changing"] = median(lambda: run(claim, env), samples, replace_one)
+    out["claim --next warm"] = median(lambda: run(CLAIM, env), samples, lambda: (release(quiet), warm()))
+    out["claim --next changing"] = median(lambda: run(CLAIM, env), samples, replace_one)
     release(quiet)
     warm()
     out["list first line"], out["list total"] = min(first_line(["list"], env) for _ in range(samples))
@@ -301,29 +312,34 @@ def growth(work: str) -> dict[str, float]:
     envs = [dict(os.environ, XDG_CACHE_HOME=cache, JOB_STORE=root, PYTHONPATH=str(REPO)) for root in roots]
     quiet = [FileStore(root, summaries=False) for root in roots]
     cached = [FileStore(root, summaries=os.path.join(cache, "jobctl", "summaries")) for root in roots]
+    small, large = (str(n) for n in GROWTH_SIZES)
     out: dict[str, float] = {}
     # The floor's own growth: what "linear in stat" allows, measured the same way.
-    pairs = [[floor(store.jobs_dir) for store in quiet] for _ in range(PICK_SAMPLES)]
-    out["floor"] = statistics.median(large / small for small, large in pairs)
+    floors = {size: lambda s=store: floor(s.jobs_dir) for size, store in zip((small, large), quiet, strict=True)}
+    spread = ratios(turns(floors, FLOOR_PAIRS, lambda: None), large, small)
+    out["floor"], out["floor least"], out["floor most"] = statistics.median(spread), spread[0], spread[-1]
+
+    def way(name: str, mode: str, k: int) -> Callable[[], float]:
+        """One sample of ``name`` on store ``k``, its store made ready first (run and pick time themselves)."""
+
+        def sample() -> float:
+            if name == "claim --next":
+                release(quiet[k])
+                if mode == "warm":
+                    warm_up([envs[k]])  # the claim and the release changed its directory
+            if mode == "cold":
+                shutil.rmtree(cache, ignore_errors=True)
+            return pick(cached[k]) if name == "pick" else run(COMMANDS[name], envs[k])
+
+        return sample
+
     for mode in ("cold", "warm"):
         shutil.rmtree(cache, ignore_errors=True)
         if mode == "warm":
             warm_up(envs)
         for name in [*COMMANDS, "pick"]:
-            ratios = []
-            for _ in range(GROWTH_SAMPLES):
-                if name == "claim --next":
-                    for store in quiet:
-                        release(store)
-                    if mode == "warm":
-                        warm_up(envs)  # the claims and releases changed both directories
-                took = []
-                for k in range(len(GROWTH_SIZES)):
-                    if mode == "cold":
-                        shutil.rmtree(cache, ignore_errors=True)
-                    took.append(pick(cached[k]) if name == "pick" else run(COMMANDS[name], envs[k]))
-                ratios.append(took[1] / took[0])
-            out[f"{name} {mode}"] = statistics.median(ratios)
+            ways = {size: way(name, mode, k) for k, size in enumerate((small, large))}
+            out[f"{name} {mode}"] = statistics.median(ratios(turns(ways, GROWTH_SAMPLES, lambda: None), large, small))
     for store in quiet:
         release(store)
     for root in roots:
@@ -416,7 +432,10 @@ def main() -> None:
         print(f"  {'':<16}{'cold':>9}{'warm':>9}")
         for name in rows:
             print(f"  {name:<16}{grown[f'{name} cold']:8.1f}x{grown[f'{name} warm']:8.1f}x")
-        print(f"  {'floor':<16}{grown['floor']:8.1f}x   (os.scandir + stat, {PICK_SAMPLES} pairs)")
+        print(
+            f"  {'floor':<16}{grown['floor']:8.1f}x   (os.scandir + stat, {FLOOR_PAIRS} pairs:"
+            f" {grown['floor least']:.1f}x to {grown['floor most']:.1f}x)"
+        )
         lats = {}
         for size in LATENCY_SIZES:
             lat = lats[size] = latency(work, size)
