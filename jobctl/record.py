@@ -610,12 +610,12 @@ _N = "(0|[1-9][0-9]*)"
 # An instant as jobctl and the other conforming writers spell it: what _time reads with one call.
 _T = r'"([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z)"'
 _NAMES_BLOCK = r'\[\n((?:    "[^"\\\x00-\x1f]*",\n)*    "[^"\\\x00-\x1f]*")\n  \],\n'
+# What follows "id" in the head: the id, the kind and the state.
+_ID_ON = rf'{_S},\n  "kind": {_S},\n  "state": "(pending|running|transferred|complete|failed|cancelled)",\n  "spec": '
 _HEAD: re.Pattern[str] = wire.lazy_pattern(
-    globals(),
-    "_HEAD",
-    rf'\{{\n  "content": {_NAMES_BLOCK}(?:  "critical": {_NAMES_BLOCK})?  "id": {_S},\n  "kind": {_S},\n'
-    r'  "state": "(pending|running|transferred|complete|failed|cancelled)",\n  "spec": ',
+    globals(), "_HEAD", rf'\{{\n  "content": {_NAMES_BLOCK}(?:  "critical": {_NAMES_BLOCK})?  "id": {_ID_ON}'
 )
+_AFTER_HEAD: re.Pattern[str] = wire.lazy_pattern(globals(), "_AFTER_HEAD", _ID_ON)
 _BODY: re.Pattern[str] = wire.lazy_pattern(
     globals(),
     "_BODY",
@@ -636,20 +636,23 @@ def _block(names: str) -> list[str]:
     return [line[5:-1] for line in names.split(",\n")]
 
 
-#: ``_models`` remembers the blocks' names by their text: a store holds few combinations of models.
-_BLOCKS_SEEN: dict[tuple[str, str | None], tuple[tuple[str, ...], tuple[str, ...], bool]] = {}
+#: What :func:`_blocks` made of each head seen (``{\n  "content": [...],\n``, the critical block if any, up
+#: to the newline before ``"id"``), by its text: a store holds few combinations of models, so most records'
+#: heads are found here, and only the id, kind and state after them are matched (:data:`_AFTER_HEAD`).
+_HEADS_SEEN: dict[str, tuple[tuple[str, ...], tuple[str, ...], bool]] = {}
+_ID_AT = '\n  "id": '
 
 
-def _models(content_block: str, critical_block: str | None) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
-    """``(content, critical)`` as :func:`_decode` makes them of the two blocks, or None when it would refuse them."""
-    got = _BLOCKS_SEEN.get((content_block, critical_block))
-    if got is None:
-        content = _block(content_block)
-        critical = [] if critical_block is None else _block(critical_block)
-        kept = tuple(name for name in critical if name not in _NEVER_CRITICAL)
-        got = (tuple(content), kept, all(name in content for name in kept))
-        if len(_BLOCKS_SEEN) < 256:
-            _BLOCKS_SEEN[(content_block, critical_block)] = got
+def _blocks(content_block: str, critical_block: str | None) -> tuple[tuple[str, ...], tuple[str, ...], bool]:
+    """``(content, critical kept, every kept one in content)`` of the two names blocks as :data:`_HEAD` matched them."""
+    content = _block(content_block)
+    critical = [] if critical_block is None else _block(critical_block)
+    kept = tuple(name for name in critical if name not in _NEVER_CRITICAL)
+    return tuple(content), kept, all(name in content for name in kept)
+
+
+def _models(got: tuple[tuple[str, ...], tuple[str, ...], bool]) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """``(content, critical)`` as :func:`_decode` makes them of a head's :func:`_blocks`; None: it would refuse them."""
     # Asked every time: what this process understands is not the blocks' to say (understand()).
     if not got[2] or not _UNDERSTOOD.issuperset(got[1]):
         return None
@@ -689,10 +692,23 @@ def _canonical_parts(text: str) -> _Parts | None:
     expression passes but the calendar has not (a 13th month) raises
     ValueError here, as the record built from these parts would.
     """
-    m = _HEAD.match(text)
-    if m is None:
-        return None
-    content_block, critical_block, job_id, kind, state = m.groups()
+    # A head seen before: the same text up to "id" is the same blocks (their names hold no quote, so
+    # the first _ID_AT is the id's), and the rest of what _HEAD matches is matched after it.
+    id_at = text.find(_ID_AT)
+    blocks = _HEADS_SEEN.get(text[:id_at]) if id_at > 0 else None
+    if blocks is not None:
+        m = _AFTER_HEAD.match(text, id_at + len(_ID_AT))
+        if m is None:
+            return None
+        job_id, kind, state = m.groups()
+    else:
+        m = _HEAD.match(text)
+        if m is None:
+            return None
+        content_block, critical_block, job_id, kind, state = m.groups()
+        blocks = _blocks(content_block, critical_block)
+        if len(_HEADS_SEEN) < 256:
+            _HEADS_SEEN[text[: m.start(3) - 1 - len(_ID_AT)]] = blocks  # the id's quote, _ID_AT, before it
     # The depth limit counts the record itself [JOB-E8]: an opaque value (and extensions)
     # holding fewer than MAX_DEPTH brackets, strings' included, cannot pass it.
     start = m.end()
@@ -727,7 +743,7 @@ def _canonical_parts(text: str) -> _Parts | None:
         return None
     if "\\" in text:  # an escaped lone surrogate can only be in an opaque value here
         wire.check_surrogates(text, [spec, checkpoint, extensions])
-    models = _models(content_block, critical_block)
+    models = _models(blocks)
     if models is None:
         return None
     if not job_id.strip() or not kind.strip():
@@ -813,15 +829,17 @@ def moment(us: int) -> datetime:
     return _EPOCH + us * _MICROSECOND
 
 
-def summary_or_record(data: bytes | str, job_id: str = "") -> tuple[Any, ...] | Record:
+def summary_or_record(data: bytes | str, job_id: str = "", fields: bool = True) -> tuple[Any, ...] | str | Record:
     """:func:`decode`, or for a finished record in the canonical layout without a checkpoint, its summary's fields.
 
     The fields are what ``jobctl.store.file.summary_fields`` makes of the
-    decoded record (:func:`summary_tuple`, its checkpoint text None). The record is checked
-    exactly as :func:`decode` checks it and refused with the same error
-    (``job_id``, when given, is the name it was read under: ``named``);
-    only the objects a finished record's line never shows are not built.
-    A shared cold scan reads tens of thousands of these (:mod:`jobctl.fanout`).
+    decoded record (:func:`summary_tuple`, its checkpoint text None); without
+    ``fields``, only its state (a scan that lists no finished record needs no
+    more). The record is checked exactly as :func:`decode` checks it and
+    refused with the same error (``job_id``, when given, is the name it was
+    read under: ``named``); only the objects a finished record's line never
+    shows are not built. A shared cold scan reads tens of thousands of these
+    (:mod:`jobctl.fanout`).
     """
     text: str | None = None
     if _UNTIL_CANONICAL[0] == 0:
@@ -837,6 +855,8 @@ def summary_or_record(data: bytes | str, job_id: str = "") -> tuple[Any, ...] | 
             and parts.state in TERMINAL
             and parts.checkpoint is None
         ):
+            if not fields:
+                return parts.state
             return summary_tuple(
                 parts.id, parts.kind, parts.state, parts.done, parts.total, parts.owner, parts.epoch,
                 parts.error or "", None, parts.created, parts.expires,

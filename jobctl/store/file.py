@@ -812,7 +812,8 @@ def _read_share(
             if got is None:
                 continue
             data, st = got
-            got_one = summary_or_record(data, job_id)  # a finished record's line, without the record
+            # A finished record's line (or without brief its state alone), without the record.
+            got_one = summary_or_record(data, job_id, brief)
         except JobError:
             bad.append(job_id)
             continue
@@ -823,15 +824,19 @@ def _read_share(
                 if rows:
                     read.append((job_id, None, ident))
                 continue
-            got_one = summary_fields(got_one)
+            got_one = summary_fields(got_one) if brief else got_one.state
+        if isinstance(got_one, str):
+            state, fields = got_one, None
+        else:
+            state, fields = got_one[2], got_one
         fin_ids.append(job_id)
-        fin_states.append(got_one[2])
+        fin_states.append(state)
         if rows:
-            read.append((job_id, got_one[2], ident))
-        if brief:
+            read.append((job_id, state, ident))
+        if fields is not None:
             # Too recent a change: not kept in the listing part (Listed.remember_made names it among the others).
             text = None if not rows or too_recent(ident[2], ident[3], started) else ident_text(*ident)
-            briefs.append((got_one, ident, text))
+            briefs.append((fields, ident, text))
     if brief:
         # By id, which for ids minted by time is creation order too: the sorts of a listing (by
         # creation) and of the cache's listing part (by id) then merge runs.

@@ -95,6 +95,19 @@ def _brief_outcome(data: bytes) -> Any:
     return ("summary", got)
 
 
+def _state_outcome(data: bytes) -> Any:
+    """summary_or_record's answer without fields, as the strict decoder's would read: a state stands for the record."""
+    record._UNTIL_CANONICAL[0] = 0
+    try:
+        got = record.summary_or_record(data, _named(data), fields=False)
+    except JobError as exc:
+        return ("refused", type(exc).__name__, str(exc), exc.job_id, getattr(exc, "hint", None))
+    if isinstance(got, Record):
+        return ("ok", _snapshot(got))
+    assert type(got) is str, got
+    return ("state", got)
+
+
 def _named(data: bytes) -> str:
     """The id ``data`` names, where it can be read (a store reads a record under its own name), else ``j``."""
     try:
@@ -124,6 +137,12 @@ def check(data: bytes) -> bool:
         assert all(type(a) is type(b) for a, b in zip(brief[1], summary_fields(rec), strict=True))
     else:
         assert brief == strict, data[:2000]
+    state = _state_outcome(data)
+    if state[0] == "state":
+        # Its state alone exactly where the fields would have been given, and the strict decoder's.
+        assert brief[0] == "summary" and state[1] == brief[1][2] == _strict(data).state, data[:2000]
+    else:
+        assert brief[0] != "summary" and state == strict, data[:2000]
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
@@ -465,3 +484,27 @@ def test_models_are_judged_by_what_this_process_understands_now(monkeypatch: pyt
             assert name.decode() in record.decode(data).critical
             assert check(data)
             assert record._canonical(data.decode()) is not None  # the path that remembers blocks
+
+
+def test_a_head_seen_before_is_remembered_and_what_follows_it_still_judged() -> None:
+    # The blocks of model names before "id" are remembered by their text; a record with the same
+    # head has only its id, kind and state matched, and those exactly as the whole head's pattern would.
+    data = next(d for d in BASES if record._canonical(d.decode()) is not None)
+    text = data.decode()
+    assert record._canonical(text) is not None
+    head = text[: text.find(record._ID_AT)]
+    assert head in record._HEADS_SEEN
+    line = re.compile(r'\n  "(id|kind|state)": "([^"]*)",\n')
+    odd = ['x\\"y', "a\tb", "", " ", "done", 'x", "y', "é"]
+    for m in line.finditer(text):
+        for value in odd:
+            changed = text[: m.start(2)] + value + text[m.end(2) :]
+            assert changed.startswith(head + record._ID_AT)
+            check(changed.encode())
+            parts = record._canonical_parts(changed)
+            if parts is not None:  # taken: the value is one the layout allows, and read as it is
+                assert getattr(parts, m.group(1)) == value
+    # A head that differs by a byte is not the remembered one: matched whole again.
+    other = text.replace('"content": [\n', '"content": [\n ', 1)
+    assert record._canonical_parts(other) is None
+    check(other.encode())

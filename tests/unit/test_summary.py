@@ -1177,12 +1177,12 @@ def test_a_record_a_child_could_not_read_is_in_the_listing_part_all_the_same(
     parent, real = os.getpid(), file_store.summary_or_record
     here: list[str] = []
 
-    def flaky(data: bytes, job_id: str = "") -> Any:
+    def flaky(data: bytes, job_id: str = "", fields: bool = True) -> Any:
         if os.getpid() != parent:
             raise jobctl.errors.Invalid("being edited", job_id)  # every child: all it reads is re-read here
         here.append(job_id)
         time.sleep(0.005)  # the children take pieces meanwhile
-        return real(data, job_id)
+        return real(data, job_id, fields)
 
     monkeypatch.setattr(file_store, "summary_or_record", flaky)
     plain = listed(FileStore(tmp_path / "root", summaries=False))
