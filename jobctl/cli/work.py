@@ -74,10 +74,10 @@ def _check_app(_ctx: click.Context, param: click.Parameter, value: str | None) -
 
 def _check_url(_ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """``--on-failure-url``: anything but an http or https URL with a host is a usage error (2)."""
+    if value is None:
+        return None  # the webhook module (its HTTP client, a thread) only for a worker that posts alerts
     from ..webhook import check_url
 
-    if value is None:
-        return None
     try:
         return check_url(value)
     except ValueError as exc:
