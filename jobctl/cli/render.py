@@ -28,6 +28,7 @@ from .main import echo_out
 if TYPE_CHECKING:  # pragma: no cover - typing only; rich is imported where it draws
     from rich.console import Console, RenderableType
     from rich.table import Table
+    from rich.text import Text
 
     from ..summary import Summary
 
@@ -461,6 +462,19 @@ def one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+def _text(value: str, style: str = "") -> Text:
+    """A record's own text (or a path, or a name given) for rich to draw as it is.
+
+    Not read as markup: a kind ``[/]`` is those three characters, not a
+    closing tag rich refuses with a traceback, and ``[bold]x`` is not bold.
+    A character that is not printable is written escaped (:func:`word`), so
+    no escape sequence reaches the terminal; line breaks are kept.
+    """
+    from rich.text import Text
+
+    return Text("\n".join(word(line) for line in value.split("\n")), style=style)
+
+
 #: The narrowest a column of free text is cut to (with …) before it is dropped instead.
 SHRUNK = 8
 #: The widest progress bar drawn.
@@ -487,7 +501,7 @@ class _Column:
         from rich.cells import cell_len
 
         self.name = name
-        self.texts = texts
+        self.texts = texts = [word(t) for t in texts]  # a cell is one line, and no escape reaches the terminal
         self.drop = drop
         self.styles = styles
         self.bars = bars
@@ -558,6 +572,8 @@ def _fit(columns: list[_Column], width: int) -> list[_Column]:
 def _fitted_table(columns: list[_Column], rows: int, width: int, **options: Any) -> Table:
     from rich.table import Table
 
+    if isinstance(options.get("title"), str):
+        options["title"] = _text(options["title"])  # it may name a kind or a pipeline: no markup read in it
     # No outer edge: at 80 columns the four cells it costs are a column of data.
     table = Table(header_style="bold", show_edge=False, pad_edge=False, **options)
     kept = _fit(columns, width)
@@ -668,55 +684,63 @@ def result_text(rec: Record, limit: int = RESULT_SHOWN) -> str | None:
 def print_job(
     screen: Screen, rec: Record, now: datetime, states: Mapping[str, str] | None, long_lease: bool = False
 ) -> None:
-    """``show`` on a terminal: the fields that matter, in words, then the spec, checkpoint and result."""
+    """``show`` on a terminal: the fields that matter, in words, then the spec, checkpoint and result.
+
+    Every value is drawn as text (:func:`_text`): what a record holds is never read as markup.
+    """
     from rich.table import Table
-    from rich.text import Text
 
     info = scheduling(rec, states, now)
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column()
-    grid.add_row("id", rec.id)
-    grid.add_row("kind", rec.kind)
-    grid.add_row("state", _state(rec))
-    grid.add_row("progress", _bar(rec))
+
+    def row(name: str, value: str | RenderableType) -> None:
+        grid.add_row(name, _text(value) if isinstance(value, str) else value)
+
+    row("id", rec.id)
+    row("kind", rec.kind)
+    row("state", _state(rec))
+    row("progress", _bar(rec))
     lease = rec.lease
     if lease.owner and rec.terminal:
-        grid.add_row("owner", f"{lease.owner} (epoch {lease.epoch}, ended)")
+        row("owner", f"{lease.owner} (epoch {lease.epoch}, ended)")
     elif lease.owner:
-        grid.add_row("owner", f"{lease.owner} (epoch {lease.epoch}, {_lease(rec, now, long_lease)})")
+        row("owner", f"{lease.owner} (epoch {lease.epoch}, {_lease(rec, now, long_lease)})")
     else:
-        grid.add_row("owner", f"nobody (epoch {lease.epoch})")
+        row("owner", f"nobody (epoch {lease.epoch})")
     if rec.intent is not None:
-        grid.add_row("intent", f"{rec.want} by {rec.intent.by or '?'} {relative(rec.intent.at, now)}")
+        row("intent", f"{rec.want} by {rec.intent.by or '?'} {relative(rec.intent.at, now)}")
     if lease.recall is not None:
-        grid.add_row("recall", f"{lease.recall.reason} until {relative(lease.recall.until, now)}")
+        row("recall", f"{lease.recall.reason} until {relative(lease.recall.until, now)}")
     if info["attempt"] > 1 or "jobctl.run/retry@1" in rec.extensions:
-        grid.add_row("attempt", str(info["attempt"]))
+        row("attempt", str(info["attempt"]))
     if info["not_before"]:
-        grid.add_row("not before", info["not_before"])
+        row("not before", info["not_before"])
     if info["after"]:
-        grid.add_row("after", ", ".join(info["after"]))
+        row("after", ", ".join(info["after"]))
     if info["pipeline"]:
-        grid.add_row("pipeline", f"{info['pipeline']} / {info['stage'] or rec.kind}")
+        row("pipeline", f"{info['pipeline']} / {info['stage'] or rec.kind}")
     if info.get("blocked"):
-        grid.add_row("waiting", info["blocked"]["detail"])
+        row("waiting", info["blocked"]["detail"])
     if rec.error:
-        grid.add_row("error", rec.error)
+        row("error", rec.error)
     if rec.requires:
-        grid.add_row("requires", ", ".join(rec.requires))
-    grid.add_row("spec", rec.opaque_text("spec") or "")
-    grid.add_row("checkpoint", checkpoint_word(rec))
+        row("requires", ", ".join(rec.requires))
+    row("spec", rec.opaque_text("spec") or "")
+    row("checkpoint", checkpoint_word(rec))
     shown = result_text(rec)
     if shown is not None:
-        grid.add_row("result", Text(shown, overflow="fold"))  # data, not markup; folded, not cut at the edge
-    grid.add_row("created", f"{format_time(rec.created_at)} ({relative(rec.created_at, now)})")
-    grid.add_row("updated", f"{format_time(rec.updated_at)} ({relative(rec.updated_at, now)})")
+        result = _text(shown)
+        result.overflow = "fold"  # folded, not cut at the edge
+        row("result", result)
+    row("created", f"{format_time(rec.created_at)} ({relative(rec.created_at, now)})")
+    row("updated", f"{format_time(rec.updated_at)} ({relative(rec.updated_at, now)})")
     screen.console().print(grid)
 
 
 def print_pairs(screen: Screen, pairs: Iterable[tuple[str, str]]) -> None:
-    """Key/value facts (``paths``) as a two-column table."""
+    """Key/value facts (``paths``) as a two-column table; a value (a path) is drawn as text, never as markup."""
     from rich.table import Table
 
     table = Table(show_header=False, header_style="bold")
@@ -724,7 +748,7 @@ def print_pairs(screen: Screen, pairs: Iterable[tuple[str, str]]) -> None:
     table.add_column()
     for key, value in pairs:
         style = "red" if value.startswith("FAILED") else ""
-        table.add_row(key, value, style=style)
+        table.add_row(_text(key), _text(value), style=style)
     screen.console().print(table)
 
 

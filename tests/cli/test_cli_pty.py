@@ -240,3 +240,35 @@ def test_wait_shows_whole_ids_and_states(jobctl: Jobctl, columns: int) -> None:
     text = output.decode(errors="replace")
     assert code == 11, text  # two of them failed
     assert set(_visible_rows(text, states)) == set(states), text
+
+
+def test_a_record_s_own_text_is_drawn_as_text_never_as_markup_or_escapes(jobctl: Jobctl) -> None:
+    """Another writer may put rich markup or an escape in kind, owner, error or pipeline: tables show it as text."""
+    from jobctl import Record
+
+    store = jobctl.store()
+    closing = store.submit(Record(kind="[/]", spec={}))  # a closing tag with nothing to close: rich refuses it
+    store.claim(closing, "[/]owner", 300)
+    styled = store.submit(Record(kind="[bold]k", spec={}))
+    escaped = store.submit(Record(kind="e\x1b[31mred", spec={}))
+    epoch = store.claim(escaped, "w", 60).lease.epoch
+    store.finish(escaped, epoch, "failed", error="[/] went\x1b[2J wrong")
+    env = _env(jobctl, NO_COLOR="1")  # no colour: any escape in the output came from a record
+    code, output = in_pty([JOBCTL, "list"], env)
+    text = output.decode(errors="replace")
+    assert code == 0 and "Traceback" not in text, text
+    assert "[/]owner" in text and "[bold]k" in text and "e\\x1b[31mred" in text, text
+    assert b"\x1b" not in output, text
+    for job, shown in ((closing, "[/]owner (epoch 1"), (styled, "[bold]k"), (escaped, "[/] went\\x1b[2J wrong")):
+        code, output = in_pty([JOBCTL, "show", job], env)
+        text = output.decode(errors="replace")
+        assert code == 0 and shown in text, text
+        assert b"\x1b" not in output, text
+    # A watch's title names the kinds it was given.
+    code, output = in_pty(
+        [JOBCTL, "watch", "--kind", "[/]"],
+        _env(jobctl),
+        stages=((lambda out: b"of kind [/]" in out and closing.encode() in out, interrupt),),
+    )
+    text = output.decode(errors="replace")
+    assert code == 0 and "Traceback" not in text, text
