@@ -6,6 +6,7 @@ one makes a fenced write (``progress``), then finishes it ``complete``. Every
 step that went through is appended to LOG as one line (O_APPEND, one write
 per line, so lines from several processes never interleave)::
 
+    ready - - OWNER                     (connected; waits for LOG.go before its first claim)
     claim ID EPOCH OWNER
     effect ID EPOCH OWNER SERVER-TIME   (progress accepted; its stamp is the server's clock)
     done ID EPOCH OWNER
@@ -13,7 +14,10 @@ per line, so lines from several processes never interleave)::
 
 ``--die-after K`` SIGKILLs itself right after its K-th claim, holding the
 lease; ``--freeze-after K`` SIGSTOPs itself there, and carries on (with a
-stale epoch) when the test sends SIGCONT.
+stale epoch) when the test sends SIGCONT. Every worker starts claiming only
+once the test creates ``LOG.go``, after all of them said ``ready``: a worker
+whose start-up is slow would otherwise find the jobs taken by the others
+before its K-th claim, and never die or freeze.
 """
 
 from __future__ import annotations
@@ -42,6 +46,14 @@ def main() -> int:
         os.write(log, (line + "\n").encode())
 
     store = PostgresStore(url)
+    store.list()  # connected, the driver imported: what a slow start costs is paid before the start line
+    note(f"ready - - {owner}")
+    go = log_path + ".go"
+    deadline = time.monotonic() + 60
+    while not os.path.exists(go):
+        if time.monotonic() > deadline:
+            return 2
+        time.sleep(0.01)
     claims = 0
     while True:
         rec = store.claim_next(owner, TTL)

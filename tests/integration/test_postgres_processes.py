@@ -66,6 +66,10 @@ def test_workers_race_one_killed_one_frozen_every_job_once(pg_store: object, tmp
     ]
     frozen = procs[1]
     try:
+        # All of them connected before any claims: otherwise a slow start could leave
+        # the dying or the freezing one fewer claims than it needs to die or freeze.
+        wait_for(lambda: sum(w[0] == "ready" for w in read_log(log)) == len(procs), 60, "every worker to connect")
+        Path(f"{log}.go").touch()
         # The frozen worker holds a lease while stopped; wait until a successor has
         # finished its job with a higher epoch, then let it go on with its stale epoch.
         wait_for(lambda: any(w[0] == "frozen" for w in read_log(log)), 60, "the frozen worker to stop")
