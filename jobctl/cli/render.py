@@ -26,7 +26,7 @@ from ..wire import Raw, dumps_compact
 from .main import echo_out
 
 if TYPE_CHECKING:  # pragma: no cover - typing only; rich is imported where it draws
-    from rich.console import Console, RenderableType
+    from rich.console import Console, OverflowMethod, RenderableType
     from rich.table import Table
     from rich.text import Text
 
@@ -462,7 +462,7 @@ def one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def _text(value: str, style: str = "") -> Text:
+def _text(value: str, overflow: OverflowMethod | None = None) -> Text:
     """A record's own text (or a path, or a name given) for rich to draw as it is.
 
     Not read as markup: a kind ``[/]`` is those three characters, not a
@@ -472,7 +472,7 @@ def _text(value: str, style: str = "") -> Text:
     """
     from rich.text import Text
 
-    return Text("\n".join(word(line) for line in value.split("\n")), style=style)
+    return Text("\n".join(word(line) for line in value.split("\n")), overflow=overflow)
 
 
 #: The narrowest a column of free text is cut to (with …) before it is dropped instead.
@@ -731,9 +731,7 @@ def print_job(
     row("checkpoint", checkpoint_word(rec))
     shown = result_text(rec)
     if shown is not None:
-        result = _text(shown)
-        result.overflow = "fold"  # folded, not cut at the edge
-        row("result", result)
+        row("result", _text(shown, overflow="fold"))  # folded, not cut at the edge
     row("created", f"{format_time(rec.created_at)} ({relative(rec.created_at, now)})")
     row("updated", f"{format_time(rec.updated_at)} ({relative(rec.updated_at, now)})")
     screen.console().print(grid)
