@@ -1,4 +1,4 @@
-"""What the PostgreSQL store's pick-and-finish cycle costs next to bare SQL and to procrastinate.
+"""What the PostgreSQL store's pick-and-finish cycle costs next to bare SQL, procrastinate and pgqueuer.
 
 Run with ``make bench`` (``.venv/bin/python bench/pg_bench.py``). Against one
 server -- the throwaway one the tests start (tests/pgserver.py), or the one
@@ -11,23 +11,21 @@ server -- the throwaway one the tests start (tests/pgserver.py), or the one
   - (a) **bare SQL**, the floor: the same cycle with psycopg in a loop, one
     fenced ``UPDATE ... WHERE id = (SELECT ... FOR UPDATE SKIP LOCKED)
     RETURNING`` to claim and one ``UPDATE ... WHERE epoch = ...`` to finish;
-  - (b) **procrastinate** (a bench-only dependency: ``pip install
-    procrastinate``; the section says so and skips it when missing), its
-    workers (``wait=False``, concurrency 1 each) running a no-op task;
-  - and, to show what bounds jobctl, **bare SQL in jobctl's shape**: jobctl's
-    own statements with no Python between them, each step a locked read then
-    a write that commits, two round trips per step (a step cannot be one
-    statement: the contract's checks run on the row between read and write).
+  - (b) **procrastinate** and (c) **pgqueuer**, the two PostgreSQL job queues
+    for Python (bench-only dependencies, the ``bench`` extra; a column is
+    left out, saying so, when one is missing), their workers in drain mode
+    running a no-op task, each with its own defaults (pgqueuer dequeues and
+    logs completions in batches of 10).
 
-  The four run alternately, round after round, and the medians are printed.
+  The ways run alternately, round after round, and the medians are printed.
 * **pick**: the median cost of one claim-next (as the worker calls it) +
   finish, beside 0 finished jobs and beside 100,000 finished rows.
 * **drain**: ``jobctl worker --drain`` (the command, start-up included) on 500
   jobs running ``true``, at concurrency 1 and 4, on PostgreSQL and on a
   directory store in the same run.
 
-Medians and ratios only; the exit code is 0 either way: timing is not a test.
-About six minutes on 2 busy CPUs.
+Medians and ratios, then the targets each met or missed; the exit code is 0
+either way: timing is not a test. About four minutes on 2 busy CPUs.
 """
 
 from __future__ import annotations
@@ -54,13 +52,15 @@ import pgserver  # noqa: E402 -- after the path fix above
 from jobctl import FileStore, Record  # noqa: E402
 from jobctl.store import postgres  # noqa: E402
 
-JOBS = 400
+JOBS = 2000  # enough that each way's start-up (pgqueuer's is seconds) is not what is measured
 ROUNDS = 3
 PICKS = 200
 FINISHED = 100_000
 DRAIN_JOBS = 500
 BARE_TARGET = 0.7  # jobctl at least 0.7x the bare-SQL floor
-PROCRASTINATE_TARGET = 1.5  # and at least 1.5x procrastinate
+QUEUE_TARGET = 1.0  # and at least as fast as procrastinate and pgqueuer
+FLAT_TARGET = 1.1  # a pick beside 100,000 finished rows at most 1.1x one beside none
+DRAIN_TARGET = 400.0  # worker --drain -j4 on PostgreSQL, jobs per second
 TRUE = shutil.which("true") or "/bin/true"
 JOBCTL = str(Path(sys.executable).with_name("jobctl"))
 
@@ -80,13 +80,6 @@ WHERE id = (SELECT id FROM bare_jobs WHERE state IN ('pending', 'running')
 RETURNING id, epoch
 """
 BARE_FINISH = "UPDATE bare_jobs SET state = 'complete' WHERE id = %(id)s AND epoch = %(epoch)s RETURNING id"
-# jobctl's shape without jobctl's Python: the same pick and locked read, then a write of the columns
-SHAPED_CLAIM = (
-    "UPDATE jobctl_jobs SET data = %(data)s, state = 'running', owner = %(owner)s, epoch = epoch + 1,"
-    " expires_at = %(now)s + interval '30 seconds' WHERE id = %(id)s"
-)
-SHAPED_FINISH = "UPDATE jobctl_jobs SET data = %(data)s, state = 'complete' WHERE id = %(id)s"
-
 Drain = Callable[[str, str], None]
 
 
@@ -105,25 +98,6 @@ def bare_drain(url: str, owner: str) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         while (row := conn.execute(BARE_CLAIM, {"owner": owner}).fetchone()) is not None:
             conn.execute(BARE_FINISH, {"id": row[0], "epoch": row[1]}).fetchone()
-
-
-def shaped_drain(url: str, owner: str) -> None:
-    import psycopg
-
-    q = postgres.Q
-    with psycopg.connect(url, autocommit=True) as conn:
-        while True:
-            with conn.pipeline():  # one transaction up to the Sync, as PostgresStore writes
-                row = conn.execute(
-                    q["next_runnable"], {"now": None, "kinds": None, "passed": []}, binary=True
-                ).fetchone()
-                if row is None:
-                    return
-                conn.execute(SHAPED_CLAIM, {"data": row[1], "owner": owner, "now": row[2], "id": row[0]})
-            with conn.pipeline():
-                got = conn.execute(q["load_for_update"], {"id": row[0]}, binary=True).fetchone()
-                assert got is not None
-                conn.execute(SHAPED_FINISH, {"data": got[0], "id": row[0]})
 
 
 def procrastinate_app(url: str) -> tuple[Any, Any]:
@@ -146,6 +120,48 @@ def procrastinate_drain(url: str, owner: str) -> None:
     app.run_worker(
         queues=["bench"], name=owner, concurrency=1, wait=False, install_signal_handlers=False, listen_notify=False
     )
+
+
+def pgqueuer_drain(url: str, owner: str) -> None:
+    import asyncio
+
+    import psycopg
+    from pgqueuer import PsycopgDriver, Queries, QueueManager
+    from pgqueuer.types import QueueExecutionMode
+
+    logging.getLogger("pgqueuer").setLevel(logging.ERROR)
+
+    async def work() -> None:
+        conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+        manager = QueueManager(Queries(PsycopgDriver(conn)))
+
+        @manager.entrypoint("noop")
+        async def noop(job: Any) -> None:
+            return None
+
+        await manager.run(mode=QueueExecutionMode.drain)
+        await conn.close()
+
+    asyncio.run(work())
+
+
+def fill_pgqueuer(server: pgserver.Server) -> str:
+    import asyncio
+
+    import psycopg
+    from pgqueuer import PsycopgDriver, Queries
+
+    url = server.fresh_schema()
+
+    async def fill() -> None:
+        conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+        queries = Queries(PsycopgDriver(conn))
+        await queries.install()
+        await queries.enqueue(["noop"] * JOBS, [None] * JOBS, [0] * JOBS)
+        await conn.close()
+
+    asyncio.run(fill())
+    return url
 
 
 def fill_jobctl(server: pgserver.Server) -> str:
@@ -202,9 +218,12 @@ def left_undone(server: pgserver.Server, url: str, table: str, done: str) -> int
         "jobctl_jobs": "SELECT count(*) FROM jobctl_jobs WHERE state <> %s",
         "bare_jobs": "SELECT count(*) FROM bare_jobs WHERE state <> %s",
         "procrastinate_jobs": "SELECT count(*) FROM procrastinate_jobs WHERE status::text <> %s",
+        # pgqueuer deletes a job when it ends (its log keeps how): every row left is undone
+        "pgqueuer": "SELECT count(*) FROM pgqueuer WHERE %s = %s",
     }[table]
     with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute(query.encode(), (done,)).fetchone()
+        args = (done, done) if table == "pgqueuer" else (done,)
+        row = conn.execute(query.encode(), args).fetchone()
     return 0 if row is None else int(row[0])
 
 
@@ -217,14 +236,9 @@ def pick_store(server: pgserver.Server, finished: int) -> str:
 
     url = server.fresh_schema()
     postgres.init(url)
+    if finished:
+        pgserver.add_rows(url, finished, "complete")
     with psycopg.connect(url, autocommit=True) as conn:
-        if finished:
-            conn.execute(
-                "INSERT INTO jobctl_jobs (id, data, state, kind, epoch, owner, want, after, scheduled, created_at)"
-                " SELECT 'done-' || n, '', 'complete', 'k', 1, '', 'run', '{}', true,"
-                " now() - n * interval '1 millisecond' FROM generate_series(1, %s) AS n",
-                (finished,),
-            )
         conn.execute("VACUUM (ANALYZE) jobctl_jobs")
     return url
 
@@ -283,12 +297,57 @@ def drain_dir(concurrency: int) -> float:
 # -- the report ---------------------------------------------------------------------------------------
 
 
-def has_procrastinate() -> bool:
+def installed(name: str) -> bool:
     try:
-        import procrastinate  # noqa: F401
+        __import__(name)
     except ImportError:
         return False
     return True
+
+
+def aim(targets: list[str], text: str, ok: bool) -> None:
+    """One line of the closing list: a target, what was measured, and whether it was met."""
+    targets.append(f"{text}: {'met' if ok else 'NOT met'}")
+
+
+def cycles(server: pgserver.Server, targets: list[str]) -> None:
+    ways: dict[str, tuple[Drain, Callable[[pgserver.Server], str], str, str]] = {
+        "jobctl": (jobctl_drain, fill_jobctl, "jobctl_jobs", "complete"),
+        "bare": (bare_drain, fill_bare, "bare_jobs", "complete"),
+    }
+    if installed("procrastinate"):
+        ways["procrastinate"] = (procrastinate_drain, fill_procrastinate, "procrastinate_jobs", "succeeded")
+    if installed("pgqueuer"):
+        ways["pgqueuer"] = (pgqueuer_drain, fill_pgqueuer, "pgqueuer", "none")
+    print(
+        f"PostgreSQL store: {JOBS} jobs, claim-next + finish cycles/s, median of {ROUNDS} rounds, "
+        f"the ways alternating; {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}"
+    )
+    for missing in ("procrastinate", "pgqueuer"):
+        if missing not in ways:
+            print(f"  ({missing} is not installed: pip install -e '.[bench]'; its column is left out)")
+    for processes in (1, 4):
+        rates: dict[str, list[float]] = {name: [] for name in ways}
+        for _ in range(ROUNDS):
+            for name, (drain, fill, table, done) in ways.items():
+                target = fill(server)
+                rates[name].append(drained_per_second(drain, target, processes))
+                if (undone := left_undone(server, target, table, done)) != 0:
+                    raise SystemExit(f"pg_bench: {name} left {undone} of {JOBS} jobs undone")
+        med = {name: statistics.median(r) for name, r in rates.items()}
+        ours = med["jobctl"]
+        label = f"{processes} process{'es' if processes > 1 else ''}"
+        cells = "  ".join(f"{name} {rate:6.0f}" for name, rate in med.items())
+        print(f"  {label:<11} {cells}")
+        ratio = ours / med["bare"]
+        print(f"    jobctl/bare SQL {ratio:.2f}")
+        aim(targets, f"library cycle, {label}: jobctl/bare SQL {ratio:.2f} >= {BARE_TARGET}", ratio >= BARE_TARGET)
+        for other in ("procrastinate", "pgqueuer"):
+            if other in med:
+                ratio = ours / med[other]
+                print(f"    jobctl/{other} {ratio:.2f}")
+                text = f"no-op jobs, {label}: jobctl/{other} {ratio:.2f} >= {QUEUE_TARGET}"
+                aim(targets, text, ratio >= QUEUE_TARGET)
 
 
 def main() -> int:
@@ -301,48 +360,20 @@ def main() -> int:
             print("pg_bench: skipped: no PostgreSQL server binaries (apt-get install postgresql)")
             return 0
         server = pgserver.Server.start(bin)
+    targets: list[str] = []
     try:
-        ways: dict[str, tuple[Drain, Callable[[pgserver.Server], str], str, str]] = {
-            "jobctl": (jobctl_drain, fill_jobctl, "jobctl_jobs", "complete"),
-            "bare": (bare_drain, fill_bare, "bare_jobs", "complete"),
-            "shaped": (shaped_drain, fill_jobctl, "jobctl_jobs", "complete"),
-        }
-        if has_procrastinate():
-            ways["procrastinate"] = (procrastinate_drain, fill_procrastinate, "procrastinate_jobs", "succeeded")
-        print(
-            f"PostgreSQL store: {JOBS} jobs, claim-next + finish cycles/s, median of {ROUNDS} rounds, "
-            f"the ways alternating; {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}"
-        )
-        if "procrastinate" not in ways:
-            print("  (procrastinate is not installed: pip install procrastinate; its column is left out)")
-        for processes in (1, 4):
-            rates: dict[str, list[float]] = {name: [] for name in ways}
-            for _ in range(ROUNDS):
-                for name, (drain, fill, table, done) in ways.items():
-                    target = fill(server)
-                    rates[name].append(drained_per_second(drain, target, processes))
-                    if (undone := left_undone(server, target, table, done)) != 0:
-                        raise SystemExit(f"pg_bench: {name} left {undone} of {JOBS} jobs undone")
-            med = {name: statistics.median(r) for name, r in rates.items()}
-            ours = med["jobctl"]
-            label = f"{processes} process{'es' if processes > 1 else ''}"
-            cells = "  ".join(f"{name} {rate:6.0f}" for name, rate in med.items())
-            print(f"  {label:<11} {cells}")
-            verdict = "meets" if ours / med["bare"] >= BARE_TARGET else "MISSES"
-            print(f"    jobctl/bare SQL {ours / med['bare']:.2f} ({verdict} the {BARE_TARGET}x target)")
-            if "procrastinate" in med:
-                ratio = ours / med["procrastinate"]
-                verdict = "meets" if ratio >= PROCRASTINATE_TARGET else "MISSES"
-                print(f"    jobctl/procrastinate {ratio:.2f} ({verdict} the {PROCRASTINATE_TARGET}x target)")
-            print(
-                f"    bound: bare SQL in jobctl's shape / bare SQL {med['shaped'] / med['bare']:.2f}; "
-                f"jobctl / that shape {ours / med['shaped']:.2f}"
-            )
+        cycles(server, targets)
         empty, full = pick_costs(server, (0, FINISHED))
+        flat = full / empty
         print(
             f"  pick (as the worker picks) + finish, median of {PICKS}, two stores taking turns: "
             f"{empty * 1e3:.2f} ms beside 0 finished jobs, "
-            f"{full * 1e3:.2f} ms beside {FINISHED:,} (ratio {full / empty:.2f}; flat is 1.0)"
+            f"{full * 1e3:.2f} ms beside {FINISHED:,} (ratio {flat:.2f}; flat is 1.0)"
+        )
+        aim(
+            targets,
+            f"pick + finish beside {FINISHED:,} finished rows {flat:.2f}x <= {FLAT_TARGET}",
+            flat <= FLAT_TARGET,
         )
         for concurrency in (1, 4):
             pg, directory = drain_pg(server, concurrency), drain_dir(concurrency)
@@ -350,8 +381,22 @@ def main() -> int:
                 f"  jobctl worker --drain, {DRAIN_JOBS} jobs running {TRUE}, concurrency {concurrency}: "
                 f"PostgreSQL {pg:6.1f} jobs/s, directory {directory:6.1f} jobs/s (ratio {pg / directory:.2f})"
             )
+            aim(
+                targets,
+                f"worker --drain -j{concurrency}: PostgreSQL/directory {pg / directory:.2f} >= 1.0",
+                pg >= directory,
+            )
+            if concurrency == 4:
+                aim(
+                    targets,
+                    f"worker --drain -j4 on PostgreSQL {pg:.0f} jobs/s >= {DRAIN_TARGET:.0f}",
+                    pg >= DRAIN_TARGET,
+                )
     finally:
         server.stop()
+    print("targets:")
+    for line in targets:
+        print(f"  {line}")
     return 0
 
 

@@ -33,6 +33,10 @@ __all__ = [
     "BASE",
     "decode",
     "encode",
+    "prepare",
+    "Prepared",
+    "given_checkpoint",
+    "restore",
     "format_time",
     "parse_time",
     "ZERO_TIME",
@@ -1331,18 +1335,34 @@ def _names_block(key: str, names: list[str]) -> str:
     return f'  "{key}": [\n' + ",\n".join("    " + wire.escape(n) for n in names) + "\n  ],\n"
 
 
-def encode(rec: Record, rederive: bool = True, settle: bool = False) -> bytes:
-    """The canonical bytes of ``rec`` [JOB-E1]..[JOB-E6], validated on the way out.
+class Prepared(NamedTuple):
+    """A record's values as :func:`encode` writes them, every check made: what the layout and a store need.
 
-    With ``rederive`` (every store write) ``content``/``critical`` are derived
-    afresh. Without it the encode is *faithful*: the lists are written as they
-    were read and an explicitly empty ``error`` stays, so any record written by
-    a conforming writer comes back byte for byte (the vector tests).
+    ``spec``, ``checkpoint`` and each extension value are compact texts
+    (spelling kept); ``*_kept`` says the text is the one read (so the value a
+    caller holds may be kept); ``ranged`` that the checkpoint carries
+    ``verified`` ranges [JOB-C1]; ``content``/``critical`` are the lists to
+    write (derived afresh unless the encode is faithful).
+    """
 
-    With ``settle`` the record is left equal to what decoding the returned
-    bytes would give -- derived lists, canonical checkpoint, opaque values
-    re-read from their texts (so nothing aliases what a caller handed in) --
-    which spares a store write a second decode.
+    spec: str
+    spec_kept: bool
+    checkpoint: str | None
+    checkpoint_kept: bool
+    ranged: bool
+    extensions: list[tuple[str, str, bool]]  # (key, compact text, kept), sorted by key
+    content: list[str]
+    critical: list[str]
+
+
+def prepare(rec: Record, rederive: bool = True, *, settle: bool = False) -> Prepared:
+    """Check ``rec`` as :func:`encode` does and give what it would write, without laying it out.
+
+    Refusals: ``Invalid`` (a blank id or kind, a bad state, intent, envelope,
+    number, step, recall or delegation, an opaque value that is not JSON or
+    nests too deep), ``UnknownSchema`` (a critical model this writer does not
+    know). The PostgreSQL store keeps these values in its columns. ``settle``
+    is :func:`encode`'s.
     """
     if not isinstance(rec.id, str) or not rec.id.strip():
         raise Invalid("id is blank")
@@ -1374,24 +1394,7 @@ def encode(rec: Record, rederive: bool = True, settle: bool = False) -> bytes:
         ranged = canonical_ranges(checkpoint)
         if ranged is not None:
             checkpoint, has_ranges, cp_kept = ranged, True, False
-    progress = rec.progress
-    for what, value in (("progress.done", progress.done), ("progress.total", progress.total)):
-        _int(value, what)
-    if progress.step is not None:
-        for what, value in (
-            ("ordinal", progress.step.ordinal),
-            ("of", progress.step.of),
-            ("done", progress.step.done),
-            ("total", progress.step.total),
-        ):
-            _int(value, "progress.step." + what)
-        _check_step(progress.step)
-    lease = rec.lease
-    _int(lease.epoch, "lease.epoch")
-    if lease.recall is not None:
-        _check_recall(lease.recall)
-    if rec.delegation is not None:
-        _check_delegation(rec.delegation)
+    _check_numbers(rec)
     ext_texts: list[tuple[str, str, bool]] = []
     for key in sorted(rec.extensions):
         if not isinstance(key, str) or not key.strip():
@@ -1412,10 +1415,59 @@ def encode(rec: Record, rederive: bool = True, settle: bool = False) -> bytes:
     for name in critical:
         if name not in _UNDERSTOOD:
             raise UnknownSchema(f"critical model {name} is unknown to this writer", rec.id)
+    p = Prepared(spec, spec_kept, checkpoint, cp_kept, has_ranges, ext_texts, content, critical)
+    if settle:
+        _settle(rec, p, rederive)
+    return p
 
-    out = ["{\n", _names_block("content", content)]
-    if critical:
-        out.append(_names_block("critical", critical))
+
+def _check_numbers(rec: Record) -> None:
+    """The counts and sub-objects :func:`decode` would refuse: negative or too large numbers, a broken step."""
+    progress = rec.progress
+    for what, value in (("progress.done", progress.done), ("progress.total", progress.total)):
+        _int(value, what)
+    if progress.step is not None:
+        for what, value in (
+            ("ordinal", progress.step.ordinal),
+            ("of", progress.step.of),
+            ("done", progress.step.done),
+            ("total", progress.step.total),
+        ):
+            _int(value, "progress.step." + what)
+        _check_step(progress.step)
+    lease = rec.lease
+    _int(lease.epoch, "lease.epoch")
+    if lease.recall is not None:
+        _check_recall(lease.recall)
+    if rec.delegation is not None:
+        _check_delegation(rec.delegation)
+
+
+def encode(rec: Record, rederive: bool = True, settle: bool = False) -> bytes:
+    """The canonical bytes of ``rec`` [JOB-E1]..[JOB-E6], validated on the way out (:func:`prepare`).
+
+    With ``rederive`` (every store write) ``content``/``critical`` are derived
+    afresh. Without it the encode is *faithful*: the lists are written as they
+    were read and an explicitly empty ``error`` stays, so any record written by
+    a conforming writer comes back byte for byte (the vector tests).
+
+    With ``settle`` the record is left equal to what decoding the returned
+    bytes would give -- derived lists, canonical checkpoint, opaque values
+    re-read from their texts (so nothing aliases what a caller handed in) --
+    which spares a store write a second decode.
+    """
+    p = prepare(rec, rederive)
+    data = _layout(rec, p, rederive)  # before _settle, which may drop an explicitly empty error
+    if settle:
+        _settle(rec, p, rederive)
+    return data
+
+
+def _layout(rec: Record, p: Prepared, rederive: bool) -> bytes:
+    """The file binding's text of a prepared record [JOB-E1]: two-space indentation, fixed member order."""
+    out = ["{\n", _names_block("content", p.content)]
+    if p.critical:
+        out.append(_names_block("critical", p.critical))
     out.append(f'  "id": {wire.escape(rec.id)},\n  "kind": {wire.escape(rec.kind)},\n')
     if rec.envelope is not None:
         out.append(f'  "envelope": {{\n    "schema": {wire.escape(rec.envelope.schema)}')
@@ -1424,9 +1476,10 @@ def encode(rec: Record, rederive: bool = True, settle: bool = False) -> bytes:
             out.append(",\n".join("      " + wire.escape(a) for a in rec.envelope.actions))
             out.append("\n    ]")
         out.append("\n  },\n")
-    out.append(f'  "state": "{rec.state}",\n  "spec": {wire.indent(spec, 1)},\n')
-    if checkpoint is not None:
-        out.append(f'  "checkpoint": {wire.indent(checkpoint, 1)},\n')
+    out.append(f'  "state": "{rec.state}",\n  "spec": {wire.indent(p.spec, 1)},\n')
+    if p.checkpoint is not None:
+        out.append(f'  "checkpoint": {wire.indent(p.checkpoint, 1)},\n')
+    progress = rec.progress
     out.append(f'  "progress": {{\n    "done": {progress.done},\n')
     if progress.total:
         out.append(f'    "total": {progress.total},\n')
@@ -1439,6 +1492,7 @@ def encode(rec: Record, rederive: bool = True, settle: bool = False) -> bytes:
                 out.append(f',\n      "{key}": {value}')
         out.append("\n    }")
     out.append("\n  },\n")
+    lease = rec.lease
     out.append(
         f'  "lease": {{\n    "owner": {wire.escape(lease.owner)},\n    "epoch": {lease.epoch},\n'
         f'    "expires_at": "{format_time(lease.expires_at)}"'
@@ -1471,31 +1525,118 @@ def encode(rec: Record, rederive: bool = True, settle: bool = False) -> bytes:
         if it.at is not None:
             out.append(f',\n    "at": "{format_time(it.at)}"')
         out.append("\n  },\n")
-    if ext_texts:
+    if p.extensions:
         out.append('  "extensions": {\n')
-        out.append(",\n".join(f"    {wire.escape(k)}: {wire.indent(t, 2)}" for k, t, _ in ext_texts))
+        out.append(",\n".join(f"    {wire.escape(k)}: {wire.indent(t, 2)}" for k, t, _ in p.extensions))
         out.append("\n  },\n")
     out.append(f'  "created_at": "{format_time(rec.created_at)}",\n')
     out.append(f'  "updated_at": "{format_time(rec.updated_at)}"\n}}\n')
-    if settle:
-        rec.content, rec.critical = list(content), list(critical)
-        rec._text, rec._error_present = None, rec._error_present and not rederive
-        # A value kept as read was never in a caller's hands (or equals what
-        # was read): keep the object. Anything else is re-read from its text
-        # so the returned record aliases nothing a caller holds [JOB-M2].
-        trusted = not rec._exposed
-        rec._raw = {"spec": spec}
-        rec.spec = rec._orig["spec"] = rec.spec if spec_kept and trusted else wire.parse_value(spec)
-        rec._orig["checkpoint"] = None
-        if checkpoint is not None:
-            rec._raw["checkpoint"] = checkpoint
-            keep = cp_kept and trusted
-            rec.checkpoint = rec._orig["checkpoint"] = rec.checkpoint if keep else wire.parse_value(checkpoint)
-        else:
-            rec.checkpoint = None
-        for key, text, kept in ext_texts:
-            rec._raw["x:" + key] = text
-            value = rec.extensions[key] if kept and trusted else wire.parse_value(text)
-            rec.extensions[key] = rec._orig["x:" + key] = value
-        rec._exposed = True
     return "".join(out).encode("utf-8")
+
+
+def _settle(rec: Record, p: Prepared, rederive: bool) -> None:
+    """Leave ``rec`` as decoding what was just written would give it (see :func:`encode`)."""
+    rec.content, rec.critical = list(p.content), list(p.critical)
+    rec._text, rec._error_present = None, rec._error_present and not rederive
+    # A value kept as read was never in a caller's hands (or equals what
+    # was read): keep the object. Anything else is re-read from its text
+    # so the returned record aliases nothing a caller holds [JOB-M2].
+    trusted = not rec._exposed
+    rec._raw = {"spec": p.spec}
+    rec.spec = rec._orig["spec"] = rec.spec if p.spec_kept and trusted else wire.parse_value(p.spec)
+    rec._orig["checkpoint"] = None
+    if p.checkpoint is not None:
+        rec._raw["checkpoint"] = p.checkpoint
+        keep = p.checkpoint_kept and trusted
+        rec.checkpoint = rec._orig["checkpoint"] = rec.checkpoint if keep else wire.parse_value(p.checkpoint)
+    else:
+        rec.checkpoint = None
+    for key, text, kept in p.extensions:
+        rec._raw["x:" + key] = text
+        value = rec.extensions[key] if kept and trusted else wire.parse_value(text)
+        rec.extensions[key] = rec._orig["x:" + key] = value
+    rec._exposed = True
+
+
+def given_checkpoint(value: Any) -> tuple[str | None, bool]:
+    """A checkpoint a holder hands ``progress`` or ``finish``, as the record will hold it.
+
+    Its compact text -- a :class:`jobctl.wire.Raw` keeps its spelling, any
+    other value is written compactly -- canonicalised when it carries
+    ``verified`` ranges [JOB-C3], and whether it does; ``(None, False)`` for
+    no checkpoint (``None`` or JSON ``null`` [JOB-E4]). ``Invalid`` for what
+    cannot be written as JSON or nests too deep. Every store writes the
+    checkpoint it is given exactly as this says, whatever it held before.
+    """
+    if value is None:
+        return None, False
+    text = value.text if isinstance(value, wire.Raw) else wire.dumps_compact(value)
+    if text == "null":
+        return None, False
+    wire.check_text(text, 1)
+    ranged = canonical_ranges(text)
+    return (text, False) if ranged is None else (ranged, True)
+
+
+def restore(
+    parts: tuple[str, str, str, Envelope | None, str, str | None, Progress, Lease, Delegation | None],
+    requires: list[str],
+    error: str,
+    intent: Intent | None,
+    extensions: dict[str, str],
+    times: tuple[datetime, datetime],
+    models: tuple[list[str], list[str]],
+) -> Record:
+    """The record :func:`decode` would read from the bytes a store renders of these values.
+
+    ``parts`` are the id, kind, state, envelope, the compact texts of spec and
+    checkpoint, progress, lease and delegation; ``extensions`` maps each key
+    to its value's compact text; ``times`` are created_at and updated_at;
+    ``models`` the content and critical lists as last written or read, from
+    which the lists are derived afresh [JOB-D2]. Checked as a decode checks
+    what it reads, with its refusals (``Invalid``, ``UnknownSchema``): the
+    PostgreSQL store keeps a record as these values, and anybody with a
+    ``psql`` may have changed them.
+    """
+    job_id, kind, state, envelope, spec, checkpoint, progress, lease, delegation = parts
+    rec: Record = _new_record(Record)
+    rec.id, rec.kind, rec.state, rec.envelope, rec.intent = job_id, kind, state, envelope, intent
+    rec.progress, rec.lease, rec.delegation = progress, lease, delegation
+    rec.requires, rec.error, rec._error_present = requires, error, False
+    rec.created_at, rec.updated_at = times
+    rec._text, rec._exposed = None, True
+    # The lists first, as decode judges them first [JOB-D10]: derived from the fields they describe.
+    rec.extensions = dict.fromkeys(extensions)
+    rec.content, rec.critical = models
+    ranged = checkpoint is not None and canonical_ranges(checkpoint) is not None
+    content, critical = derive(rec, ranged)
+    for name in critical:
+        if name not in _UNDERSTOOD:
+            raise UnknownSchema(f"critical model {name} is unknown to this reader")
+    rec.content, rec.critical = content, critical
+    if not job_id.strip():
+        raise Invalid("id is blank")
+    if not kind.strip():
+        raise Invalid("kind is blank")
+    if state not in STATES:
+        raise Invalid(f"state {state!r} is not a state")
+    if intent is not None and intent.want not in WANTS:
+        raise Invalid(f"intent.want {intent.want!r} is not run, pause or cancel")
+    if envelope is not None:
+        check_envelope(envelope)
+    rec.spec = spec_value = wire.parse_value(spec, 1)
+    if spec_value is None:
+        raise Invalid("spec is missing or null")
+    rec._raw = raw = {"spec": spec}
+    rec._orig = orig = {"spec": spec_value, "checkpoint": None}
+    rec.checkpoint = None
+    if checkpoint is not None:
+        rec.checkpoint = orig["checkpoint"] = wire.parse_value(checkpoint, 1)
+        raw["checkpoint"] = checkpoint
+    _check_numbers(rec)
+    for key, text in extensions.items():
+        if not key.strip():
+            raise Invalid("an extension key is blank")
+        rec.extensions[key] = orig["x:" + key] = wire.parse_value(text, 2)
+        raw["x:" + key] = text
+    return rec

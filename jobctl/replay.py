@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from . import fsio, ids, lock
 from .errors import JobError, NotFound
@@ -32,6 +32,9 @@ from .store.file import FileStore
 from .store.location import open_store
 from .watch import Watch
 from .wire import Raw
+
+if TYPE_CHECKING:
+    from .store.postgres import PostgresStore
 
 __all__ = ["Driver", "main", "REFUSALS"]
 
@@ -205,25 +208,7 @@ class Driver:
         job_id = self.aliases.get(alias)
         if job_id is None:
             return "not_found"
-
-        def forge(current: bytes) -> bytes:
-            out = []
-            for line in current.decode("utf-8").split("\n"):
-                out.append(line)
-                if line == '  "content": [' or (where == "critical" and line == '  "critical": ['):
-                    out.append(f'    "{name}",')
-            return "\n".join(out).encode("utf-8")
-
-        if isinstance(self.store, FileStore):
-
-            def edit(current: bytes | None) -> bytes:
-                return forge(current or b"")
-
-            with fsio.opened_dir(self.store.root, "jobs") as jobs:
-                lock.change(jobs, job_id + ".json", edit, job_id)
-        else:
-            # a newer writer's record, as another host would write it
-            self.store.replace_bytes(job_id, forge(self.store.load_bytes(job_id)))
+        plant(self.store, job_id, where, name)
         return self.answer(alias, "ok")
 
     def orphans(self) -> str:
@@ -316,6 +301,34 @@ class Driver:
     def close(self) -> None:
         for job_id in list(self.holds):
             self._drop_hold(job_id)
+
+
+def plant(store: FileStore | PostgresStore, job_id: str, where: str, name: str) -> None:
+    """``plant``: forge a model name into a record's ``content`` list (and ``critical``'s, for ``critical``).
+
+    A textual edit of the record's bytes, as a writer that knows the name
+    would leave them [JOB-D1]; a conforming writer cannot make it, since it
+    validates its own declaration on the way out.
+    """
+
+    def forge(current: bytes) -> bytes:
+        out = []
+        for line in current.decode("utf-8").split("\n"):
+            out.append(line)
+            if line == '  "content": [' or (where == "critical" and line == '  "critical": ['):
+                out.append(f'    "{name}",')
+        return "\n".join(out).encode("utf-8")
+
+    if isinstance(store, FileStore):
+
+        def edit(current: bytes | None) -> bytes:
+            return forge(current or b"")
+
+        with fsio.opened_dir(store.root, "jobs") as jobs:
+            lock.change(jobs, job_id + ".json", edit, job_id)
+    else:
+        # a newer writer's record, as another host would write it
+        store.replace_bytes(job_id, forge(store.load_bytes(job_id)))
 
 
 def main(argv: list[str] | None = None) -> int:

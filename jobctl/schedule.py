@@ -51,6 +51,8 @@ __all__ = [
     "record_failure",
     "blocked_by",
     "runnable",
+    "claim_next",
+    "claim_some",
     "attempt",
     "shown_attempt",
     "parse_intervals",
@@ -370,7 +372,22 @@ def claim_next(
     records: Listing | None = None,
     skipped: list[tuple[str, JobError]] | None = None,
 ) -> Record | None:
-    """Claim the oldest runnable job (of ``kinds``); None when nothing may start now.
+    """Claim the oldest runnable job (of ``kinds``); None when nothing may start now (:func:`claim_some` of one)."""
+    got = claim_some(store, owner, ttl, 1, kinds, records=records, skipped=skipped)
+    return got[0] if got else None
+
+
+def claim_some(
+    store: Claimer,
+    owner: str,
+    ttl: float,
+    limit: int,
+    kinds: Iterable[str] | None = None,
+    *,
+    records: Listing | None = None,
+    skipped: list[tuple[str, JobError]] | None = None,
+) -> list[Record]:
+    """Claim up to ``limit`` of the oldest runnable jobs (of ``kinds``), oldest first.
 
     Reads the open records once (or takes ``records``, the caller's
     :meth:`list_open`, or a whole :meth:`list`): this is ``jobctl claim --next`` and ``jobctl run
@@ -393,12 +410,15 @@ def claim_next(
     # The request first, as every claim judges it before reading anything: a blank owner or a TTL over
     # the store's max_ttl is the caller's error, not a record's to be passed over.
     _claim_terms("", owner, ttl, getattr(store, "max_ttl", math.inf))
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise Invalid(f"a claim takes at least one job, not {limit!r}")
     listing = store.list_open() if records is None else records
     states: Mapping[str, str] = listing.states if isinstance(listing, OpenListing) else {r.id: r.state for r in listing}
     vet = _still_runnable(states)
+    claimed: list[Record] = []
     for rec in runnable(listing, store.now(), kinds, skipped, states):
         try:
-            return store.claim(rec.id, owner, ttl, vet=vet, wait=False)
+            claimed.append(store.claim(rec.id, owner, ttl, vet=vet, wait=False))
         except (LeaseHeld, Terminal, NotFound):
             continue  # another consumer was quicker, or the record moved: try the next one
         except JobError as exc:
@@ -406,7 +426,9 @@ def claim_next(
             if skipped is not None:
                 skipped.append((rec.id, exc))
             continue
-    return None
+        if len(claimed) == limit:
+            break
+    return claimed
 
 
 def _still_runnable(states: Mapping[str, str]) -> Callable[[Record, datetime], None]:

@@ -21,22 +21,17 @@ import pytest
 
 import jobctl
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # importlib mode puts no test directory on sys.path
+
+from contractdir import CONTRACT_ENV, locate_contract
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
-CONTRACT_ENV = "JOBCTL_CONTRACT_DIR"
 REQUIRE_ENV = "JOBCTL_REQUIRE_CONTRACT"
 #: Every skip for a missing contract starts with this (``.ci/run`` counts them).
 SKIP_PREFIX = "upstream conformance files not found"
 
 #: Where the fake clock starts: a whole second, far from the zero instant.
 START = datetime(2030, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
-
-
-def locate_contract() -> Path:
-    """The contract directory this run should use (it may not exist)."""
-    env = os.environ.get(CONTRACT_ENV, "")
-    if env:
-        return Path(env)
-    return REPO_ROOT.parent / "shared" / "contract"
 
 
 def _contract_problem(path: Path) -> str | None:
@@ -148,8 +143,6 @@ def clocked_store(store_root: Path, clock: FakeClock) -> jobctl.FileStore:
 # fresh schema per test. Without server binaries or the driver the tests that
 # need a server skip with one reason; under CI=true they fail instead, so a CI
 # machine that lost its server can never pass by skipping.
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # importlib mode puts no test directory on sys.path
 
 import pgserver  # noqa: E402
 

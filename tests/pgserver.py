@@ -143,3 +143,26 @@ class Server:
             conn.execute(f"CREATE SCHEMA {name}")  # a name made here, of [0-9a-f_t] only
         sep = "&" if "?" in self.url else "?"
         return f"{self.url}{sep}options={quote(f'-csearch_path={name}', safe='')}"
+
+
+#: ``n`` jobs of kind ``k`` straight into a store's table (schema version 3), in state ``%(state)s``,
+#: the oldest ``n`` seconds ago, their ids ``%(prefix)s<n>``. Only the columns a row cannot do without.
+ROWS = (
+    "INSERT INTO jobctl_jobs (id, kind, state, spec, done, total, progress_at, owner, epoch, expires_at,"
+    " requires, error, extension_keys, extension_values, created_at, updated_at, content, critical, after,"
+    " scheduled)"
+    " SELECT %(prefix)s || n, 'k', %(state)s, '{}', 0, 0, now(), '', %(epoch)s, '1970-01-01Z', '{}', '',"
+    " '{}', '{}', now() - n * interval '1 second', now(), %(models)s, %(models)s, '{}', true"
+    " FROM generate_series(1, %(n)s) AS n"
+)
+
+
+def add_rows(url: str, n: int, state: str = "complete") -> None:
+    """``n`` jobs in ``state`` (:data:`ROWS`): finished ones are what a pick must not slow for."""
+    import psycopg
+
+    finished = state in ("complete", "failed", "cancelled")
+    models = ["abstraction.job/base@1", *(["abstraction.job/terminal@1"] if finished else [])]
+    params = {"prefix": f"{state}-", "state": state, "epoch": 1 if finished else 0, "models": models, "n": n}
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(ROWS.encode(), params)

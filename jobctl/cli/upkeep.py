@@ -245,7 +245,7 @@ def _facts(state: State) -> tuple[list[tuple[str, str]], bool]:
     from ..store.location import is_database_url
 
     if is_database_url(root):  # who and where, the connection, the privileges, the clock
-        from ..store import postgres_health
+        from ..store.postgres import health as postgres_health
 
         found, healthy = postgres_health.examine(root)
         return facts + found, healthy

@@ -17,7 +17,18 @@ from ..record import Record
 if TYPE_CHECKING:  # the summary cache loads only when a listing asks for it
     from ..summary import Summary
 
-__all__ = ["Store", "Notices", "RowLease", "LeaseSource", "Listing", "OpenListing", "Unreadable", "UNSET", "Skipped"]
+__all__ = [
+    "Store",
+    "Notices",
+    "RowLease",
+    "LeaseSource",
+    "Listing",
+    "OpenListing",
+    "Unreadable",
+    "UNSET",
+    "Skipped",
+    "Records",
+]
 
 
 class _Unset:
@@ -34,6 +45,9 @@ Unreadable = list[tuple[str, JobError]]
 
 #: ``(id, verdict)`` pairs of jobs a pick passed over because it could not read them.
 Skipped = list[tuple[str, JobError]]
+
+#: Claimed records, oldest first (a name of its own: inside a store class, ``list`` is the method).
+Records = list[Record]
 
 
 class Listing(list[Record]):
@@ -285,6 +299,24 @@ class Store(Protocol):
         takes meanwhile is passed over. Jobs left out for unreadable
         scheduling data are named in ``skipped``, records that cannot be read
         at all in ``unreadable``, when lists are given.
+        """
+        ...
+
+    def claim_some(
+        self,
+        owner: str,
+        ttl: float,
+        limit: int,
+        kinds: Iterable[str] | None = None,
+        *,
+        skipped: Skipped | None = None,
+        unreadable: Skipped | None = None,
+    ) -> Records:
+        """Claim up to ``limit`` of the oldest runnable jobs (of ``kinds``), oldest first; ``[]`` when none may start.
+
+        :meth:`claim_next` for a worker with several free slots: one listing
+        on a directory, one statement on PostgreSQL (a batch dequeue).
+        ``Invalid`` for a ``limit`` below one.
         """
         ...
 

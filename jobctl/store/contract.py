@@ -18,11 +18,23 @@ from typing import Any
 
 from .. import ids, limits
 from ..errors import Invalid, LeaseExpired, LeaseHeld, Refused, StaleEpoch, Terminal
-from ..record import STATES, WANTS, Intent, Lease, Recall, Record, decode, encode, held
+from ..record import STATES, WANTS, Intent, Lease, Recall, Record, decode, encode, given_checkpoint, held
 from ..wire import Raw
 from .base import UNSET
 
-__all__ = ["ContractStore", "Apply"]
+__all__ = [
+    "ContractStore",
+    "Apply",
+    "claiming",
+    "renewing",
+    "holding",
+    "releasing",
+    "updating",
+    "progressing",
+    "finishing",
+    "intending",
+    "recalling",
+]
 
 #: One operation's precondition and effect: raise a verdict, or change ``rec`` as of ``now``.
 Apply = Callable[[Record, datetime], None]
@@ -103,26 +115,10 @@ class ContractStore:
         self._create(job_id, data)
         return job_id
 
-    def _as_holder(
-        self, job_id: str, epoch: int, apply: Callable[[Record, datetime], None], fresh: bool = False
-    ) -> Record:
-        """A write by the lease holder: terminal, stale epoch and lapse refused first."""
+    def _as_holder(self, job_id: str, epoch: int, apply: Apply, fresh: bool = False) -> Record:
+        """A write by the lease holder: terminal, stale epoch and lapse refused first (:func:`holding`)."""
         _epoch(epoch)
-
-        def checked(rec: Record, now: datetime) -> None:
-            if rec.terminal:
-                raise Terminal(f"job {job_id} is {rec.state}; nothing reopens it")
-            if rec.lease.epoch != epoch:
-                raise StaleEpoch(
-                    f"job {job_id} is at epoch {rec.lease.epoch}, not {epoch}: "
-                    f"{rec.lease.owner or 'somebody'} claimed it since"
-                )
-            if not held(rec.lease, now):
-                raise LeaseExpired(f"job {job_id}: the lease of epoch {epoch} has lapsed or was released")
-            apply(rec, now)
-            rec.updated_at = now
-
-        return self._write(job_id, checked, fresh)
+        return self._write(job_id, holding(job_id, epoch, apply), fresh)
 
     def submit(self, record: Record) -> str:
         if not isinstance(record, Record):
@@ -162,69 +158,24 @@ class ContractStore:
     ) -> Record:
         ttl = _claim_terms(job_id, owner, ttl_seconds, self.max_ttl)
         seen, data, exact = self._read_epoch(job_id)
-        return self._write(job_id, _claiming(job_id, owner, ttl, seen, data, exact, vet), wait=wait)
+        return self._write(job_id, claiming(job_id, owner, ttl, (seen, data, exact), vet), wait=wait)
 
     def renew(self, job_id: str, epoch: int, ttl_seconds: float) -> Record:
         _epoch(epoch)
-        ttl = self._ttl(ttl_seconds, job_id)
-
-        def apply(rec: Record, now: datetime) -> None:
-            lease = rec.lease
-            if lease.epoch != epoch:
-                raise StaleEpoch(f"job {job_id} is at epoch {lease.epoch}, not {epoch}")
-            if not held(lease, now):
-                raise LeaseExpired(f"job {job_id}: the lease of epoch {epoch} has lapsed or was released")
-            expires = limits.later(now, ttl, "ttl", job_id)
-            if lease.recall is not None and lease.recall.until is not None and expires > lease.recall.until:
-                expires = lease.recall.until
-            lease.expires_at = expires
-
-        return self._write(job_id, apply)
+        return self._write(job_id, renewing(job_id, epoch, self._ttl(ttl_seconds, job_id)))
 
     def release(self, job_id: str, epoch: int) -> Record:
-        def apply(rec: Record, now: datetime) -> None:
-            rec.lease.expires_at = now
-            rec.lease.owner = ""
-            if rec.state == "running" and rec.delegation is None:
-                rec.state = "pending"
-
-        return self._as_holder(job_id, epoch, apply)
+        return self._as_holder(job_id, epoch, releasing)
 
     def update(self, job_id: str, epoch: int, mutate: Callable[[Record], object]) -> Record:
-        def envelope(rec: Record) -> tuple[str, tuple[str, ...]] | None:
-            return None if rec.envelope is None else (rec.envelope.schema, tuple(rec.envelope.actions))
-
-        def apply(rec: Record, now: datetime) -> None:
-            before = (rec.id, rec.kind, rec.opaque_text("spec"), rec.created_at, envelope(rec))
-            lease = rec.lease.replace(recall=None if rec.lease.recall is None else rec.lease.recall.replace())
-            intent = None if rec.intent is None else rec.intent.replace()
-            rec._exposed = True
-            mutate(rec)
-            after = (rec.id, rec.kind, rec.opaque_text("spec"), rec.created_at, envelope(rec))
-            for name, old, new in zip(("id", "kind", "spec", "created_at", "envelope"), before, after, strict=True):
-                if old != new:
-                    raise Invalid(f"job {job_id}: {name} cannot change under a lease [JOB-M1]")
-            if rec.lease != lease:
-                raise Invalid(f"job {job_id}: the lease changes only by claim, renew and release")
-            if rec.intent != intent:
-                raise Invalid(f"job {job_id}: intent changes only by set_intent")
-
         # The caller's mutate may keep references into the record it was handed:
         # what it gets back is decoded afresh from the bytes written [JOB-M2].
-        return self._as_holder(job_id, epoch, apply, fresh=True)
+        return self._as_holder(job_id, epoch, updating(job_id, mutate), fresh=True)
 
     def progress(self, job_id: str, epoch: int, done: int, checkpoint: Any = UNSET) -> Record:
         """Record how far the holder got, and optionally what a successor needs."""
-        if not isinstance(done, int) or not limits.DONE.holds(done):
-            raise Invalid(f"done must be a whole number ({limits.DONE.text()}), not {done!r}", job_id)
-
-        def apply(rec: Record, now: datetime) -> None:
-            rec.progress.done = done
-            rec.progress.updated_at = now
-            if checkpoint is not UNSET:
-                rec.checkpoint = checkpoint
-
-        return self._as_holder(job_id, epoch, apply)
+        _done(done, job_id)
+        return self._as_holder(job_id, epoch, progressing(done, _given(checkpoint, job_id)))
 
     def finish(
         self,
@@ -237,56 +188,17 @@ class ContractStore:
         done: int | None = None,
     ) -> Record:
         """Set the state; error, checkpoint and done travel in the same write [JOB-T4]."""
-        if done is not None and (not isinstance(done, int) or not limits.DONE.holds(done)):
-            raise Invalid(f"done must be a whole number ({limits.DONE.text()}), not {done!r}", job_id)
-
-        def apply(rec: Record, now: datetime) -> None:
-            if state not in STATES:
-                raise Invalid(f"{state!r} is not a state ({', '.join(STATES)})")
-            rec.state = state
-            if error is not None:
-                rec.error = error
-            if checkpoint is not UNSET:
-                rec.checkpoint = checkpoint
-            if done is not None:
-                rec.progress.done = done
-                rec.progress.updated_at = now
-
-        return self._as_holder(job_id, epoch, apply)
+        if done is not None:
+            _done(done, job_id)
+        return self._as_holder(job_id, epoch, finishing(state, error, _given(checkpoint, job_id), done))
 
     def set_intent(self, job_id: str, want: str, by: str = "") -> Record:
-        if want not in WANTS:
-            raise Invalid(f"intent {want!r} is not run, pause or cancel [JOB-I1]", job_id)
-
-        def apply(rec: Record, now: datetime) -> None:
-            if rec.terminal:
-                raise Terminal(f"job {job_id} is {rec.state}; nothing reopens it")
-            rec.intent = Intent(want, by or "", now)
-            rec.updated_at = now
-
-        return self._write(job_id, apply)
+        _want(want, job_id)
+        return self._write(job_id, intending(job_id, want, by))
 
     def recall(self, job_id: str, epoch: int, reason: str, by: str = "", grace: float = 30.0) -> Record:
-        if not isinstance(reason, str) or not reason.strip():
-            raise Invalid("a recall needs a reason", job_id)
-        _epoch(epoch)
-        window = _seconds(grace, "grace")
-
-        def apply(rec: Record, now: datetime) -> None:
-            lease = rec.lease
-            if rec.terminal:
-                raise Terminal(f"job {job_id} is {rec.state}; there is nothing to give back")
-            if lease.epoch != epoch:
-                raise StaleEpoch(f"job {job_id} is at epoch {lease.epoch}, not {epoch}")
-            if not held(lease, now):
-                raise LeaseExpired(f"job {job_id}: nobody holds the lease of epoch {epoch}")
-            until = limits.later(now, window, "grace", job_id)
-            lease.recall = Recall(reason, now, until, by or "")
-            if lease.expires_at is None or until < lease.expires_at:
-                lease.expires_at = until
-            rec.updated_at = now
-
-        return self._write(job_id, apply)
+        window = _recall_terms(job_id, epoch, reason, grace)
+        return self._write(job_id, recalling(job_id, epoch, reason, by, window))
 
     def cancel(self, job_id: str, by: str, ttl_seconds: float = 15.0) -> Record:
         """Ask for a stop and, when nobody holds the job, stop it now [JOB-S3] [JOB-S4].
@@ -306,6 +218,22 @@ class ContractStore:
         return self.finish(job_id, mine.lease.epoch, "cancelled")
 
 
+def _given(checkpoint: Any, job_id: str) -> Any:
+    """The checkpoint ``progress``/``finish`` write: as :func:`jobctl.record.given_checkpoint` says, in any store.
+
+    ``UNSET`` (leave it), ``None`` (no checkpoint), or a :class:`Raw` of its
+    text: the value is written as given, never matched against the spelling
+    it replaces. Refused (``Invalid``) before anything is read.
+    """
+    if checkpoint is UNSET:
+        return UNSET
+    try:
+        text, _ranged = given_checkpoint(checkpoint)
+    except Invalid as exc:
+        raise Invalid(f"job {job_id}: checkpoint: {exc.message}", job_id) from None
+    return None if text is None else Raw(text)
+
+
 def _ttl_within(value: Any, max_ttl: float, job_id: str) -> float:
     ttl = _seconds(value, "ttl")
     if ttl > max_ttl:
@@ -323,23 +251,41 @@ def _claim_terms(job_id: str, owner: str, ttl_seconds: Any, max_ttl: float) -> f
     return _ttl_within(ttl_seconds, max_ttl, job_id)
 
 
-def _claiming(
-    job_id: str, owner: str, ttl: float, seen: int, data: bytes, exact: bool, vet: Apply | None = None
-) -> Apply:
-    """The claim's preconditions and effect [JOB-L4], for a record whose epoch read ``seen``.
+# -- the rules: one factory an operation, its preconditions and effect as an Apply ------------------------
+#
+# Each runs on the record as found under the backend's lock, with the store's time read under it.
+# The file store's writes are these; the PostgreSQL store's statements state the same preconditions
+# in SQL, and when one is refused these judge the row and name the verdict.
 
-    ``data`` and ``exact`` are as :meth:`ContractStore._read_epoch` gives them.
-    ``vet`` sees the record as found under the lock, after the contract's
-    own checks, and refuses by raising (nothing is written).
+
+def _epoch_moved(job_id: str, seen: int, data: bytes, exact: bool, rec: Record) -> None:
+    """[JOB-L4]: the record moved since the claimer read epoch ``seen`` -> ``LeaseHeld``."""
+    if rec.lease.epoch != seen and not exact:
+        seen = decode(data, job_id).lease.epoch  # the pattern may have misread
+    if rec.lease.epoch != seen:
+        raise LeaseHeld(f"job {job_id} moved since it was read (epoch {seen} -> {rec.lease.epoch})")
+
+
+def claiming(
+    job_id: str,
+    owner: str,
+    ttl: float,
+    seen: tuple[int, bytes, bool] | None = None,
+    vet: Apply | None = None,
+) -> Apply:
+    """The claim's preconditions and effect [JOB-L4].
+
+    ``seen`` is the ``(epoch, data, exact)`` the claimer read before taking
+    the lock (:meth:`ContractStore._read_epoch`), when it read one: a record
+    that moved since is ``LeaseHeld``. ``vet`` sees the record as found
+    under the lock, after the contract's own checks, and refuses by raising
+    (nothing is written).
     """
 
     def apply(rec: Record, now: datetime) -> None:
-        nonlocal seen, exact
         lease = rec.lease
-        if lease.epoch != seen and not exact:
-            seen, exact = decode(data, job_id).lease.epoch, True  # the pattern may have misread
-        if lease.epoch != seen:
-            raise LeaseHeld(f"job {job_id} moved since it was read (epoch {seen} -> {lease.epoch})")
+        if seen is not None:
+            _epoch_moved(job_id, *seen, rec)
         if rec.terminal:
             raise Terminal(f"job {job_id} is {rec.state}; nothing reopens it")
         if held(lease, now):
@@ -354,3 +300,154 @@ def _claiming(
             rec.state = "running"
 
     return apply
+
+
+def renewing(job_id: str, epoch: int, ttl: float) -> Apply:
+    """Renew: ``StaleEpoch``, then ``LeaseExpired``; capped at a recall's ``until`` [JOB-R4]; terminal too [JOB-T6]."""
+
+    def apply(rec: Record, now: datetime) -> None:
+        lease = rec.lease
+        if lease.epoch != epoch:
+            raise StaleEpoch(f"job {job_id} is at epoch {lease.epoch}, not {epoch}")
+        if not held(lease, now):
+            raise LeaseExpired(f"job {job_id}: the lease of epoch {epoch} has lapsed or was released")
+        expires = limits.later(now, ttl, "ttl", job_id)
+        if lease.recall is not None and lease.recall.until is not None and expires > lease.recall.until:
+            expires = lease.recall.until
+        lease.expires_at = expires
+
+    return apply
+
+
+def holding(job_id: str, epoch: int, apply: Apply) -> Apply:
+    """A write by the lease holder: ``Terminal`` [JOB-T3], ``StaleEpoch`` [JOB-L1], ``LeaseExpired`` [JOB-L5] first."""
+
+    def checked(rec: Record, now: datetime) -> None:
+        if rec.terminal:
+            raise Terminal(f"job {job_id} is {rec.state}; nothing reopens it")
+        if rec.lease.epoch != epoch:
+            raise StaleEpoch(
+                f"job {job_id} is at epoch {rec.lease.epoch}, not {epoch}: "
+                f"{rec.lease.owner or 'somebody'} claimed it since"
+            )
+        if not held(rec.lease, now):
+            raise LeaseExpired(f"job {job_id}: the lease of epoch {epoch} has lapsed or was released")
+        apply(rec, now)
+        rec.updated_at = now
+
+    return checked
+
+
+def releasing(rec: Record, now: datetime) -> None:
+    """Release's effect: the lease ends now and has no owner; running becomes pending unless delegated [JOB-L6]."""
+    rec.lease.expires_at = now
+    rec.lease.owner = ""
+    if rec.state == "running" and rec.delegation is None:
+        rec.state = "pending"
+
+
+def updating(job_id: str, mutate: Callable[[Record], object]) -> Apply:
+    """The holder's own change: whatever ``mutate`` does, except to what never moves [JOB-M1]."""
+
+    def envelope(rec: Record) -> tuple[str, tuple[str, ...]] | None:
+        return None if rec.envelope is None else (rec.envelope.schema, tuple(rec.envelope.actions))
+
+    def apply(rec: Record, now: datetime) -> None:
+        before = (rec.id, rec.kind, rec.opaque_text("spec"), rec.created_at, envelope(rec))
+        lease = rec.lease.replace(recall=None if rec.lease.recall is None else rec.lease.recall.replace())
+        intent = None if rec.intent is None else rec.intent.replace()
+        rec._exposed = True
+        mutate(rec)
+        after = (rec.id, rec.kind, rec.opaque_text("spec"), rec.created_at, envelope(rec))
+        for name, old, new in zip(("id", "kind", "spec", "created_at", "envelope"), before, after, strict=True):
+            if old != new:
+                raise Invalid(f"job {job_id}: {name} cannot change under a lease [JOB-M1]")
+        if rec.lease != lease:
+            raise Invalid(f"job {job_id}: the lease changes only by claim, renew and release")
+        if rec.intent != intent:
+            raise Invalid(f"job {job_id}: intent changes only by set_intent")
+
+    return apply
+
+
+def progressing(done: int, given: Any) -> Apply:
+    """Progress's effect: ``done`` as of now, and the checkpoint when one is given (:func:`_given`)."""
+
+    def apply(rec: Record, now: datetime) -> None:
+        rec.progress.done = done
+        rec.progress.updated_at = now
+        if given is not UNSET:
+            rec.checkpoint = given
+
+    return apply
+
+
+def finishing(state: str, error: str | None, given: Any, done: int | None) -> Apply:
+    """Finish's effect: the state, with error, checkpoint and done when given [JOB-T4]; a bad state word ``Invalid``."""
+
+    def apply(rec: Record, now: datetime) -> None:
+        if state not in STATES:
+            raise Invalid(f"{state!r} is not a state ({', '.join(STATES)})")
+        rec.state = state
+        if error is not None:
+            rec.error = error
+        if given is not UNSET:
+            rec.checkpoint = given
+        if done is not None:
+            rec.progress.done = done
+            rec.progress.updated_at = now
+
+    return apply
+
+
+def intending(job_id: str, want: str, by: str) -> Apply:
+    """set_intent: ``Terminal`` [JOB-I5]; the want recorded with who and when [JOB-I7], no epoch [JOB-I3]."""
+
+    def apply(rec: Record, now: datetime) -> None:
+        if rec.terminal:
+            raise Terminal(f"job {job_id} is {rec.state}; nothing reopens it")
+        rec.intent = Intent(want, by or "", now)
+        rec.updated_at = now
+
+    return apply
+
+
+def recalling(job_id: str, epoch: int, reason: str, by: str, window: float) -> Apply:
+    """Recall: ``Terminal``, ``StaleEpoch`` [JOB-R1], ``LeaseExpired`` [JOB-R2]; the expiry lowered [JOB-R3]."""
+
+    def apply(rec: Record, now: datetime) -> None:
+        lease = rec.lease
+        if rec.terminal:
+            raise Terminal(f"job {job_id} is {rec.state}; there is nothing to give back")
+        if lease.epoch != epoch:
+            raise StaleEpoch(f"job {job_id} is at epoch {lease.epoch}, not {epoch}")
+        if not held(lease, now):
+            raise LeaseExpired(f"job {job_id}: nobody holds the lease of epoch {epoch}")
+        until = limits.later(now, window, "grace", job_id)
+        lease.recall = Recall(reason, now, until, by or "")
+        if lease.expires_at is None or until < lease.expires_at:
+            lease.expires_at = until
+        rec.updated_at = now
+
+    return apply
+
+
+# -- the arguments, refused before anything is read ----------------------------------------------------
+
+
+def _done(done: Any, job_id: str) -> None:
+    if not isinstance(done, int) or not limits.DONE.holds(done):
+        raise Invalid(f"done must be a whole number ({limits.DONE.text()}), not {done!r}", job_id)
+
+
+def _want(want: Any, job_id: str) -> None:
+    if want not in WANTS:
+        raise Invalid(f"intent {want!r} is not run, pause or cancel [JOB-I1]", job_id)
+
+
+def _recall_terms(job_id: str, epoch: Any, reason: Any, grace: Any) -> float:
+    """A recall's arguments: a reason that is not blank, an epoch, a grace in seconds."""
+    if not isinstance(reason, str) or not reason.strip():
+        raise Invalid("a recall needs a reason", job_id)
+    _epoch(epoch)
+    return _seconds(grace, "grace")

@@ -40,7 +40,7 @@ from ..record import (
     summary_tuple,
 )
 from ..wire import lazy_pattern
-from .base import Listing, Notices, OpenListing, Skipped, Unreadable
+from .base import Listing, Notices, OpenListing, Records, Skipped, Unreadable
 from .contract import ContractStore
 
 if TYPE_CHECKING:  # the summary cache (hashlib and all) loads only when a listing asks for it
@@ -583,12 +583,26 @@ class FileStore(ContractStore):
         Finished records are known by their states only [JOB-T1]: the summary
         cache spares decoding them.
         """
-        from ..schedule import claim_next
+        got = self.claim_some(owner, ttl, 1, kinds, skipped=skipped, unreadable=unreadable)
+        return got[0] if got else None
+
+    def claim_some(
+        self,
+        owner: str,
+        ttl: float,
+        limit: int,
+        kinds: Iterable[str] | None = None,
+        *,
+        skipped: Skipped | None = None,
+        unreadable: Skipped | None = None,
+    ) -> Records:
+        """Up to ``limit`` of the oldest runnable jobs, claimed: :func:`jobctl.schedule.claim_some` over one listing."""
+        from ..schedule import claim_some
 
         listing = self.list_open()
         if unreadable is not None:
             unreadable.extend(listing.unreadable)
-        return claim_next(self, owner, ttl, kinds, records=listing, skipped=skipped)
+        return claim_some(self, owner, ttl, limit, kinds, records=listing, skipped=skipped)
 
     # -- writes --------------------------------------------------------------
 

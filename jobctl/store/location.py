@@ -1,42 +1,21 @@
-"""What names a store: a directory path, or a PostgreSQL URL.
+"""Opening the store a name names: a directory, or a PostgreSQL database (:mod:`jobctl.store.url`).
 
-``postgresql://`` and ``postgres://`` URLs (libpq's own spellings) name a
-database store; anything else is a directory. The driver is imported only
-when a URL asks for it, so a file-store command's start-up does not grow.
+The driver is imported only when a URL asks for it, so a file-store
+command's start-up does not grow.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from typing import TYPE_CHECKING
 
 from .file import FileStore
+from .url import is_database_url, masked
 
 if TYPE_CHECKING:
     from .postgres import PostgresStore
 
 __all__ = ["is_database_url", "masked", "open_store", "address"]
-
-_SCHEMES = ("postgresql://", "postgres://")
-
-
-def is_database_url(where: str | os.PathLike[str]) -> bool:
-    return isinstance(where, str) and where[:13].lower().startswith(_SCHEMES)
-
-
-def masked(where: str) -> str:
-    """``where`` fit to print: a URL's password (in the authority or as ``password=``) becomes ``***``."""
-    if not is_database_url(where):
-        return where
-    where = _USERINFO_PASSWORD.sub(r"\1***@", where, count=1)
-    return _QUERY_PASSWORD.sub(r"\1***", where)
-
-
-# scheme://user:PASSWORD@ -- the authority ends at the first "/", "?" or "#".
-_USERINFO_PASSWORD = re.compile(r"\A([A-Za-z]+://[^/?#@:]*:)[^/?#]*@")
-# ?password=... or &password=... in the query string (libpq reads it there too).
-_QUERY_PASSWORD = re.compile(r"([?&]password=)[^&#]*")
 
 
 def open_store(where: str | os.PathLike[str]) -> FileStore | PostgresStore:

@@ -18,7 +18,8 @@ import psycopg
 import pytest
 from clitools import Jobctl
 
-from jobctl.store import postgres, postgres_health
+from jobctl.store import postgres
+from jobctl.store.postgres import health as postgres_health
 
 HOSTS_MD = Path(__file__).resolve().parents[2] / "docs" / "howto" / "hosts.md"
 

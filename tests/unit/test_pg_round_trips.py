@@ -1,10 +1,13 @@
 """The PostgreSQL store's hot path: how many round trips each operation costs, and that the fewer still fence.
 
-A write is one transaction in pipeline mode (``PostgresStore._pipelined``):
-the locked read goes out with a Flush, Python runs the contract's checks on
-the row while its lock is held, and the write goes out with the Sync that
-commits it. Counted here from libpq's own protocol trace: a round trip is the
-client sending and then waiting for the server's answer.
+Each step of the contract is one statement whose WHERE clause states its
+preconditions: one round trip. ``update`` (a holder's arbitrary change) and
+a step whose statement was refused are one transaction in pipeline mode
+(``Session.tx``): the locked read goes out with a Flush, Python runs the
+contract's rules on the row while its lock is held, and the write goes out
+with the Sync that commits it. Counted here from libpq's own protocol
+trace: a round trip is the client sending and then waiting for the server's
+answer.
 """
 
 from __future__ import annotations
@@ -49,23 +52,48 @@ def submit(store: Any) -> str:
 
 
 def test_the_hot_path_round_trips(pg_store: Any) -> None:
-    """Claim-next, finish, renew, release: two each (read under lock; write with commit); submit two; a read one."""
-    for _ in range(3):
+    """Every step one round trip: its statement; update two (read under lock; write with commit).
+
+    A refused step costs its statement and the rules' locked read, whose
+    transaction ends with nothing written (its Sync): three.
+    """
+    for _ in range(4):
         submit(pg_store)
     got: list[Any] = []
-    assert round_trips(pg_store, lambda: got.append(pg_store.claim_next("w", 30))) == 2
+    assert round_trips(pg_store, lambda: got.append(pg_store.claim_next("w", 30))) == 1
     rec = got[0]
-    assert round_trips(pg_store, lambda: pg_store.renew(rec.id, rec.lease.epoch, 30)) == 2
-    assert round_trips(pg_store, lambda: pg_store.finish(rec.id, rec.lease.epoch, "complete")) == 2
+    epoch = rec.lease.epoch
+    assert round_trips(pg_store, lambda: pg_store.renew(rec.id, epoch, 30)) == 1
+    assert round_trips(pg_store, lambda: pg_store.progress(rec.id, epoch, 5, {"at": 5})) == 1
+    assert round_trips(pg_store, lambda: pg_store.update(rec.id, epoch, lambda r: None)) == 2
+    assert round_trips(pg_store, lambda: pg_store.set_intent(rec.id, "pause", "ops")) == 1
+    assert round_trips(pg_store, lambda: pg_store.recall(rec.id, epoch, "move", "ops", 20)) == 1
+    assert round_trips(pg_store, lambda: pg_store.finish(rec.id, epoch, "complete")) == 1
     other = pg_store.claim_next("w", 30)
-    assert round_trips(pg_store, lambda: pg_store.release(other.id, other.lease.epoch)) == 2
-    assert round_trips(pg_store, lambda: submit(pg_store)) == 2  # the server's clock, then the INSERT
+    assert round_trips(pg_store, lambda: pg_store.release(other.id, other.lease.epoch)) == 1
+    mine: list[Any] = []
+    assert round_trips(pg_store, lambda: mine.append(pg_store.claim(other.id, "w", 30))) == 1
+    assert round_trips(pg_store, lambda: submit(pg_store)) == 1  # the server's clock stamps it
     assert round_trips(pg_store, lambda: pg_store.load(rec.id)) == 1
     assert round_trips(pg_store, pg_store.now) == 1
-    # the worker's pick also names malformed jobs: that query rides in the pick's first round trip
+    assert round_trips(pg_store, pg_store.list_open) == 1  # open rows and finished states together
+    # the worker's pick also names malformed jobs: that query rides with the pick
     skipped: list[Any] = []
-    assert round_trips(pg_store, lambda: pg_store.claim_next("w", 30, skipped=skipped)) == 2
+    assert round_trips(pg_store, lambda: pg_store.claim_next("w", 30, skipped=skipped)) == 1
+    batch: list[Any] = []
+    assert round_trips(pg_store, lambda: batch.extend(pg_store.claim_some("w", 30, 4))) == 1
+    assert len(batch) == 2
+    # a refused step: its statement, then the rules on the row under its lock, which name the refusal
+    now_at = mine[0].lease.epoch
+    assert round_trips(pg_store, lambda: _refused(lambda: pg_store.finish(other.id, now_at - 1, "complete"))) == 3
+    assert round_trips(pg_store, lambda: _refused(lambda: pg_store.renew(other.id, now_at - 1, 30))) == 3
     assert pg_store.load(rec.id).state == "complete"
+    assert pg_store.load(other.id).state == "running"
+
+
+def _refused(step: Callable[[], object]) -> None:
+    with pytest.raises(StaleEpoch):
+        step()
 
 
 def test_the_row_stays_locked_while_the_contract_decides(pg_store: Any) -> None:
@@ -146,13 +174,14 @@ def test_the_pick_is_judged_and_stamped_by_the_server_clock(pg_store: Any) -> No
 
 def test_without_pipeline_mode_a_write_is_an_ordinary_transaction(pg_store: Any, monkeypatch: Any) -> None:
     """An older libpq has no pipeline mode: the same writes, the same verdicts, in BEGIN ... COMMIT."""
-    from jobctl.store import postgres
+    from jobctl.store.postgres import session
 
-    monkeypatch.setattr(postgres, "_PIPELINE", False)
+    monkeypatch.setattr(session, "PIPELINE", False)
     job = submit(pg_store)
     rec = pg_store.claim_next("w", 30, skipped=[])
     assert rec is not None and rec.id == job
     with pytest.raises(StaleEpoch):
         pg_store.finish(job, rec.lease.epoch - 1, "complete")
-    assert round_trips(pg_store, lambda: pg_store.finish(job, rec.lease.epoch, "complete")) == 4
+    assert round_trips(pg_store, lambda: pg_store.update(job, rec.lease.epoch, lambda r: None)) == 4
+    assert pg_store.finish(job, rec.lease.epoch, "complete").state == "complete"
     assert pg_store.load(job).state == "complete"

@@ -201,7 +201,7 @@ def test_migrate_moves_a_version_1_schema_to_pushed_changes(pg_url: str, tmp_pat
     from jobctl.store import postgres
 
     assert postgres.init(pg_url, target=1) == (0, 1)
-    with pytest.raises(Refused, match="has schema version 1; this jobctl needs 2"):
+    with pytest.raises(Refused, match=f"has schema version 1; this jobctl needs {postgres.SCHEMA_VERSION}"):
         postgres.PostgresStore(pg_url)
     ran = subprocess.run(
         [str(Path(sys.executable).parent / "jobctl"), "db", "migrate", "--store", pg_url],
@@ -212,7 +212,7 @@ def test_migrate_moves_a_version_1_schema_to_pushed_changes(pg_url: str, tmp_pat
     )
     assert ran.returncode == 0, ran.stderr
     with postgres.PostgresStore(pg_url) as s:
-        assert s.schema_version == 2
+        assert s.schema_version == postgres.SCHEMA_VERSION
         notices = s.notices()
         try:
             job = s.submit(Record(kind="k", spec={}))

@@ -348,8 +348,13 @@ def test_the_command_line_does_not_import_the_web_stack(tmp_path: Path) -> None:
 
 def inotify_fds(pid: int) -> int:
     """How many inotify descriptors process ``pid`` holds (one a change stream's watch, on Linux)."""
-    fds = Path(f"/proc/{pid}/fd")
-    return sum(1 for fd in fds.iterdir() if os.readlink(fd) == "anon_inode:inotify")
+    count = 0
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            count += os.readlink(fd) == "anon_inode:inotify"
+        except FileNotFoundError:  # closed between the listing and the look: not a watch any more
+            continue
+    return count
 
 
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="no /proc to count descriptors in")

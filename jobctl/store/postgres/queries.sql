@@ -1,5 +1,19 @@
 -- Named queries of jobctl's PostgreSQL store, loaded by name (jobctl.store.postgres).
 -- Parameters only: nothing is ever formatted into these statements.
+--
+-- A record is a row of jobctl_jobs (migrate-3.sql). Queries that hand records
+-- back select or return `j.*`: the record's columns come first, in the order
+-- jobctl.store.postgres.row reads them.
+--
+-- Each step of the contract is one statement. Its WHERE clause states the
+-- step's preconditions (DIGEST §5, in jobctl.store.contract) and its SET the
+-- step's effect; a statement that changes no row was refused, and the store
+-- then judges the row with the contract's Python rules, which name the
+-- refusal. `now` is %(now)s when the store was given a clock of its own
+-- (tests), else statement_timestamp(): the server's clock as the statement
+-- starts, one instant for every judgement and every time the statement writes
+-- [JOB-O4]. %(understood)s is the critical models this reader knows: a row
+-- that names another must not be touched [JOB-D7].
 
 -- name: schema_exists
 SELECT to_regclass('jobctl_schema') IS NOT NULL;
@@ -13,105 +27,256 @@ UPDATE jobctl_schema SET version = %(version)s;
 -- name: first_version
 INSERT INTO jobctl_schema (version) VALUES (%(version)s);
 
+-- name: encoding
+SELECT current_setting('server_encoding');
+
+-- name: utc
+-- Every connection reads and writes times in UTC: psycopg hands timestamptz
+-- values back in the session's zone, and the record's times are UTC [JOB-E5].
+SELECT set_config('TimeZone', 'UTC', false);
+
 -- name: clock
 SELECT clock_timestamp();
 
 -- name: load
-SELECT data FROM jobctl_jobs WHERE id = %(id)s;
+SELECT j.* FROM jobctl_jobs j WHERE j.id = %(id)s;
 
--- name: load_for_update
--- The outer SELECT projects only rows the CTE has locked, so the server's
--- clock is read after the lock is held (as the file store reads it under flock),
--- in the same round trip.
-WITH locked AS (SELECT data FROM jobctl_jobs WHERE id = %(id)s FOR UPDATE)
-SELECT data, clock_timestamp() FROM locked;
+-- name: lock_record
+-- The row, locked for the rest of the transaction, and the server's clock read
+-- after the lock is held (as the file store reads its clock under flock): the
+-- outer SELECT projects only the row the CTE has locked.
+WITH locked AS (SELECT j.* FROM jobctl_jobs j WHERE j.id = %(id)s FOR UPDATE)
+SELECT locked.*, clock_timestamp() FROM locked;
 
 -- name: lock_patience
--- Before load_for_update in a claim that will not wait: a row another
+-- Before lock_record in a claim that will not wait: a row another
 -- transaction holds longer than this fails (lock_not_available) instead.
 SELECT set_config('lock_timeout', %(ms)s::text, true);
 
--- name: read_epoch
-SELECT epoch, data FROM jobctl_jobs WHERE id = %(id)s;
+-- name: state_of
+SELECT state, critical FROM jobctl_jobs WHERE id = %(id)s;
 
 -- name: ids
 SELECT id FROM jobctl_jobs ORDER BY id;
 
 -- name: list
-SELECT id, data FROM jobctl_jobs ORDER BY id;
+SELECT j.* FROM jobctl_jobs j ORDER BY j.id;
 
 -- name: list_open
--- Every row's state, and the bytes of the rows not yet ended: one statement,
--- so one snapshot. A finished row never changes state again [JOB-T1]; its
--- state column, derived from its bytes when they were written, stands for it.
-SELECT id, state, CASE WHEN state IN ('complete', 'failed', 'cancelled') THEN NULL ELSE data END
-FROM jobctl_jobs ORDER BY id;
+-- The rows not yet ended; finished_states gives the others' states, in the same snapshot.
+SELECT j.* FROM jobctl_jobs j WHERE j.state NOT IN ('complete', 'failed', 'cancelled') ORDER BY j.id;
+
+-- name: finished_states
+-- A finished row never changes state again [JOB-T1]: its state column stands for it.
+SELECT id, state, critical FROM jobctl_jobs WHERE state IN ('complete', 'failed', 'cancelled');
 
 -- name: scan_after
 -- One page of a scan, by id after the last one seen: no cursor (and no lock)
 -- is held between pages while the caller prints what it has.
-SELECT id, data FROM jobctl_jobs WHERE id > %(after)s ORDER BY id LIMIT %(limit)s;
+SELECT j.* FROM jobctl_jobs j WHERE j.id > %(after)s ORDER BY j.id LIMIT %(limit)s;
 
 -- name: orphan_candidates
--- Not terminal, not transferred, not held, not paused unless running [JOB-I11] [JOB-I12] [JOB-T2];
--- the shared is_orphan rule has the last word on each row.
-SELECT id, data FROM jobctl_jobs
-WHERE state IN ('pending', 'running')
-  AND (owner = '' OR expires_at IS NULL OR expires_at <= %(now)s)
-  AND (want <> 'pause' OR state = 'running')
-ORDER BY id;
+-- Not terminal, not transferred, not held, not paused unless running [JOB-I11] [JOB-I12] [JOB-T2],
+-- with the time they were judged at; the shared is_orphan rule has the last word on each row.
+SELECT j.*, coalesce(%(now)s::timestamptz, statement_timestamp()) FROM jobctl_jobs j
+WHERE j.state IN ('pending', 'running')
+  AND (j.owner = '' OR j.expires_at <= coalesce(%(now)s::timestamptz, statement_timestamp()))
+  AND (j.want IS DISTINCT FROM 'pause' OR j.state = 'running')
+ORDER BY j.id;
 
--- name: next_runnable
--- The oldest job a worker may claim now: an orphan whose dependencies are all
--- complete, whose not-before time has passed, not paused, of one of the kinds
--- (all kinds when NULL). SKIP LOCKED passes over a row another picker holds.
--- "Now" is %(now)s when the caller has a clock of its own (tests), else the
--- server's, read once in this statement and returned with the row, so a pick
--- needs no round trip of its own to learn the time it is judged by.
-WITH clock AS MATERIALIZED (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS now)
-SELECT picked.id, picked.data, (SELECT now FROM clock) FROM (
-    SELECT j.id, j.data FROM jobctl_jobs j
-    WHERE j.state IN ('pending', 'running')
-      AND (j.owner = '' OR j.expires_at IS NULL OR j.expires_at <= (SELECT now FROM clock))
-      AND j.want <> 'pause'
-      AND j.scheduled
-      AND NOT (j.id = ANY(%(passed)s::text[]))
-      AND (j.not_before IS NULL OR j.not_before <= (SELECT now FROM clock))
-      AND (%(kinds)s::text[] IS NULL OR j.kind = ANY(%(kinds)s::text[]))
-      AND NOT EXISTS (
-          SELECT 1 FROM unnest(j.after) AS dep(id)
-          WHERE NOT EXISTS (SELECT 1 FROM jobctl_jobs d WHERE d.id = dep.id AND d.state = 'complete')
-      )
-    ORDER BY j.created_at, j.id
-    LIMIT 1
-    FOR UPDATE OF j SKIP LOCKED
-) AS picked;
+-- name: unpickable
+-- What claim_next passes over for what is at the row, to be named: open jobs
+-- whose scheduling data cannot be read, and rows this reader cannot read (a
+-- critical model it does not know) in any state; with the time of the look.
+SELECT j.*, coalesce(%(now)s::timestamptz, statement_timestamp()) FROM jobctl_jobs j
+WHERE (NOT j.scheduled AND j.state IN ('pending', 'running')) OR NOT j.critical <@ %(understood)s::text[]
+ORDER BY j.id;
 
 -- name: insert
-INSERT INTO jobctl_jobs (id, data, state, kind, epoch, owner, expires_at, want, not_before, after, pipeline,
-                         scheduled, created_at)
-VALUES (%(id)s, %(data)s, %(state)s, %(kind)s, %(epoch)s, %(owner)s, %(expires_at)s, %(want)s, %(not_before)s,
-        %(after)s, %(pipeline)s, %(scheduled)s, %(created_at)s)
-ON CONFLICT (id) DO NOTHING;
+-- submit and import, refused (no row) when the id is taken. A submit's times
+-- are the store's clock (%(fresh)s), an intent's `at` too when it has none;
+-- an import keeps every time the record has.
+INSERT INTO jobctl_jobs (
+    id, kind, state, envelope_schema, envelope_actions, spec, checkpoint, done, total, progress_at,
+    step_name, step_ordinal, step_of, step_done, step_total, owner, epoch, expires_at,
+    recall_reason, recall_by, recall_at, recall_until, delegation_system, delegation_external_id,
+    delegation_delivered, requires, error, want, intent_by, intent_at, extension_keys, extension_values,
+    created_at, updated_at, content, critical, verbatim, not_before, after, pipeline, scheduled)
+SELECT
+    %(id)s, %(kind)s, %(state)s, %(envelope_schema)s, %(envelope_actions)s, %(spec)s, %(checkpoint)s,
+    %(done)s, %(total)s, CASE WHEN %(fresh)s THEN c.now ELSE %(progress_at)s END,
+    %(step_name)s, %(step_ordinal)s, %(step_of)s, %(step_done)s, %(step_total)s, %(owner)s, %(epoch)s,
+    %(expires_at)s, %(recall_reason)s, %(recall_by)s, %(recall_at)s, %(recall_until)s, %(delegation_system)s,
+    %(delegation_external_id)s, %(delegation_delivered)s, %(requires)s, %(error)s, %(want)s, %(intent_by)s,
+    CASE WHEN %(fresh)s AND %(want)s::text IS NOT NULL THEN coalesce(%(intent_at)s, c.now) ELSE %(intent_at)s END,
+    %(extension_keys)s, %(extension_values)s,
+    CASE WHEN %(fresh)s THEN c.now ELSE %(created_at)s END, CASE WHEN %(fresh)s THEN c.now ELSE %(updated_at)s END,
+    %(content)s, %(critical)s, %(verbatim)s, %(not_before)s, %(after)s, %(pipeline)s, %(scheduled)s
+FROM (SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now) AS c
+ON CONFLICT (id) DO NOTHING
+RETURNING id;
 
--- name: update
-UPDATE jobctl_jobs
-SET data = %(data)s, state = %(state)s, kind = %(kind)s, epoch = %(epoch)s, owner = %(owner)s,
-    expires_at = %(expires_at)s, want = %(want)s, not_before = %(not_before)s, after = %(after)s,
-    pipeline = %(pipeline)s, scheduled = %(scheduled)s, created_at = %(created_at)s
+-- name: write
+-- A whole record, written back under the row lock lock_record took: update(),
+-- and a step the rules allowed after its statement was refused.
+UPDATE jobctl_jobs SET
+    kind = %(kind)s, state = %(state)s, envelope_schema = %(envelope_schema)s,
+    envelope_actions = %(envelope_actions)s, spec = %(spec)s, checkpoint = %(checkpoint)s, done = %(done)s,
+    total = %(total)s, progress_at = %(progress_at)s, step_name = %(step_name)s, step_ordinal = %(step_ordinal)s,
+    step_of = %(step_of)s, step_done = %(step_done)s, step_total = %(step_total)s, owner = %(owner)s,
+    epoch = %(epoch)s, expires_at = %(expires_at)s, recall_reason = %(recall_reason)s,
+    recall_by = %(recall_by)s, recall_at = %(recall_at)s, recall_until = %(recall_until)s,
+    delegation_system = %(delegation_system)s, delegation_external_id = %(delegation_external_id)s,
+    delegation_delivered = %(delegation_delivered)s, requires = %(requires)s, error = %(error)s,
+    want = %(want)s, intent_by = %(intent_by)s, intent_at = %(intent_at)s, extension_keys = %(extension_keys)s,
+    extension_values = %(extension_values)s, created_at = %(created_at)s, updated_at = %(updated_at)s,
+    content = %(content)s, critical = %(critical)s, verbatim = %(verbatim)s, not_before = %(not_before)s,
+    after = %(after)s, pipeline = %(pipeline)s, scheduled = %(scheduled)s
 WHERE id = %(id)s;
 
--- name: unscheduled
-SELECT id, data FROM jobctl_jobs WHERE NOT scheduled AND state IN ('pending', 'running') ORDER BY id;
+-- name: forged
+-- Bytes at the row this reader cannot decode (replay's `plant` forges them, as
+-- a newer writer would write them), with the lists they declare: every step
+-- refuses the row for its critical list, and readers are handed the bytes.
+-- The other columns stay as they were.
+UPDATE jobctl_jobs SET verbatim = %(verbatim)s, content = %(content)s, critical = %(critical)s WHERE id = %(id)s;
 
--- name: replace_data
-UPDATE jobctl_jobs SET data = %(data)s WHERE id = %(id)s;
+-- name: claim
+-- [JOB-L4]: the lease is taken and the epoch raised; pending and running
+-- become running [JOB-T2]; a recall goes [JOB-R7]; updated_at stays.
+-- Refused: a finished job [JOB-T1]; a lease held by another owner, or by this
+-- owner under a recall [JOB-O1] [JOB-R5].
+UPDATE jobctl_jobs AS j
+SET epoch = j.epoch + 1, owner = %(owner)s,
+    expires_at = coalesce(%(now)s::timestamptz, statement_timestamp()) + %(ttl)s::interval,
+    recall_reason = NULL, recall_by = NULL, recall_at = NULL, recall_until = NULL,
+    state = CASE WHEN j.state IN ('pending', 'running') THEN 'running' ELSE j.state END,
+    verbatim = NULL
+WHERE j.id = %(id)s
+  AND j.critical <@ %(understood)s::text[]
+  AND j.state NOT IN ('complete', 'failed', 'cancelled')
+  AND NOT (j.owner <> '' AND j.expires_at > coalesce(%(now)s::timestamptz, statement_timestamp())
+           AND (j.owner <> %(owner)s OR j.recall_reason IS NOT NULL))
+RETURNING j.*;
 
--- name: lock_for_remove
-SELECT data FROM jobctl_jobs WHERE id = %(id)s FOR UPDATE;
+-- name: claim_next
+-- The oldest runnable jobs, up to %(limit)s (jobctl_runnable, migrate-3-finish.sql,
+-- picks and locks them), claimed as `claim` claims: the epoch raised, the
+-- lease taken, running, a recall gone.
+UPDATE jobctl_jobs AS j
+SET epoch = j.epoch + 1, owner = %(owner)s,
+    expires_at = coalesce(%(now)s::timestamptz, statement_timestamp()) + %(ttl)s::interval,
+    recall_reason = NULL, recall_by = NULL, recall_at = NULL, recall_until = NULL,
+    state = 'running', verbatim = NULL
+FROM jobctl_runnable(coalesce(%(now)s::timestamptz, statement_timestamp()), %(understood)s::text[],
+                     %(kinds)s::text[], %(limit)s) AS picked(id)
+WHERE j.id = picked.id
+RETURNING j.*;
+
+-- name: renew
+-- The lease extended to now + ttl, capped at a recall's until [JOB-R4];
+-- allowed on a finished job [JOB-T6]; updated_at stays.
+-- Refused: another epoch (stale_epoch), a lease not held (lease_expired).
+UPDATE jobctl_jobs AS j
+SET expires_at = CASE
+        WHEN j.recall_until IS NOT NULL
+         AND coalesce(%(now)s::timestamptz, statement_timestamp()) + %(ttl)s::interval > j.recall_until
+        THEN j.recall_until
+        ELSE coalesce(%(now)s::timestamptz, statement_timestamp()) + %(ttl)s::interval END,
+    verbatim = NULL
+WHERE j.id = %(id)s
+  AND j.critical <@ %(understood)s::text[]
+  AND j.epoch = %(epoch)s
+  AND j.owner <> '' AND j.expires_at > coalesce(%(now)s::timestamptz, statement_timestamp())
+RETURNING j.*;
+
+-- name: progress
+-- The holder's progress: done, its time, and the checkpoint when one is given
+-- (%(carry)s: the checkpoint carries verified ranges, a model a later write
+-- carries on [JOB-C1]). Refused, as every write of the holder's [JOB-T3]
+-- [JOB-L1] [JOB-L5]: a finished job, another epoch, a lease not held.
+UPDATE jobctl_jobs AS j
+SET done = %(done)s, progress_at = coalesce(%(now)s::timestamptz, statement_timestamp()),
+    checkpoint = CASE WHEN %(set_checkpoint)s THEN %(checkpoint)s ELSE j.checkpoint END,
+    content = CASE WHEN %(carry)s::text IS NULL OR %(carry)s::text = ANY(j.content) THEN j.content
+                   ELSE j.content || %(carry)s::text END,
+    updated_at = coalesce(%(now)s::timestamptz, statement_timestamp()), verbatim = NULL
+WHERE j.id = %(id)s
+  AND j.critical <@ %(understood)s::text[]
+  AND j.state NOT IN ('complete', 'failed', 'cancelled')
+  AND j.epoch = %(epoch)s
+  AND j.owner <> '' AND j.expires_at > coalesce(%(now)s::timestamptz, statement_timestamp())
+RETURNING j.*;
+
+-- name: finish
+-- The holder sets the state, with error, checkpoint and done in the same
+-- write [JOB-S2] [JOB-T4]. Refused as progress is.
+UPDATE jobctl_jobs AS j
+SET state = %(state)s, error = coalesce(%(error)s, j.error),
+    checkpoint = CASE WHEN %(set_checkpoint)s THEN %(checkpoint)s ELSE j.checkpoint END,
+    content = CASE WHEN %(carry)s::text IS NULL OR %(carry)s::text = ANY(j.content) THEN j.content
+                   ELSE j.content || %(carry)s::text END,
+    done = coalesce(%(done)s, j.done),
+    progress_at = CASE WHEN %(done)s::bigint IS NULL THEN j.progress_at
+                       ELSE coalesce(%(now)s::timestamptz, statement_timestamp()) END,
+    updated_at = coalesce(%(now)s::timestamptz, statement_timestamp()), verbatim = NULL
+WHERE j.id = %(id)s
+  AND j.critical <@ %(understood)s::text[]
+  AND j.state NOT IN ('complete', 'failed', 'cancelled')
+  AND j.epoch = %(epoch)s
+  AND j.owner <> '' AND j.expires_at > coalesce(%(now)s::timestamptz, statement_timestamp())
+RETURNING j.*;
+
+-- name: release
+-- The holder gives the lease up: it ends now, nobody owns it, running becomes
+-- pending unless delegated [JOB-L6]; the epoch and a recall stay [JOB-R6].
+-- Refused as progress is [JOB-T5].
+UPDATE jobctl_jobs AS j
+SET expires_at = coalesce(%(now)s::timestamptz, statement_timestamp()), owner = '',
+    state = CASE WHEN j.state = 'running' AND j.delegation_system IS NULL THEN 'pending' ELSE j.state END,
+    updated_at = coalesce(%(now)s::timestamptz, statement_timestamp()), verbatim = NULL
+WHERE j.id = %(id)s
+  AND j.critical <@ %(understood)s::text[]
+  AND j.state NOT IN ('complete', 'failed', 'cancelled')
+  AND j.epoch = %(epoch)s
+  AND j.owner <> '' AND j.expires_at > coalesce(%(now)s::timestamptz, statement_timestamp())
+RETURNING j.*;
+
+-- name: set_intent
+-- What somebody wants, recorded with no epoch [JOB-I3]; run is recorded too
+-- [JOB-I7]. Refused: a finished job [JOB-I5].
+UPDATE jobctl_jobs AS j
+SET want = %(want)s, intent_by = %(by)s, intent_at = coalesce(%(now)s::timestamptz, statement_timestamp()),
+    updated_at = coalesce(%(now)s::timestamptz, statement_timestamp()), verbatim = NULL
+WHERE j.id = %(id)s
+  AND j.critical <@ %(understood)s::text[]
+  AND j.state NOT IN ('complete', 'failed', 'cancelled')
+RETURNING j.*;
+
+-- name: recall
+-- The lease demanded back by until = now + grace, which the lease's end
+-- comes down to when it is later [JOB-R3]; the intent stays [JOB-R8].
+-- Refused: a finished job, another epoch than the issuer read [JOB-R1], a
+-- lease nobody holds [JOB-R2].
+UPDATE jobctl_jobs AS j
+SET recall_reason = %(reason)s, recall_by = %(by)s,
+    recall_at = coalesce(%(now)s::timestamptz, statement_timestamp()),
+    recall_until = coalesce(%(now)s::timestamptz, statement_timestamp()) + %(grace)s::interval,
+    expires_at = least(j.expires_at, coalesce(%(now)s::timestamptz, statement_timestamp()) + %(grace)s::interval),
+    updated_at = coalesce(%(now)s::timestamptz, statement_timestamp()), verbatim = NULL
+WHERE j.id = %(id)s
+  AND j.critical <@ %(understood)s::text[]
+  AND j.state NOT IN ('complete', 'failed', 'cancelled')
+  AND j.epoch = %(epoch)s
+  AND j.owner <> '' AND j.expires_at > coalesce(%(now)s::timestamptz, statement_timestamp())
+RETURNING j.*;
 
 -- name: remove
-DELETE FROM jobctl_jobs WHERE id = %(id)s;
+-- jobctl gc: an ended job this reader can read [JOB-D7]; nobody writes a
+-- finished record again [JOB-T1], so nothing is lost.
+DELETE FROM jobctl_jobs
+WHERE id = %(id)s AND state IN ('complete', 'failed', 'cancelled') AND critical <@ %(understood)s::text[]
+RETURNING id;
 
 -- name: listen
 -- Change notices (schema version 2): the trigger jobctl_jobs_notify sends one

@@ -9,7 +9,7 @@ between this host and the server (a warning past :data:`CLOCK_WARN`).
 
 Each check is ``ok``, ``FAILED: why`` (the store is unfit: ``doctor`` exits
 1) or ``WARNING: why`` (fit, but worth a look). SQL is in
-``postgres/health.sql``.
+``health.sql``.
 """
 
 from __future__ import annotations
@@ -18,16 +18,18 @@ import os
 from collections.abc import Callable
 from datetime import datetime, timezone
 
-from ..errors import JobError, Refused
-from . import postgres  # first: without psycopg it refuses, naming the extra to install
-from .location import masked
+from ...errors import JobError, Refused
+from ..url import masked
+from .schema import SQL_DIR, queries
+from .session import connect
+from .store import PostgresStore
 
 __all__ = ["CLOCK_WARN", "examine", "clock_check"]
 
 #: Seconds this host's clock may be off the server's before ``check_clock`` warns.
 CLOCK_WARN = 1.0
 
-Q = postgres.queries(os.path.join(postgres.SQL_DIR, "health.sql"))
+Q = queries(os.path.join(SQL_DIR, "health.sql"))
 #: Where the privileges a worker needs are shown.
 GRANTS_PAGE = "grants of docs/howto/hosts.md"
 GRANTS = "the grants a worker needs are in docs/howto/hosts.md"
@@ -52,11 +54,11 @@ def clock_check(offset: float, limit: float = CLOCK_WARN) -> str:
 
 def examine(url: str, host_now: Callable[[], datetime] | None = None) -> tuple[list[Fact], bool]:
     """The facts and checks of the database store at ``url``, and whether it is fit to use."""
-    import psycopg  # present: importing .postgres above refused without it
+    import psycopg  # present: importing this package refused without it
 
     host_now = host_now or _host_now
     try:
-        conn = postgres._connect(url)
+        conn = connect(url)
     except Refused as exc:
         return [("check_connect", f"FAILED: {exc.message}; {exc.hint}")], False
     facts: list[Fact] = []
@@ -84,7 +86,7 @@ def examine(url: str, host_now: Callable[[], datetime] | None = None) -> tuple[l
     facts.append(("check_connect", "ok"))
 
     try:
-        with postgres.PostgresStore(url) as store:
+        with PostgresStore(url) as store:
             facts += [("schema_version", str(store.schema_version)), ("work", store.work_dir)]
         facts.append(("check_open", "ok"))
     except JobError as exc:

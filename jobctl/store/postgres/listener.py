@@ -1,0 +1,124 @@
+"""Change notices from a PostgreSQL store: LISTEN on the channel its trigger sends on."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ...errors import JobError
+from ...notices import RECHECK_SECONDS
+from .schema import Q
+from .session import connect, psycopg, refusing
+
+__all__ = ["Listener", "CHANNEL"]
+
+
+#: The channel the trigger ``jobctl_jobs_notify`` (``migrate-2.sql``) sends on.
+CHANNEL = "jobctl_jobs"
+
+
+class Listener:
+    """A connection of its own that LISTENs for the store's row changes [JOB-N1].
+
+    The trigger sends one notice per row written or removed, as its
+    transaction commits, naming the schema and the id; this listener keeps
+    the ones of its own schema (one database may hold several stores).
+    NOTIFY loses nothing while the listening connection lives (a notice is
+    queued at the writer's commit, and a full queue fails the writer rather
+    than drop it), so the one way to miss a notice is a dropped connection.
+    Every :meth:`read` therefore makes one round trip: notices the server
+    has come first, and a dropped connection shows at once; it is made again
+    and the read says notices were lost (the reader looks at everything). A
+    reader reads at least every poll interval, which bounds a miss to one.
+    The full look every ``recheck`` is insurance on top, as for inotify.
+    """
+
+    recheck: float = RECHECK_SECONDS
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._conn: psycopg.Connection[Any] | None = None
+        self._schema = ""
+        self._heard: list[tuple[str, str]] = []
+        self._down = False
+        self._listen()
+
+    def _listen(self) -> None:
+        conn = connect(self.url)
+        try:
+            with refusing(self.url):
+                row = conn.execute(Q["current_schema"]).fetchone()
+                self._schema = "" if row is None or row[0] is None else str(row[0])
+                conn.add_notify_handler(self._hear)
+                conn.execute(Q["listen"])
+        except JobError:
+            conn.close()
+            raise
+        self._conn = conn
+
+    def _hear(self, notice: psycopg.Notify) -> None:
+        if notice.channel != CHANNEL:
+            return
+        try:
+            schema, what, job_id = json.loads(notice.payload)
+        except (ValueError, TypeError):
+            return  # not our trigger's: nothing to learn from it
+        if schema == self._schema and isinstance(what, str) and isinstance(job_id, str):
+            self._heard.append((what, job_id))
+
+    def fileno(self) -> int | None:
+        conn = self._conn
+        if conn is None or conn.closed or conn.broken:
+            return None
+        try:
+            return conn.fileno()
+        except psycopg.Error:
+            return None
+
+    def read(self) -> tuple[set[str], set[str]] | None:
+        conn = self._conn
+        if conn is not None and not conn.closed and not conn.broken:
+            try:
+                conn.execute(Q["notices_sync"])
+                # Notices that arrived with the answer wait in libpq's buffer, not on the
+                # socket, where a select would never wake for them: take them now.
+                while (pending := conn.pgconn.notifies()) is not None:
+                    self._hear(psycopg.Notify(pending.relname.decode(), pending.extra.decode(), pending.be_pid))
+            except psycopg.Error:
+                pass  # dropped: made again below
+            else:
+                return self._take()
+        return self._again()
+
+    def _take(self) -> tuple[set[str], set[str]]:
+        written: set[str] = set()
+        removed: set[str] = set()
+        heard, self._heard = self._heard, []
+        for what, job_id in heard:  # in commit order: the last word on an id stands
+            if what == "removed":
+                removed.add(job_id)
+                written.discard(job_id)
+            else:
+                written.add(job_id)
+                removed.discard(job_id)
+        return written, removed
+
+    def _again(self) -> tuple[set[str], set[str]] | None:
+        """Listen on a new connection. None (look at everything) the first time notices may have been lost."""
+        self.close()
+        self._heard = []
+        lost = not self._down
+        try:
+            self._listen()
+        except JobError:
+            # The server is away. Said once; until it is back there is nothing to
+            # wait on (fileno is None), and the reader polls.
+            self._down = True
+            return None if lost else (set(), set())
+        self._down = False
+        return None
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()

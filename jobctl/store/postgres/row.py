@@ -1,0 +1,219 @@
+"""A record as the columns of its row, and back (schema version 3, ``migrate-3.sql``).
+
+One typed column a field; the values the contract keeps opaque (spec,
+checkpoint, each extension's value) as their compact texts, spelling kept
+[JOB-E7]. The canonical bytes are never stored: :func:`render` makes them
+with :func:`jobctl.record.encode`, the file store's encoder, so the two
+stores share one byte layout [JOB-E1]. The one exception is ``verbatim``:
+bytes another writer wrote that rendering would not give back (its own
+spacing, a legacy ``schema``, a model name this reader drops), kept as they
+came until the next write, which renders the record as every jobctl write
+does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from ...errors import Invalid, JobError
+from ...record import (
+    ZERO_TIME,
+    Delegation,
+    Envelope,
+    Intent,
+    Lease,
+    Prepared,
+    Progress,
+    Recall,
+    Record,
+    Step,
+    decode,
+    encode,
+    restore,
+)
+from ...schedule import after_of, not_before, pipeline_of
+
+__all__ = ["COLUMNS", "SCHEDULING", "record_of", "render", "values", "text_fit"]
+
+#: The record's columns, in the order a row (``SELECT j.*``, ``RETURNING j.*``) holds them.
+COLUMNS = (
+    "id", "kind", "state", "envelope_schema", "envelope_actions", "spec", "checkpoint",
+    "done", "total", "progress_at", "step_name", "step_ordinal", "step_of", "step_done", "step_total",
+    "owner", "epoch", "expires_at", "recall_reason", "recall_by", "recall_at", "recall_until",
+    "delegation_system", "delegation_external_id", "delegation_delivered",
+    "requires", "error", "want", "intent_by", "intent_at", "extension_keys", "extension_values",
+    "created_at", "updated_at", "content", "critical", "verbatim",
+)  # fmt: skip
+#: The columns after them: the scheduling facts a pick reads, written from jobctl's extensions.
+SCHEDULING = ("not_before", "after", "pipeline", "scheduled")
+
+VERBATIM = COLUMNS.index("verbatim")
+
+
+def record_of(row: Sequence[Any]) -> Record:
+    """The record a row holds: decoded from its verbatim bytes, else restored from its columns.
+
+    ``Invalid``/``UnknownSchema`` as a decode of the rendered bytes would
+    refuse them, naming the row's id.
+    """
+    job_id = row[0]
+    verbatim = row[VERBATIM]
+    if verbatim is not None:
+        return decode(bytes(verbatim), job_id, named=True)
+    try:
+        return _restored(row)
+    except JobError as exc:
+        if not exc.job_id:
+            exc.job_id = job_id
+        raise
+
+
+def _restored(row: Sequence[Any]) -> Record:
+    (
+        job_id, kind, state, envelope_schema, envelope_actions, spec, checkpoint,
+        done, total, progress_at, step_name, step_ordinal, step_of, step_done, step_total,
+        owner, epoch, expires_at, recall_reason, recall_by, recall_at, recall_until,
+        delegation_system, delegation_external_id, delegation_delivered,
+        requires, error, want, intent_by, intent_at, extension_keys, extension_values,
+        created_at, updated_at, content, critical, _verbatim,
+    ) = row[:37]  # fmt: skip
+    step = None if step_name is None else Step(step_name, step_ordinal, step_of, step_done, step_total)
+    recall = None if recall_reason is None else Recall(recall_reason, recall_at, recall_until, recall_by or "")
+    parts = (
+        job_id,
+        kind,
+        state,
+        None if envelope_schema is None else Envelope(envelope_schema, list(envelope_actions or ())),
+        spec,
+        checkpoint,
+        Progress(done, total, progress_at, step),
+        Lease(owner, epoch, expires_at, recall),
+        None
+        if delegation_system is None
+        else Delegation(delegation_system, delegation_external_id or "", bool(delegation_delivered)),
+    )
+    return restore(
+        parts,
+        requires,
+        error,
+        None if want is None else Intent(want, intent_by or "", intent_at),
+        dict(zip(extension_keys, extension_values, strict=True)),
+        (created_at, updated_at),
+        (content, critical),
+    )
+
+
+def render(row: Sequence[Any]) -> bytes:
+    """The record's bytes: its verbatim bytes, else the canonical bytes of its columns (``jobctl export``)."""
+    verbatim = row[VERBATIM]
+    if verbatim is not None:
+        return bytes(verbatim)
+    rec = record_of(row)
+    rec._exposed = False  # nobody holds its values: each opaque text is written as kept
+    return encode(rec)
+
+
+def values(
+    rec: Record,
+    p: Prepared,
+    *,
+    verbatim: bytes | None = None,
+    lists: tuple[list[str], list[str]] | None = None,
+) -> dict[str, Any]:
+    """Every column of ``rec``'s row, as :func:`jobctl.record.prepare` checked it into ``p``.
+
+    ``lists`` are the content and critical lists to keep (default: the ones
+    ``p`` derived), ``verbatim`` the bytes readers are to be handed. Times a
+    record leaves unset are the zero instant its bytes show
+    (:data:`jobctl.record.ZERO_TIME`), so a row holds what a decode of its
+    rendering gives.
+    """
+    progress, lease = rec.progress, rec.lease
+    step, recall, delegation, intent, envelope = progress.step, lease.recall, rec.delegation, rec.intent, rec.envelope
+    _texts_fit(rec, p)
+    try:
+        after: list[str] = after_of(rec)
+        when = not_before(rec)
+        scheduled = True
+    except JobError:  # malformed scheduling data: never picked; claim_next names it
+        after, when, scheduled = [], None, False
+    pipe = pipeline_of(rec)
+    content, critical = lists if lists is not None else (p.content, p.critical)
+    return {
+        "id": rec.id,
+        "kind": rec.kind,
+        "state": rec.state,
+        "envelope_schema": None if envelope is None else envelope.schema,
+        "envelope_actions": None if envelope is None else list(envelope.actions),
+        "spec": p.spec,
+        "checkpoint": p.checkpoint,
+        "done": progress.done,
+        "total": progress.total,
+        "progress_at": _time(progress.updated_at),
+        "step_name": None if step is None else step.name,
+        "step_ordinal": None if step is None else step.ordinal,
+        "step_of": None if step is None else step.of,
+        "step_done": None if step is None else step.done,
+        "step_total": None if step is None else step.total,
+        "owner": lease.owner,
+        "epoch": lease.epoch,
+        "expires_at": _time(lease.expires_at),
+        "recall_reason": None if recall is None else recall.reason,
+        "recall_by": None if recall is None else recall.by,
+        "recall_at": None if recall is None else _time(recall.at),
+        "recall_until": None if recall is None else recall.until,
+        "delegation_system": None if delegation is None else delegation.system,
+        "delegation_external_id": None if delegation is None else delegation.external_id,
+        "delegation_delivered": None if delegation is None else delegation.delivered,
+        "requires": list(rec.requires),
+        "error": rec.error,
+        "want": None if intent is None else intent.want,
+        "intent_by": None if intent is None else intent.by,
+        "intent_at": None if intent is None else intent.at,
+        "extension_keys": [key for key, _text, _kept in p.extensions],
+        "extension_values": [text for _key, text, _kept in p.extensions],
+        "created_at": _time(rec.created_at),
+        "updated_at": _time(rec.updated_at),
+        "content": list(content),
+        "critical": list(critical),
+        "verbatim": verbatim,
+        "not_before": when,
+        "after": after,
+        "pipeline": None if pipe is None else pipe[0],
+        "scheduled": scheduled,
+    }
+
+
+def _time(when: datetime | None) -> datetime:
+    return ZERO_TIME if when is None else when
+
+
+def text_fit(value: str, what: str, job_id: str = "") -> str:
+    """``value``, or ``Invalid`` when it holds U+0000: PostgreSQL's text cannot, and the record's field is text."""
+    if "\x00" in value:
+        raise Invalid(f"{what} holds the character U+0000, which a PostgreSQL store cannot keep", job_id)
+    return value
+
+
+def _texts_fit(rec: Record, p: Prepared) -> None:
+    """Every string of ``rec`` that is a text column or an element of one, :func:`text_fit`."""
+    named: list[tuple[str, str]] = [("id", rec.id), ("kind", rec.kind), ("lease.owner", rec.lease.owner)]
+    named += [("error", rec.error)]
+    if rec.intent is not None:
+        named.append(("intent.by", rec.intent.by))
+    recall = rec.lease.recall
+    if recall is not None:
+        named += [("lease.recall.reason", recall.reason), ("lease.recall.by", recall.by)]
+    if rec.delegation is not None:
+        named += [("delegation.system", rec.delegation.system), ("delegation.external_id", rec.delegation.external_id)]
+    if rec.envelope is not None:
+        named += [("envelope", name) for name in (rec.envelope.schema, *rec.envelope.actions)]
+    if rec.progress.step is not None:
+        named.append(("progress.step.name", rec.progress.step.name))
+    named += [("requires", name) for name in rec.requires]
+    named += [("an extension key", key) for key, _text, _kept in p.extensions]
+    named += [("content", name) for name in p.content]
+    for what, value in named:
+        text_fit(value, what, rec.id)

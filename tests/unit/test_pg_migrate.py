@@ -1,0 +1,197 @@
+"""`jobctl db migrate` from schema version 2 (a record's bytes in one column) to 3 (the columns are the record).
+
+The version 2 store here is populated as the jobctl of version 2 wrote it:
+each row a record's exact bytes and the columns derived from them. Its
+records are jobctl's own in every state (a lease, a recall, an intent,
+ranges, a retry, dependencies, a pipeline, a result), upstream writers'
+records of every era, and forged ones. After the migration every record
+exports to exactly the bytes it had; one nobody can decode is still refused
+in its own words; and every step on a migrated record writes what the file
+store writes on the same record.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from contractdir import locate_contract
+
+import jobctl
+from jobctl import replay, schedule
+from jobctl.errors import JobError, UnknownSchema
+from jobctl.record import RESULT, decode
+from jobctl.store import postgres
+from jobctl.wire import Raw
+
+# The version 2 table's own INSERT (its queries.sql of then): the bytes, and columns derived from them.
+V2_INSERT = (
+    "INSERT INTO jobctl_jobs (id, data, state, kind, epoch, owner, expires_at, want, not_before, after, pipeline,"
+    " scheduled, created_at) VALUES (%(id)s, %(data)s, %(state)s, %(kind)s, %(epoch)s, %(owner)s, %(expires_at)s,"
+    " %(want)s, %(not_before)s, %(after)s, %(pipeline)s, %(scheduled)s, %(created_at)s)"
+)
+
+
+def _v2_row(job_id: str, data: bytes) -> dict[str, Any]:
+    try:
+        rec = decode(data, job_id, named=True)
+    except JobError:  # a forged record: version 2 kept it with the columns it had
+        return dict(
+            id=job_id, data=data, state="pending", kind="k", epoch=0, owner="", expires_at=None, want="run",
+            not_before=None, after=[], pipeline=None, scheduled=True, created_at="2030-01-01T00:00:00Z",
+        )  # fmt: skip
+    try:
+        after, when, scheduled = schedule.after_of(rec), schedule.not_before(rec), True
+    except JobError:
+        after, when, scheduled = [], None, False
+    pipe = schedule.pipeline_of(rec)
+    return dict(
+        id=job_id, data=data, state=rec.state, kind=rec.kind, epoch=rec.lease.epoch, owner=rec.lease.owner,
+        expires_at=rec.lease.expires_at, want=rec.want, not_before=when, after=after,
+        pipeline=None if pipe is None else pipe[0], scheduled=scheduled, created_at=rec.created_at or "1970-01-01Z",
+    )  # fmt: skip
+
+
+def _jobctl_records(store: jobctl.FileStore, clock: Any) -> None:
+    """jobctl's own records in the shapes version 2 held: every state, every model, jobctl's extensions."""
+
+    def job(kind: str = "fetch", **plan: Any) -> str:
+        rec = jobctl.Record(kind=kind, spec=Raw('{"url": "a\\/b", "n": 1.50}'))
+        if plan:
+            schedule.plan(rec, **plan)
+        clock.advance(1)
+        return store.submit(rec)
+
+    first = job(retries=2, intervals=[5, 30], pipeline="nightly")
+    job(after=[first], pipeline="nightly")
+    job(hold=True, by="ops")
+    held = job()
+    mine = store.claim(held, "host-a", 3600)
+    store.progress(held, mine.lease.epoch, 4, Raw('{"verified": [[4, 8], [0, 4]], "etag": "x"}'))
+    recalled = job()
+    mine = store.claim(recalled, "host-b", 3600)
+    store.recall(recalled, mine.lease.epoch, "drain", "ops", 600)
+    done = job()
+    mine = store.claim(done, "host-a", 60)
+    store.update(done, mine.lease.epoch, lambda r: r.extensions.update({RESULT: {"rows": 3}}))
+    store.finish(done, mine.lease.epoch, "complete")
+    failed = job()
+    mine = store.claim(failed, "host-a", 60)
+    store.update(failed, mine.lease.epoch, lambda r: schedule.record_failure(r, 2, clock.now))
+    store.release(failed, mine.lease.epoch)
+    store.cancel(job(), "ops")
+    malformed = jobctl.Record(kind="fetch", spec={}, extensions={schedule.RETRY: {"intervals": "soon"}})
+    store.submit(malformed)
+
+
+@pytest.fixture
+def populated(pg_url: str, tmp_path: Path, make_clock: Callable[[], Any]) -> tuple[str, dict[str, bytes], Any]:
+    """A version 2 store holding jobctl's, upstream's and forged records; and each one's bytes."""
+    import psycopg
+
+    clock = make_clock()
+    files = jobctl.FileStore(tmp_path / "made", clock=clock)
+    _jobctl_records(files, clock)
+    advisory, critical = files.ids()[:2]
+    replay.plant(files, advisory, "content", "abstraction.test/hovercraft@7")
+    replay.plant(files, critical, "critical", "abstraction.test/hovercraft@7")
+    records = {job_id: files.load_bytes(job_id) for job_id in files.ids()}
+    contract = locate_contract() / "vectors" / "records"
+    foreign = [*sorted((Path(__file__).resolve().parents[1] / "data").glob("*.json"))]
+    foreign += sorted(contract.glob("*.json")) if contract.is_dir() else []
+    for path in foreign:
+        data = path.read_bytes()
+        try:
+            records[decode(data).id] = data
+        except JobError:
+            continue
+    assert postgres.init(pg_url, target=2) == (0, 2)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        for job_id, data in records.items():
+            conn.execute(V2_INSERT.encode(), _v2_row(job_id, data))
+    return pg_url, records, clock
+
+
+def _migrate(url: str) -> None:
+    jobctl_cmd = str(Path(sys.executable).parent / "jobctl")
+    ran = subprocess.run(
+        [jobctl_cmd, "db", "migrate", "--store", url], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert (ran.returncode, ran.stdout) == (0, f"schema_version={postgres.SCHEMA_VERSION} was=2\n"), ran.stderr
+
+
+def test_a_populated_version_2_store_exports_the_same_bytes_after_migrating(populated: Any) -> None:
+    url, records, clock = populated
+    with pytest.raises(JobError, match="has schema version 2; this jobctl needs 3"):
+        postgres.PostgresStore(url)
+    _migrate(url)
+    with postgres.PostgresStore(url, clock=clock) as pg:
+        assert pg.schema_version == 3
+        assert pg.ids() == sorted(records)
+        for job_id, data in records.items():
+            assert pg.load_bytes(job_id) == data, job_id
+        unreadable = [job_id for job_id, _ in pg.list().unreadable]
+        assert len(unreadable) == 1
+        with pytest.raises(UnknownSchema, match="hovercraft"):
+            pg.claim(unreadable[0], "host-c", 30)
+        assert unreadable[0] not in {r.id for r in pg.orphans()}
+
+
+def test_every_step_on_a_migrated_record_writes_what_the_file_store_writes(populated: Any, tmp_path: Path) -> None:
+    """Each record, migrated or copied as its bytes into a directory: the same steps, the same bytes after each."""
+    url, records, clock = populated
+    _migrate(url)
+    root = tmp_path / "twin"
+    files = jobctl.FileStore(root, clock=clock)
+    for job_id, data in records.items():
+        (root / "jobs" / f"{job_id}.json").write_bytes(data)
+    with postgres.PostgresStore(url, clock=clock) as pg:
+        assert [r.id for r in pg.orphans()] == [r.id for r in files.orphans()]
+        assert pg.list_open().states == files.list_open().states
+        for job_id in sorted(records):
+            for step in _steps(job_id):
+                answers = []
+                for store in (files, pg):
+                    try:
+                        answers.append(store.load_bytes(step(store).id))
+                    except JobError as exc:
+                        answers.append(f"{exc.verdict}: {exc.message}".encode())
+                assert answers[0] == answers[1], job_id
+                assert files.load_bytes(job_id) == pg.load_bytes(job_id), job_id
+            clock.advance(1)
+        assert pg.moved == 0
+    shutil.rmtree(root)
+
+
+def _steps(job_id: str) -> list[Callable[[Any], jobctl.Record]]:
+    def claim(s: Any) -> jobctl.Record:
+        return s.claim(job_id, "host-c", 60)  # type: ignore[no-any-return]
+
+    def progress(s: Any) -> jobctl.Record:
+        return s.progress(job_id, s.load(job_id).lease.epoch, 9, {"at": 9})  # type: ignore[no-any-return]
+
+    def intent(s: Any) -> jobctl.Record:
+        return s.set_intent(job_id, "pause", "ops")  # type: ignore[no-any-return]
+
+    def finish(s: Any) -> jobctl.Record:
+        return s.finish(job_id, s.load(job_id).lease.epoch, "complete")  # type: ignore[no-any-return]
+
+    return [claim, progress, intent, finish]
+
+
+def test_the_migrated_store_is_picked_and_heard(populated: Any) -> None:
+    url, records, clock = populated
+    _migrate(url)
+    with postgres.PostgresStore(url, clock=clock) as pg:
+        notices = pg.notices()
+        try:
+            got = pg.claim_next("host-c", 60)
+            assert got is not None and got.id in records
+            assert notices.read() == ({got.id}, set())
+        finally:
+            notices.close()
