@@ -129,10 +129,18 @@ _OPAQUE_NAMES = frozenset(("spec", "checkpoint", "extensions"))
 def understand(name: str) -> None:
     """Declare that this process honours the extension ``name`` when it is critical."""
     _UNDERSTOOD.add(name)
+    _KNOWN.clear()
+
+
+#: known_models()'s answer while nothing more is understood (one frozenset, not one a call).
+_KNOWN: list[frozenset[str]] = []
 
 
 def known_models() -> frozenset[str]:
-    return frozenset(_UNDERSTOOD)
+    """The critical models this process understands; the same object until :func:`understand` adds one."""
+    if not _KNOWN:
+        _KNOWN.append(frozenset(_UNDERSTOOD))
+    return _KNOWN[0]
 
 
 # -- timestamps [JOB-E5] ---------------------------------------------------
@@ -1606,14 +1614,8 @@ def restore(
     rec.created_at, rec.updated_at = times
     rec._text, rec._exposed = None, True
     # The lists first, as decode judges them first [JOB-D10]: derived from the fields they describe.
-    rec.extensions = dict.fromkeys(extensions)
-    rec.content, rec.critical = models
     ranged = checkpoint is not None and canonical_ranges(checkpoint) is not None
-    content, critical = derive(rec, ranged)
-    for name in critical:
-        if name not in _UNDERSTOOD:
-            raise UnknownSchema(f"critical model {name} is unknown to this reader")
-    rec.content, rec.critical = content, critical
+    rec.content, rec.critical = _restored_models(rec, extensions, models, ranged)
     if not job_id.strip():
         raise Invalid("id is blank")
     if not kind.strip():
@@ -1624,19 +1626,87 @@ def restore(
         raise Invalid(f"intent.want {intent.want!r} is not run, pause or cancel")
     if envelope is not None:
         check_envelope(envelope)
-    rec.spec = spec_value = wire.parse_value(spec, 1)
+    rec.spec = spec_value = _stored_value(spec, 1)
     if spec_value is None:
         raise Invalid("spec is missing or null")
     rec._raw = raw = {"spec": spec}
     rec._orig = orig = {"spec": spec_value, "checkpoint": None}
     rec.checkpoint = None
     if checkpoint is not None:
-        rec.checkpoint = orig["checkpoint"] = wire.parse_value(checkpoint, 1)
+        rec.checkpoint = orig["checkpoint"] = _stored_value(checkpoint, 1)
         raw["checkpoint"] = checkpoint
-    _check_numbers(rec)
+    done, total, epoch = progress.done, progress.total, lease.epoch
+    if (
+        progress.step is not None
+        or lease.recall is not None
+        or delegation is not None
+        or type(done) is not int
+        or type(total) is not int
+        or type(epoch) is not int
+        or min(done, total, epoch) < 0
+        or max(done, total, epoch) > _INT64
+    ):
+        _check_numbers(rec)  # says which
+    rec.extensions = exts = {}
     for key, text in extensions.items():
         if not key.strip():
             raise Invalid("an extension key is blank")
-        rec.extensions[key] = orig["x:" + key] = wire.parse_value(text, 2)
+        exts[key] = orig["x:" + key] = _stored_value(text, 2)
         raw["x:" + key] = text
     return rec
+
+
+#: What :func:`derive` made of each combination of stored lists and fields :func:`restore` met: a store
+#: holds few (the same models on most rows), and each stays right as this process understands more.
+_DERIVED: dict[tuple[Any, ...], tuple[tuple[str, ...], tuple[str, ...]]] = {}
+
+
+def _restored_models(
+    rec: Record, extensions: dict[str, str], models: tuple[list[str], list[str]], ranged: bool
+) -> tuple[list[str], list[str]]:
+    """:func:`derive`'s lists for a restored record, refusing a critical model this reader does not know."""
+    stored_content, stored_critical = models
+    key = (
+        tuple(stored_content),
+        tuple(stored_critical),
+        tuple(extensions),
+        rec.intent is not None,
+        rec.delegation is not None,
+        rec.envelope is not None,
+        rec.progress.step is not None,
+        rec.state in TERMINAL,
+        rec.lease.recall is not None,
+        ranged,
+    )
+    got = _DERIVED.get(key)
+    if got is None:
+        rec.extensions = dict.fromkeys(extensions)
+        rec.content, rec.critical = stored_content, stored_critical
+        content, critical = derive(rec, ranged)
+        for name in critical:
+            if name not in _UNDERSTOOD:
+                raise UnknownSchema(f"critical model {name} is unknown to this reader")
+        got = (tuple(content), tuple(critical))
+        if len(_DERIVED) < 512:
+            _DERIVED[key] = got
+    return list(got[0]), list(got[1])
+
+
+_scan_value = wire._scan
+
+
+def _stored_value(text: str, base_depth: int) -> Any:
+    """:func:`jobctl.wire.parse_value` of a compact text a store kept, its common case in one scan.
+
+    A text with whitespace around it, an escape that could be a lone
+    surrogate, or enough brackets to come near the depth limit goes the
+    careful way, which also words every refusal.
+    """
+    if "\\u" not in text and text.count("{") + text.count("[") + base_depth < wire.MAX_DEPTH:
+        try:
+            value, end = _scan_value(text, 0)
+        except Exception:  # the careful way says what is wrong, in its words
+            return wire.parse_value(text, base_depth)
+        if end == len(text):
+            return value
+    return wire.parse_value(text, base_depth)

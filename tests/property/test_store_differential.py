@@ -361,6 +361,15 @@ class SideBySide(RuleBasedStateMachine):
     def statements_never_stricter_than_the_rules(self) -> None:
         assert self.pg.moved == 0, "a statement refused a step its rules allowed"
 
+    @invariant()
+    def unfinished_is_true_to_the_state(self) -> None:
+        with self.pg.session.tx() as conn:
+            wrong = conn.execute(
+                "SELECT count(*) FROM jobctl_jobs"
+                " WHERE unfinished <> (state NOT IN ('complete', 'failed', 'cancelled'))"
+            ).fetchone()
+        assert wrong == (0,)
+
 
 def _shown(got: Any) -> Any:
     """What an answer is compared by: a record as its canonical bytes' lines, plain values as they are."""

@@ -24,8 +24,13 @@ from jobctl import Record
 from jobctl.errors import Refused, StaleEpoch
 
 
-def round_trips(store: Any, step: Callable[[], object]) -> int:
-    """How many times ``step`` sends to the server and then reads its answer."""
+def round_trips(store: Any, step: Callable[[], object], *, preparing: bool = False) -> int:
+    """How many times ``step`` sends to the server and then reads its answer.
+
+    A statement is prepared once per connection, at its second run (a Parse
+    and a Sync, a round trip of its own): not counted unless ``preparing``,
+    so that what is counted is what every later run costs.
+    """
     from psycopg import pq
 
     conn = store._connection()
@@ -38,13 +43,20 @@ def round_trips(store: Any, step: Callable[[], object]) -> int:
         finally:
             conn.pgconn.untrace()
         with open(path, encoding="utf-8", errors="replace") as fh:
-            # one line per protocol message, "F" from the client, "B" from the server; a
-            # statement's text may span lines, and its continuation lines start with neither
-            sides = [line[0] for line in fh if line[:2] in ("F\t", "B\t")]
+            # one line per protocol message: "F" from the client, "B" from the server, a tab, its
+            # length, its type; a statement's text may span lines, and continuations start with neither
+            lines = [line.split("\t") for line in fh if line[:2] in ("F\t", "B\t")]
     finally:
         os.close(fd)
         os.unlink(path)
-    return sum(1 for a, b in itertools.pairwise(sides) if a == "F" and b == "B")
+    trips, sent = 0, []
+    for line, after in itertools.pairwise([*lines, ["F"]]):
+        if line[0] == "F":
+            sent.append(line[2].strip())
+        elif after[0] == "F":  # the server's answer is over: one round trip
+            trips += preparing or set(sent) != {"Parse", "Sync"}
+            sent = []
+    return trips
 
 
 def submit(store: Any) -> str:
@@ -57,6 +69,7 @@ def test_the_hot_path_round_trips(pg_store: Any) -> None:
     A refused step costs its statement and the rules' locked read, whose
     transaction ends with nothing written (its Sync): three.
     """
+    assert round_trips(pg_store, lambda: submit(pg_store)) == 1  # the server's clock stamps it
     for _ in range(4):
         submit(pg_store)
     got: list[Any] = []
@@ -73,7 +86,6 @@ def test_the_hot_path_round_trips(pg_store: Any) -> None:
     assert round_trips(pg_store, lambda: pg_store.release(other.id, other.lease.epoch)) == 1
     mine: list[Any] = []
     assert round_trips(pg_store, lambda: mine.append(pg_store.claim(other.id, "w", 30))) == 1
-    assert round_trips(pg_store, lambda: submit(pg_store)) == 1  # the server's clock stamps it
     assert round_trips(pg_store, lambda: pg_store.load(rec.id)) == 1
     assert round_trips(pg_store, pg_store.now) == 1
     assert round_trips(pg_store, pg_store.list_open) == 1  # open rows and finished states together
@@ -89,6 +101,13 @@ def test_the_hot_path_round_trips(pg_store: Any) -> None:
     assert round_trips(pg_store, lambda: _refused(lambda: pg_store.renew(other.id, now_at - 1, 30))) == 3
     assert pg_store.load(rec.id).state == "complete"
     assert pg_store.load(other.id).state == "running"
+
+
+def test_a_statement_is_prepared_once_at_its_second_run(pg_store: Any) -> None:
+    """The first run parses and plans as it goes, one round trip; the second prepares it (one more), once."""
+    job = submit(pg_store)
+    trips = [round_trips(pg_store, lambda: pg_store.load(job), preparing=True) for _ in range(5)]
+    assert trips == [1, 2, 1, 1, 1]
 
 
 def _refused(step: Callable[[], object]) -> None:
@@ -185,3 +204,56 @@ def test_without_pipeline_mode_a_write_is_an_ordinary_transaction(pg_store: Any,
     assert round_trips(pg_store, lambda: pg_store.update(job, rec.lease.epoch, lambda r: None)) == 4
     assert pg_store.finish(job, rec.lease.epoch, "complete").state == "complete"
     assert pg_store.load(job).state == "complete"
+
+
+def test_each_step_hands_back_what_the_store_lays_over() -> None:
+    """queries.sql's RETURNING of each step is the revision, then row.STEPS's columns, in that order."""
+    import re
+
+    from jobctl.store.postgres import Q, row
+
+    for step, columns in row.STEPS.items():
+        found = re.search(r"RETURNING (.*);?\Z", Q[step], re.S)
+        assert found is not None, step
+        names = [name.strip().removeprefix("j.") for name in found.group(1).rstrip(";").split(",")]
+        assert names == ["revision", *columns], step
+    for step in ("claim", "claim_next"):  # the row's head: the record's columns and the revision
+        found = re.search(r"RETURNING (.*);?\Z", Q[step], re.S)
+        assert found is not None, step
+        names = [name.strip().removeprefix("j.") for name in found.group(1).rstrip(";").split(",")]
+        assert tuple(names) == row.HELD, step
+
+
+def test_a_step_after_another_writer_hands_back_the_row_as_it_left_it(pg_store: Any) -> None:
+    """A step laid over a held row that somebody else wrote since reads the row again: their write is in it."""
+    from jobctl.store import postgres
+
+    job = submit(pg_store)
+    mine = pg_store.claim(job, "w", 60)
+    with postgres.PostgresStore(pg_store.url) as other:
+        other.set_intent(job, "pause", "ops")
+    done = pg_store.progress(job, mine.lease.epoch, 3, {"at": 3})
+    assert done.want == "pause" and done.progress.done == 3
+    assert pg_store.load_bytes(job) == _bytes_of(done)
+    ended = pg_store.finish(job, mine.lease.epoch, "complete")  # held at the revision before: laid over
+    assert ended.want == "pause" and ended.state == "complete" and ended.checkpoint == {"at": 3}
+    assert pg_store.load_bytes(job) == _bytes_of(ended)
+
+
+def test_a_step_of_a_store_holding_no_row_reads_it_in_the_same_round_trip(pg_store: Any) -> None:
+    """A command that runs one step (`jobctl finish ID` in a fresh process): still one round trip."""
+    from jobctl.store import postgres
+
+    job = submit(pg_store)
+    mine = pg_store.claim(job, "w", 60)
+    with postgres.PostgresStore(pg_store.url) as fresh:
+        got: list[Any] = []
+        assert round_trips(fresh, lambda: got.append(fresh.finish(job, mine.lease.epoch, "failed", error="x"))) == 1
+        assert got[0].state == "failed" and got[0].error == "x"
+        assert fresh.load_bytes(job) == _bytes_of(got[0])
+
+
+def _bytes_of(rec: Record) -> bytes:
+    from jobctl.record import encode
+
+    return encode(rec)

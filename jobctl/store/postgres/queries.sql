@@ -9,7 +9,11 @@
 -- step's preconditions (DIGEST §5, in jobctl.store.contract) and its SET the
 -- step's effect; a statement that changes no row was refused, and the store
 -- then judges the row with the contract's Python rules, which name the
--- refusal. `now` is %(now)s when the store was given a clock of its own
+-- refusal. Every write raises the row's revision. A claim hands back the
+-- record's columns and the revision (the row's head: `j.*` without the
+-- scheduling columns at its end); the other steps hand back the revision and
+-- the columns they set, which the store lays over the row it holds at the
+-- revision before (or reads it in the same round trip when it holds none). `now` is %(now)s when the store was given a clock of its own
 -- (tests), else statement_timestamp(): the server's clock as the statement
 -- starts, one instant for every judgement and every time the statement writes
 -- [JOB-O4]. %(understood)s is the critical models this reader knows: a row
@@ -34,6 +38,11 @@ SELECT current_setting('server_encoding');
 -- Every connection reads and writes times in UTC: psycopg hands timestamptz
 -- values back in the session's zone, and the record's times are UTC [JOB-E5].
 SELECT set_config('TimeZone', 'UTC', false);
+
+-- name: never_sort
+-- The store's sessions never sort (session.py says why): no statement of
+-- theirs needs the server to sort what it reads.
+SELECT set_config('enable_sort', 'off', false);
 
 -- name: clock
 SELECT clock_timestamp();
@@ -63,12 +72,18 @@ SELECT id FROM jobctl_jobs ORDER BY id;
 SELECT j.* FROM jobctl_jobs j ORDER BY j.id;
 
 -- name: list_open
--- The rows not yet ended; finished_states gives the others' states, in the same snapshot.
-SELECT j.* FROM jobctl_jobs j WHERE j.state NOT IN ('complete', 'failed', 'cancelled') ORDER BY j.id;
+-- The rows not yet ended, in jobctl_jobs_open's order (a walk of that index:
+-- the sessions never sort, and the store sorts them by id); finished_states
+-- gives the others' states.
+SELECT j.* FROM jobctl_jobs j
+WHERE j.unfinished AND j.state NOT IN ('complete', 'failed', 'cancelled')
+ORDER BY j.created_at, j.id;
 
 -- name: finished_states
--- A finished row never changes state again [JOB-T1]: its state column stands for it.
-SELECT id, state, critical FROM jobctl_jobs WHERE state IN ('complete', 'failed', 'cancelled');
+-- A finished row never changes state again [JOB-T1]: its state column stands for it,
+-- when this reader can read the row at all.
+SELECT id, state, critical <@ %(understood)s::text[] FROM jobctl_jobs
+WHERE state IN ('complete', 'failed', 'cancelled');
 
 -- name: scan_after
 -- One page of a scan, by id after the last one seen: no cursor (and no lock)
@@ -78,19 +93,23 @@ SELECT j.* FROM jobctl_jobs j WHERE j.id > %(after)s ORDER BY j.id LIMIT %(limit
 -- name: orphan_candidates
 -- Not terminal, not transferred, not held, not paused unless running [JOB-I11] [JOB-I12] [JOB-T2],
 -- with the time they were judged at; the shared is_orphan rule has the last word on each row.
+-- In jobctl_jobs_open's order, as list_open: the store sorts them by id.
 SELECT j.*, coalesce(%(now)s::timestamptz, statement_timestamp()) FROM jobctl_jobs j
-WHERE j.state IN ('pending', 'running')
+WHERE j.unfinished AND j.state IN ('pending', 'running')
   AND (j.owner = '' OR j.expires_at <= coalesce(%(now)s::timestamptz, statement_timestamp()))
   AND (j.want IS DISTINCT FROM 'pause' OR j.state = 'running')
-ORDER BY j.id;
+ORDER BY j.created_at, j.id;
 
 -- name: unpickable
 -- What claim_next passes over for what is at the row, to be named: open jobs
--- whose scheduling data cannot be read, and rows this reader cannot read (a
--- critical model it does not know) in any state; with the time of the look.
+-- whose scheduling data cannot be read, or that this reader cannot read (a
+-- critical model it does not know); with the time of the look. Open rows
+-- only, through jobctl_jobs_open: a pick never reads the finished ones.
+-- In that index's order, as list_open: the store sorts them by id.
 SELECT j.*, coalesce(%(now)s::timestamptz, statement_timestamp()) FROM jobctl_jobs j
-WHERE (NOT j.scheduled AND j.state IN ('pending', 'running')) OR NOT j.critical <@ %(understood)s::text[]
-ORDER BY j.id;
+WHERE j.unfinished AND j.state IN ('pending', 'running')
+  AND (NOT j.scheduled OR NOT j.critical <@ %(understood)s::text[])
+ORDER BY j.created_at, j.id;
 
 -- name: insert
 -- submit and import, refused (no row) when the id is taken. A submit's times
@@ -131,7 +150,7 @@ UPDATE jobctl_jobs SET
     want = %(want)s, intent_by = %(intent_by)s, intent_at = %(intent_at)s, extension_keys = %(extension_keys)s,
     extension_values = %(extension_values)s, created_at = %(created_at)s, updated_at = %(updated_at)s,
     content = %(content)s, critical = %(critical)s, verbatim = %(verbatim)s, not_before = %(not_before)s,
-    after = %(after)s, pipeline = %(pipeline)s, scheduled = %(scheduled)s
+    after = %(after)s, pipeline = %(pipeline)s, scheduled = %(scheduled)s, revision = revision + 1
 WHERE id = %(id)s;
 
 -- name: forged
@@ -139,7 +158,9 @@ WHERE id = %(id)s;
 -- a newer writer would write them), with the lists they declare: every step
 -- refuses the row for its critical list, and readers are handed the bytes.
 -- The other columns stay as they were.
-UPDATE jobctl_jobs SET verbatim = %(verbatim)s, content = %(content)s, critical = %(critical)s WHERE id = %(id)s;
+UPDATE jobctl_jobs SET verbatim = %(verbatim)s, content = %(content)s, critical = %(critical)s,
+    revision = revision + 1
+WHERE id = %(id)s;
 
 -- name: claim
 -- [JOB-L4]: the lease is taken and the epoch raised; pending and running
@@ -151,27 +172,58 @@ SET epoch = j.epoch + 1, owner = %(owner)s,
     expires_at = coalesce(%(now)s::timestamptz, statement_timestamp()) + %(ttl)s::interval,
     recall_reason = NULL, recall_by = NULL, recall_at = NULL, recall_until = NULL,
     state = CASE WHEN j.state IN ('pending', 'running') THEN 'running' ELSE j.state END,
-    verbatim = NULL
+    verbatim = NULL, revision = j.revision + 1
 WHERE j.id = %(id)s
   AND j.critical <@ %(understood)s::text[]
   AND j.state NOT IN ('complete', 'failed', 'cancelled')
   AND NOT (j.owner <> '' AND j.expires_at > coalesce(%(now)s::timestamptz, statement_timestamp())
            AND (j.owner <> %(owner)s OR j.recall_reason IS NOT NULL))
-RETURNING j.*;
+RETURNING j.id, j.kind, j.state, j.envelope_schema, j.envelope_actions, j.spec, j.checkpoint, j.done, j.total,
+    j.progress_at, j.step_name, j.step_ordinal, j.step_of, j.step_done, j.step_total, j.owner, j.epoch, j.expires_at,
+    j.recall_reason, j.recall_by, j.recall_at, j.recall_until, j.delegation_system, j.delegation_external_id,
+    j.delegation_delivered, j.requires, j.error, j.want, j.intent_by, j.intent_at, j.extension_keys,
+    j.extension_values, j.created_at, j.updated_at, j.content, j.critical, j.verbatim, j.revision;
 
 -- name: claim_next
--- The oldest runnable jobs, up to %(limit)s (jobctl_runnable, migrate-3-finish.sql,
--- picks and locks them), claimed as `claim` claims: the epoch raised, the
--- lease taken, running, a recall gone.
+-- The oldest runnable jobs (jobctl.schedule.runnable), up to %(limit)s, claimed
+-- as `claim` claims: the epoch raised, the lease taken, running, a recall gone.
+-- Runnable: pending or running, nobody holding the lease, not paused,
+-- scheduling data readable, not before its not_before time, of one of
+-- %(kinds)s (every kind when NULL), every job it waits for complete, no
+-- critical model the reader does not know [JOB-D7]. SKIP LOCKED passes over
+-- a row another transaction holds, so pickers never wait on each other, and
+-- FOR UPDATE judges each row again as it is when locked. Oldest first is a
+-- walk of jobctl_jobs_open in order that stops at the first %(limit)s
+-- rows: the store's sessions never sort (session.py says why).
 UPDATE jobctl_jobs AS j
 SET epoch = j.epoch + 1, owner = %(owner)s,
     expires_at = coalesce(%(now)s::timestamptz, statement_timestamp()) + %(ttl)s::interval,
     recall_reason = NULL, recall_by = NULL, recall_at = NULL, recall_until = NULL,
-    state = 'running', verbatim = NULL
-FROM jobctl_runnable(coalesce(%(now)s::timestamptz, statement_timestamp()), %(understood)s::text[],
-                     %(kinds)s::text[], %(limit)s) AS picked(id)
+    state = 'running', verbatim = NULL, revision = j.revision + 1
+FROM (
+    SELECT r.id FROM jobctl_jobs r
+    WHERE r.unfinished AND r.state IN ('pending', 'running')
+      AND (r.owner = '' OR r.expires_at <= coalesce(%(now)s::timestamptz, statement_timestamp()))
+      AND r.want IS DISTINCT FROM 'pause'
+      AND r.scheduled
+      AND r.critical <@ %(understood)s::text[]
+      AND (r.not_before IS NULL OR r.not_before <= coalesce(%(now)s::timestamptz, statement_timestamp()))
+      AND (%(kinds)s::text[] IS NULL OR r.kind = ANY(%(kinds)s::text[]))
+      AND (cardinality(r.after) = 0 OR NOT EXISTS (
+          SELECT 1 FROM unnest(r.after) AS dep(id)
+          WHERE NOT EXISTS (
+              SELECT 1 FROM jobctl_jobs d
+              WHERE d.id = dep.id AND d.state = 'complete' AND d.critical <@ %(understood)s::text[])))
+    ORDER BY r.created_at, r.id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+) AS picked
 WHERE j.id = picked.id
-RETURNING j.*;
+RETURNING j.id, j.kind, j.state, j.envelope_schema, j.envelope_actions, j.spec, j.checkpoint, j.done, j.total,
+    j.progress_at, j.step_name, j.step_ordinal, j.step_of, j.step_done, j.step_total, j.owner, j.epoch, j.expires_at,
+    j.recall_reason, j.recall_by, j.recall_at, j.recall_until, j.delegation_system, j.delegation_external_id,
+    j.delegation_delivered, j.requires, j.error, j.want, j.intent_by, j.intent_at, j.extension_keys,
+    j.extension_values, j.created_at, j.updated_at, j.content, j.critical, j.verbatim, j.revision;
 
 -- name: renew
 -- The lease extended to now + ttl, capped at a recall's until [JOB-R4];
@@ -183,12 +235,12 @@ SET expires_at = CASE
          AND coalesce(%(now)s::timestamptz, statement_timestamp()) + %(ttl)s::interval > j.recall_until
         THEN j.recall_until
         ELSE coalesce(%(now)s::timestamptz, statement_timestamp()) + %(ttl)s::interval END,
-    verbatim = NULL
+    verbatim = NULL, revision = j.revision + 1
 WHERE j.id = %(id)s
   AND j.critical <@ %(understood)s::text[]
   AND j.epoch = %(epoch)s
   AND j.owner <> '' AND j.expires_at > coalesce(%(now)s::timestamptz, statement_timestamp())
-RETURNING j.*;
+RETURNING j.revision, j.expires_at;
 
 -- name: progress
 -- The holder's progress: done, its time, and the checkpoint when one is given
@@ -200,13 +252,13 @@ SET done = %(done)s, progress_at = coalesce(%(now)s::timestamptz, statement_time
     checkpoint = CASE WHEN %(set_checkpoint)s THEN %(checkpoint)s ELSE j.checkpoint END,
     content = CASE WHEN %(carry)s::text IS NULL OR %(carry)s::text = ANY(j.content) THEN j.content
                    ELSE j.content || %(carry)s::text END,
-    updated_at = coalesce(%(now)s::timestamptz, statement_timestamp()), verbatim = NULL
+    updated_at = coalesce(%(now)s::timestamptz, statement_timestamp()), verbatim = NULL, revision = j.revision + 1
 WHERE j.id = %(id)s
   AND j.critical <@ %(understood)s::text[]
   AND j.state NOT IN ('complete', 'failed', 'cancelled')
   AND j.epoch = %(epoch)s
   AND j.owner <> '' AND j.expires_at > coalesce(%(now)s::timestamptz, statement_timestamp())
-RETURNING j.*;
+RETURNING j.revision, j.done, j.progress_at, j.checkpoint, j.content, j.updated_at;
 
 -- name: finish
 -- The holder sets the state, with error, checkpoint and done in the same
@@ -219,13 +271,13 @@ SET state = %(state)s, error = coalesce(%(error)s, j.error),
     done = coalesce(%(done)s, j.done),
     progress_at = CASE WHEN %(done)s::bigint IS NULL THEN j.progress_at
                        ELSE coalesce(%(now)s::timestamptz, statement_timestamp()) END,
-    updated_at = coalesce(%(now)s::timestamptz, statement_timestamp()), verbatim = NULL
+    updated_at = coalesce(%(now)s::timestamptz, statement_timestamp()), verbatim = NULL, revision = j.revision + 1
 WHERE j.id = %(id)s
   AND j.critical <@ %(understood)s::text[]
   AND j.state NOT IN ('complete', 'failed', 'cancelled')
   AND j.epoch = %(epoch)s
   AND j.owner <> '' AND j.expires_at > coalesce(%(now)s::timestamptz, statement_timestamp())
-RETURNING j.*;
+RETURNING j.revision, j.state, j.error, j.checkpoint, j.content, j.done, j.progress_at, j.updated_at;
 
 -- name: release
 -- The holder gives the lease up: it ends now, nobody owns it, running becomes
@@ -234,24 +286,24 @@ RETURNING j.*;
 UPDATE jobctl_jobs AS j
 SET expires_at = coalesce(%(now)s::timestamptz, statement_timestamp()), owner = '',
     state = CASE WHEN j.state = 'running' AND j.delegation_system IS NULL THEN 'pending' ELSE j.state END,
-    updated_at = coalesce(%(now)s::timestamptz, statement_timestamp()), verbatim = NULL
+    updated_at = coalesce(%(now)s::timestamptz, statement_timestamp()), verbatim = NULL, revision = j.revision + 1
 WHERE j.id = %(id)s
   AND j.critical <@ %(understood)s::text[]
   AND j.state NOT IN ('complete', 'failed', 'cancelled')
   AND j.epoch = %(epoch)s
   AND j.owner <> '' AND j.expires_at > coalesce(%(now)s::timestamptz, statement_timestamp())
-RETURNING j.*;
+RETURNING j.revision, j.expires_at, j.owner, j.state, j.updated_at;
 
 -- name: set_intent
 -- What somebody wants, recorded with no epoch [JOB-I3]; run is recorded too
 -- [JOB-I7]. Refused: a finished job [JOB-I5].
 UPDATE jobctl_jobs AS j
 SET want = %(want)s, intent_by = %(by)s, intent_at = coalesce(%(now)s::timestamptz, statement_timestamp()),
-    updated_at = coalesce(%(now)s::timestamptz, statement_timestamp()), verbatim = NULL
+    updated_at = coalesce(%(now)s::timestamptz, statement_timestamp()), verbatim = NULL, revision = j.revision + 1
 WHERE j.id = %(id)s
   AND j.critical <@ %(understood)s::text[]
   AND j.state NOT IN ('complete', 'failed', 'cancelled')
-RETURNING j.*;
+RETURNING j.revision, j.want, j.intent_by, j.intent_at, j.updated_at;
 
 -- name: recall
 -- The lease demanded back by until = now + grace, which the lease's end
@@ -263,13 +315,13 @@ SET recall_reason = %(reason)s, recall_by = %(by)s,
     recall_at = coalesce(%(now)s::timestamptz, statement_timestamp()),
     recall_until = coalesce(%(now)s::timestamptz, statement_timestamp()) + %(grace)s::interval,
     expires_at = least(j.expires_at, coalesce(%(now)s::timestamptz, statement_timestamp()) + %(grace)s::interval),
-    updated_at = coalesce(%(now)s::timestamptz, statement_timestamp()), verbatim = NULL
+    updated_at = coalesce(%(now)s::timestamptz, statement_timestamp()), verbatim = NULL, revision = j.revision + 1
 WHERE j.id = %(id)s
   AND j.critical <@ %(understood)s::text[]
   AND j.state NOT IN ('complete', 'failed', 'cancelled')
   AND j.epoch = %(epoch)s
   AND j.owner <> '' AND j.expires_at > coalesce(%(now)s::timestamptz, statement_timestamp())
-RETURNING j.*;
+RETURNING j.revision, j.recall_reason, j.recall_by, j.recall_at, j.recall_until, j.expires_at, j.updated_at;
 
 -- name: remove
 -- jobctl gc: an ended job this reader can read [JOB-D7]; nobody writes a

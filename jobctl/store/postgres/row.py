@@ -19,6 +19,7 @@ from typing import Any
 
 from ...errors import Invalid, JobError
 from ...record import (
+    TERMINAL,
     ZERO_TIME,
     Delegation,
     Envelope,
@@ -35,7 +36,18 @@ from ...record import (
 )
 from ...schedule import after_of, not_before, pipeline_of
 
-__all__ = ["COLUMNS", "SCHEDULING", "record_of", "render", "values", "text_fit"]
+__all__ = [
+    "COLUMNS",
+    "HELD",
+    "SCHEDULING",
+    "REVISION",
+    "STEPS",
+    "laid_over",
+    "record_of",
+    "render",
+    "values",
+    "text_fit",
+]
 
 #: The record's columns, in the order a row (``SELECT j.*``, ``RETURNING j.*``) holds them.
 COLUMNS = (
@@ -46,10 +58,39 @@ COLUMNS = (
     "requires", "error", "want", "intent_by", "intent_at", "extension_keys", "extension_values",
     "created_at", "updated_at", "content", "critical", "verbatim",
 )  # fmt: skip
-#: The columns after them: the scheduling facts a pick reads, written from jobctl's extensions.
-SCHEDULING = ("not_before", "after", "pipeline", "scheduled")
+#: Then the row's revision, which every write raises: a claim hands back these (``HELD``, the row's head).
+REVISION = len(COLUMNS)
+HELD = (*COLUMNS, "revision")
+#: The columns after them: the scheduling facts a pick reads, written from jobctl's extensions, and
+#: whether the job is unfinished (which the table's trigger keeps true to the state, whoever writes).
+SCHEDULING = ("not_before", "after", "pipeline", "scheduled", "unfinished")
 
 VERBATIM = COLUMNS.index("verbatim")
+_AT = {name: n for n, name in enumerate(COLUMNS)}
+
+#: What each step's statement hands back after the revision (``queries.sql``): the columns it sets.
+STEPS: dict[str, tuple[str, ...]] = {
+    "renew": ("expires_at",),
+    "progress": ("done", "progress_at", "checkpoint", "content", "updated_at"),
+    "finish": ("state", "error", "checkpoint", "content", "done", "progress_at", "updated_at"),
+    "release": ("expires_at", "owner", "state", "updated_at"),
+    "set_intent": ("want", "intent_by", "intent_at", "updated_at"),
+    "recall": ("recall_reason", "recall_by", "recall_at", "recall_until", "expires_at", "updated_at"),
+}
+
+
+def laid_over(held: Sequence[Any], step: str, got: Sequence[Any]) -> tuple[Any, ...]:
+    """The row after ``step``: ``held`` (the row at the revision before) with what the step set, from ``got``.
+
+    ``got`` is the statement's answer: the new revision, then :data:`STEPS`'s
+    columns. Every step's statement clears ``verbatim``.
+    """
+    out = list(held)
+    for name, value in zip(STEPS[step], got[1:], strict=True):
+        out[_AT[name]] = value
+    out[VERBATIM] = None
+    out[REVISION] = got[0]
+    return tuple(out)
 
 
 def record_of(row: Sequence[Any]) -> Record:
@@ -94,12 +135,14 @@ def _restored(row: Sequence[Any]) -> Record:
         if delegation_system is None
         else Delegation(delegation_system, delegation_external_id or "", bool(delegation_delivered)),
     )
+    if len(extension_keys or ()) != len(extension_values or ()):
+        raise Invalid(f"{len(extension_keys or ())} extension keys but {len(extension_values or ())} values")
     return restore(
         parts,
-        requires,
+        requires or [],
         error,
         None if want is None else Intent(want, intent_by or "", intent_at),
-        dict(zip(extension_keys, extension_values, strict=True)),
+        dict(zip(extension_keys or (), extension_values or (), strict=True)),
         (created_at, updated_at),
         (content, critical),
     )
@@ -167,13 +210,13 @@ def values(
         "delegation_system": None if delegation is None else delegation.system,
         "delegation_external_id": None if delegation is None else delegation.external_id,
         "delegation_delivered": None if delegation is None else delegation.delivered,
-        "requires": list(rec.requires),
+        "requires": list(rec.requires) or None,
         "error": rec.error,
         "want": None if intent is None else intent.want,
         "intent_by": None if intent is None else intent.by,
         "intent_at": None if intent is None else intent.at,
-        "extension_keys": [key for key, _text, _kept in p.extensions],
-        "extension_values": [text for _key, text, _kept in p.extensions],
+        "extension_keys": [key for key, _text, _kept in p.extensions] or None,
+        "extension_values": [text for _key, text, _kept in p.extensions] or None,
         "created_at": _time(rec.created_at),
         "updated_at": _time(rec.updated_at),
         "content": list(content),
@@ -183,6 +226,7 @@ def values(
         "after": after,
         "pipeline": None if pipe is None else pipe[0],
         "scheduled": scheduled,
+        "unfinished": rec.state not in TERMINAL,
     }
 
 

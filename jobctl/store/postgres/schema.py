@@ -201,8 +201,9 @@ def _undecodable(
     out: dict[str, Any] = dict.fromkeys(row.COLUMNS + row.SCHEDULING)
     out.update(
         id=job_id, kind=kind, state=state, spec="{}", done=0, total=0, progress_at=ZERO_TIME, owner=owner,
-        epoch=epoch, expires_at=expires_at or ZERO_TIME, requires=[], error="", extension_keys=[],
-        extension_values=[], created_at=created_at or ZERO_TIME, updated_at=ZERO_TIME, content=[],
+        epoch=epoch, expires_at=expires_at or ZERO_TIME, error="", created_at=created_at or ZERO_TIME,
+        updated_at=ZERO_TIME, content=[],
         critical=[UNDECODABLE], verbatim=data, after=[], scheduled=False,
+        unfinished=state not in ("complete", "failed", "cancelled"),
     )  # fmt: skip
     return out

@@ -6,6 +6,18 @@ transaction of its own and one round trip. Several statements that must be
 one transaction (a locked read, then a write) run in pipeline mode, where
 everything up to a Sync is one transaction and travels together.
 
+The store's sessions never sort (``enable_sort = off``, set with the time
+zone as each connection opens). The pick -- the oldest runnable jobs --
+must walk the index of open jobs in order and stop at the first few, never
+read and sort every open row; but on a table without statistics (a
+new store), or in the generic plan of a statement prepared before its
+parameters are known, the planner's default estimates say almost nothing
+matches the pick's conditions, and a sort then looks cheaper than the walk.
+It never is, for a pick. The other statements ask for no order, read one
+row by its key, or read in the primary key's order, so the setting costs
+them nothing; the store sorts the few rows it reads in no order itself
+(tests/unit/test_claim_next.py reads every statement's plan on a large store).
+
 Losing the connection: a call finds out before it sends anything when it
 can (a connection the server closed while idle -- a restart -- is readable
 before the call writes to it), and opens another; a call whose statement
@@ -19,9 +31,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 import select
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
@@ -95,28 +109,45 @@ class Session:
         self.local = threading.local()  # .reads: this thread's call only reads; .again: a retry
         self.lock = threading.RLock()
         self._conn: psycopg.Connection[Any] | None = None
-        self._cursor: psycopg.Cursor[Any] | None = None
-        self._pid = 0
+        self._statements: Statements | None = None
+        self._used = 0.0  # time.monotonic() when the connection last answered
+        _SESSIONS.add(self)
 
     def close(self) -> None:
         with self.lock:
-            if self._conn is not None and self._pid == os.getpid():
+            if self._conn is not None:
                 self._conn.close()
-            self._conn = self._cursor = None
+            self._conn = self._statements = None
 
     # -- the connection ----------------------------------------------------------
 
     def connection(self) -> psycopg.Connection[Any]:
-        """This process's connection, opened (again) when there is none or it was lost. Hold ``lock``."""
+        """This process's connection, opened (again) when there is none or it was lost. Hold ``lock``.
+
+        A connection idle for more than :data:`IDLE_LOOK` seconds is looked at
+        first (:func:`_idle_and_alive`): a server that went away meanwhile is
+        found before a write goes into the dead socket.
+        """
         conn = self._conn
-        # A forked child must not speak on its parent's socket.
-        if conn is None or self._pid != os.getpid():
+        now = time.monotonic()
+        if conn is None:  # none yet, or a forked child's (its parent's socket is not its own)
             conn = self._open(again=False)
-        elif conn.closed or conn.broken or not _idle_and_alive(conn):
+        elif (
+            conn.closed
+            or conn.broken
+            or conn.pgconn.status != _OK
+            or (now - self._used > IDLE_LOOK and not _idle_and_alive(conn))
+        ):
             with contextlib.suppress(psycopg.Error):
                 conn.close()  # gone already: this only releases it
             conn = self._open(again=True)
+        self._used = now
         return conn
+
+    def forked(self) -> None:
+        """In a forked child: forget the parent's connection without touching it (it is the parent's)."""
+        self._conn = self._statements = None
+        self.lock = threading.RLock()
 
     def _open(self, again: bool) -> psycopg.Connection[Any]:
         try:
@@ -131,7 +162,7 @@ class Session:
         except psycopg.Error as exc:
             conn.close()
             raise Refused(f"{self.root}: {_first_line(exc)}") from exc
-        self._conn, self._cursor, self._pid = conn, conn.cursor(binary=True), os.getpid()
+        self._conn, self._statements = conn, Statements(conn)
         if again:
             self.reconnects += 1
         return conn
@@ -139,7 +170,7 @@ class Session:
     def failed(self, conn: psycopg.Connection[Any], exc: psycopg.Error, committing: bool) -> Refused:
         """The refusal a driver error becomes: ``Lost`` when nothing can have been written."""
         first = _first_line(exc)
-        if not (conn.broken or conn.closed):
+        if not (conn.broken or conn.closed or conn.pgconn.status != _OK):
             return Refused(f"{self.root}: {first}")
         if committing and not getattr(self.local, "reads", False):
             return Unsure(f"{self.root}: the connection was lost while a write was under way: {first}")
@@ -148,18 +179,12 @@ class Session:
     # -- statements and transactions ---------------------------------------------
 
     def one(self, query: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
-        """One statement, a transaction of its own: its first row, or None. One round trip.
-
-        The hot path of every step: the same cursor every time (a new one costs
-        more than the statement's own Python), binary rows.
-        """
+        """One statement, a transaction of its own: its first row, or None. One round trip (:class:`Statements`)."""
         with self.lock:
             conn = self.connection()
-            cur = self._cursor
-            assert cur is not None
+            assert self._statements is not None
             try:
-                cur.execute(query, params)
-                return cur.fetchone()
+                return self._statements.run(query, params, first=True)  # type: ignore[return-value]
             except psycopg.Error as exc:
                 raise self.failed(conn, exc, committing=True) from exc
 
@@ -167,11 +192,9 @@ class Session:
         """One statement's rows (a transaction of its own)."""
         with self.lock:
             conn = self.connection()
-            cur = self._cursor
-            assert cur is not None
+            assert self._statements is not None
             try:
-                cur.execute(query, params)
-                return cur.fetchall()
+                return self._statements.run(query, params or {}, first=False)  # type: ignore[return-value]
             except psycopg.Error as exc:
                 raise self.failed(conn, exc, committing=True) from exc
 
@@ -214,6 +237,112 @@ class Session:
                 raise LockBusy("the row is locked by another transaction (a write under way)") from exc
             except psycopg.Error as exc:
                 raise self.failed(conn, exc, committing) from exc
+
+
+#: The run of a statement (per connection) from which it is prepared: one round trip of its own, once.
+PREPARE_AT = 2
+
+#: Seconds a connection may have been idle before a call looks whether the server is still there
+#: (a system call). A server that ends the session within this of its last answer (no restart is
+#: that quick) meets the write itself, which then fails as a write whose outcome is unknown.
+IDLE_LOOK = 0.05
+
+#: Every session of this process: a forked child forgets their connections (os.register_at_fork).
+_SESSIONS: weakref.WeakSet[Session] = weakref.WeakSet()
+
+
+def _forget_in_child() -> None:
+    for session in list(_SESSIONS):
+        session.forked()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+_OK = psycopg.pq.ConnStatus.OK
+_TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
+_COMMAND_OK = psycopg.pq.ExecStatus.COMMAND_OK
+_BINARY = psycopg.pq.Format.BINARY
+_NAMED = re.compile(r"%\((\w+)\)s")
+
+
+class Statements:
+    """Our named queries on one connection, each prepared once and run through libpq directly.
+
+    The hot path of every step. psycopg's cursor machinery (a cursor, its
+    generators, its prepared-statement bookkeeping) costs a statement more
+    Python than the rest of the step together -- measured in instructions,
+    a claim-next + finish cycle 537 thousand through a cursor, 358 thousand
+    this way, and bare SQL through a cursor 213 thousand -- so this takes
+    what it needs of psycopg and no more: its adapters dump the parameters
+    and load the rows (``Transformer``); libpq runs the statement
+    (``PQexecParams`` the first time; from the second, prepared once per
+    connection and parameter types, ``PQexecPrepared``), letting go of the
+    GIL while it waits; binary rows. Errors are psycopg's exceptions, made
+    from the server's answer.
+    """
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.pgconn = conn.pgconn
+        self._encoding = conn.info.encoding
+        # A statement runs parsed and planned at its first run, prepared from its second: our statements
+        # are written for generic plans (session.py's never_sort), so the planning of custom plans psycopg's
+        # default threshold (5) pays for buys nothing here.
+        self._threshold = PREPARE_AT
+        self._tx = psycopg.adapt.Transformer(conn)
+        self._texts: dict[str, tuple[bytes, tuple[str, ...], list[psycopg.adapt.PyFormat]]] = {}
+        self._names: dict[tuple[str, tuple[int, ...]], bytes] = {}
+        self._runs: dict[tuple[str, tuple[int, ...]], int] = {}
+
+    def run(self, query: str, params: dict[str, Any], *, first: bool) -> tuple[Any, ...] | list[Any] | None:
+        """The statement's first row (or None) when ``first``, else all its rows."""
+        got = self._texts.get(query)
+        if got is None:
+            got = self._texts[query] = _numbered(query)
+        text, names, formats = got
+        tx = self._tx
+        values = tx.dump_sequence([params[name] for name in names], formats)
+        # A statement is prepared for its parameters' types, as psycopg's own cache does (None is "unknown").
+        types = tx.types or ()
+        key = (query, tuple(types))
+        name = self._names.get(key)
+        pg = self.pgconn
+        if name is None:
+            runs = self._runs[key] = self._runs.get(key, 0) + 1
+            if runs >= self._threshold:
+                # From here on it is parsed and planned once: a round trip of its own, this once.
+                name = f"jobctl_{len(self._names)}".encode()
+                self._check(pg.prepare(name, text, types))
+                self._names[key] = name
+        # A None among the values is SQL NULL: libpq takes it, whatever the stub's element type says.
+        if name is None:  # parse, bind and run in one round trip
+            res = self._check(pg.exec_params(text, values, types, tx.formats, _BINARY))
+        else:
+            res = self._check(pg.exec_prepared(name, values, tx.formats, _BINARY))  # type: ignore[arg-type]
+        count = res.ntuples
+        if first and count == 0:
+            return None
+        tx.set_pgresult(res)
+        if first:
+            return tx.load_row(0, tuple)
+        return tx.load_rows(0, count, tuple)
+
+    def _check(self, res: psycopg.pq.abc.PGresult) -> psycopg.pq.abc.PGresult:
+        if res.status in (_TUPLES_OK, _COMMAND_OK):
+            return res
+        raise psycopg.errors.error_from_result(res, encoding=self._encoding)
+
+
+def _numbered(query: str) -> tuple[bytes, tuple[str, ...], list[psycopg.adapt.PyFormat]]:
+    """Our ``%(name)s`` query as libpq's ``$n``, with the names in their order (each bound once)."""
+    names: list[str] = []
+
+    def number(m: re.Match[str]) -> str:
+        if m.group(1) not in names:
+            names.append(m.group(1))
+        return f"${names.index(m.group(1)) + 1}"
+
+    text = _NAMED.sub(number, query)
+    return text.encode(), tuple(names), [psycopg.adapt.PyFormat.AUTO] * len(names)
 
 
 def _idle_and_alive(conn: psycopg.Connection[Any]) -> bool:
@@ -264,26 +393,30 @@ def _retrying(method: Callable[Concatenate[_S, _P], _T], reads: bool) -> Callabl
     def call(self: _S, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
         session = self.session
         local = session.local
-        deadline = None
-        pause = 0.05
-        while True:
-            outer = getattr(local, "reads", False)
-            local.reads = reads or outer
-            local.again = deadline is not None  # a try after a lost connection (see the store's _create)
+        outer = getattr(local, "reads", False), getattr(local, "again", False)
+        local.reads, local.again = reads or outer[0], False
+        try:
             try:
                 return method(self, *args, **kwargs)
             except Lost as exc:
+                lost = exc
+            deadline = time.monotonic() + session.reconnect_wait
+            pause = 0.05
+            while True:
                 now = time.monotonic()
-                if deadline is None:
-                    deadline = now + session.reconnect_wait
                 if now >= deadline:
-                    err = Refused(f"{exc.message} (no connection for {session.reconnect_wait:g} s)", exc.job_id)
+                    err = Refused(f"{lost.message} (no connection for {session.reconnect_wait:g} s)", lost.job_id)
                     err.hint = "check that the server is up and reachable from this host"
-                    raise err from exc
+                    raise err from lost
                 time.sleep(min(pause, deadline - now))
                 pause = min(pause * 2, 1.0)
-            finally:
-                local.reads = outer
+                local.again = True  # a try after a lost connection (see the store's _insert)
+                try:
+                    return method(self, *args, **kwargs)
+                except Lost as exc:
+                    lost = exc
+        finally:
+            local.reads, local.again = outer
 
     functools.update_wrapper(call, method)  # its return value is typed as a wrapper object, not as ``call``
     return call

@@ -63,6 +63,9 @@ SCAN_PAGE = 500
 #: Seconds a store goes on trying to reach its server again after a connection it had was lost.
 RECONNECT_WAIT = 30.0
 
+#: Rows a store keeps, the last it read or wrote, so that a step's statement need hand back only what it set.
+HELD = 2048
+
 Clock = Callable[[], datetime]
 Row = Sequence[Any]
 #: Rows as the driver hands them (a name of its own: the class's ``list`` method shadows the builtin there).
@@ -85,13 +88,14 @@ class PostgresStore(ContractStore):
         self.url = url
         self.root = masked(url)
         self._clock = clock
-        self.session = Session(url, reconnect_wait, prepare=(Q["utc"],))
+        self.session = Session(url, reconnect_wait, prepare=(Q["utc"], Q["never_sort"]))
         self.work_dir = os.path.join(os.path.expanduser("~"), ".abstraction", "work")
         self._understood: tuple[frozenset[str], str] = (frozenset(), "{}")
         #: Steps whose statement was refused and which the rules then allowed, written by them:
         #: the row moved between the two (a lease lapsed, another writer finished). Without
         #: anybody else at the rows, always 0 -- a statement stricter than the rules would count here.
         self.moved = 0
+        self._held: dict[str, Row] = {}
         try:
             with self.session.tx() as conn:
                 found = schema_status(conn)
@@ -139,7 +143,7 @@ class PostgresStore(ContractStore):
         """The critical models this reader understands, as an array literal (built once per set)."""
         known = known_models()
         cached, literal = self._understood
-        if known != cached:
+        if known is not cached:
             quoted = ('"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"' for name in sorted(known))
             literal = "{" + ",".join(quoted) + "}"
             self._understood = (known, literal)
@@ -170,7 +174,7 @@ class PostgresStore(ContractStore):
         return got
 
     def load(self, job_id: str) -> Record:
-        return row.record_of(self._row(job_id))
+        return self._holding(self._row(job_id))
 
     def load_bytes(self, job_id: str) -> bytes:
         return row.render(self._row(job_id))
@@ -211,13 +215,13 @@ class PostgresStore(ContractStore):
         """
         with self.session.tx(pipelined=True) as conn:
             opened = conn.execute(Q["list_open"], binary=True)
-            ended = conn.execute(Q["finished_states"])
+            ended = conn.execute(Q["finished_states"], {"understood": self._models()})
         open_rows, ended_rows = opened.fetchall(), ended.fetchall()  # after the Sync: one round trip
+        open_rows.sort(key=_first)
         out = OpenListing()
-        understood = known_models()
         states = out.states
-        for job_id, state, critical in ended_rows:
-            if understood.issuperset(critical):
+        for job_id, state, readable in ended_rows:
+            if readable:
                 states[job_id] = state
             else:
                 out.unreadable.append((job_id, self._unreadable(job_id)))
@@ -278,7 +282,7 @@ class PostgresStore(ContractStore):
     @read
     def orphans(self) -> Listing:
         """As the file store's: the statement narrows the rows, :func:`is_orphan` decides each."""
-        rows = self.session.all(Q["orphan_candidates"], {"now": self._now()})
+        rows = sorted(self.session.all(Q["orphan_candidates"], {"now": self._now()}), key=_first)
         found = self._listing(rows)
         out = Listing(unreadable=found.unreadable)
         if rows:
@@ -292,29 +296,58 @@ class PostgresStore(ContractStore):
     def _step(self, job_id: str, query: str, params: dict[str, Any], rules: Apply, *, wait: bool = True) -> Record:
         """Run one step's statement; when it changes nothing, the rules judge the row (:meth:`_write`).
 
-        With ``wait`` false a row another transaction holds is waited for
-        :data:`jobctl.limits.LOCK_PATIENCE` at most (``LockBusy``): the
-        setting and the statement travel together.
+        A claim's statement hands back the row; another step's, its revision
+        and what it set (:data:`.row.STEPS`), laid over the row this store
+        holds at the revision before -- or, holding none, the row is read in
+        the same round trip (in the same transaction, under the row lock the
+        step took: as the step left it). With ``wait`` false a row another
+        transaction holds is waited for :data:`jobctl.limits.LOCK_PATIENCE` at
+        most (``LockBusy``): the setting and the statement travel together.
         """
         ids.check(job_id)
         params["id"], params["now"], params["understood"] = job_id, self._now(), self._models()
+        held = self._held.get(job_id) if wait and query in row.STEPS else None
         try:
-            if wait:
+            if held is not None or (wait and query not in row.STEPS):
                 got = self.session.one(Q[query], params)
+                whole = None
             else:
                 with self.session.tx(pipelined=True) as conn:
-                    conn.execute(Q["lock_patience"], {"ms": int(limits.LOCK_PATIENCE * 1000)})
+                    if not wait:
+                        conn.execute(Q["lock_patience"], {"ms": int(limits.LOCK_PATIENCE * 1000)})
                     cur = conn.execute(Q[query], params, binary=True)
+                    load = conn.execute(Q["load"], {"id": job_id}, binary=True) if query in row.STEPS else None
                 got = cur.fetchone()  # after the Sync: one round trip
+                whole = None if load is None else load.fetchone()
         except JobError as exc:
             if not exc.job_id:
                 exc.job_id = job_id
             raise
-        if got is not None:
-            return row.record_of(got)
-        rec = self._write(job_id, rules, wait=wait)  # raises the verdict, unless the row moved meanwhile
-        self.moved += 1
+        if got is None:
+            rec = self._write(job_id, rules, wait=wait)  # raises the verdict, unless the row moved meanwhile
+            self.moved += 1
+            return rec
+        if query not in row.STEPS:
+            whole = got
+        elif whole is None:
+            assert held is not None
+            # Somebody else wrote the row since this store last held it: read it as it is now.
+            whole = row.laid_over(held, query, got) if got[0] == held[row.REVISION] + 1 else self._row(job_id)
+        return self._holding(whole)
+
+    def _holding(self, got: Row) -> Record:
+        """The record a row holds, and the row kept for the next step's answer (:meth:`_hold`)."""
+        rec = row.record_of(got)
+        self._hold(got)
         return rec
+
+    def _hold(self, got: Row) -> None:
+        """Keep the row, the last this store read or wrote of its job: the newest :data:`HELD` of them."""
+        held = self._held
+        held.pop(got[0], None)
+        held[got[0]] = got
+        if len(held) > HELD:
+            del held[next(iter(held))]
 
     def claim(
         self,
@@ -427,8 +460,8 @@ class PostgresStore(ContractStore):
                 left = conn.execute(Q["unpickable"], {"understood": params["understood"], "now": params["now"]})
             rows, unpicked = picked.fetchall(), left.fetchall()  # after the Sync: one round trip
         if unpicked:
-            self._name_unpicked(unpicked, wanted, skipped, unreadable)
-        claimed = [row.record_of(got) for got in rows]
+            self._name_unpicked(sorted(unpicked, key=_first), wanted, skipped, unreadable)
+        claimed = [self._holding(got) for got in rows]
         claimed.sort(key=lambda rec: (rec.created_at, rec.id))
         return claimed
 
@@ -512,7 +545,11 @@ class PostgresStore(ContractStore):
             if not exc.job_id:
                 exc.job_id = job_id
             raise
-        return row.record_of([values[name] for name in row.COLUMNS]) if fresh else rec
+        written = (*(values[name] for name in row.COLUMNS), got[row.REVISION] + 1)
+        if fresh:  # decoded afresh: nothing the caller's mutate holds is in it [JOB-M2]
+            return self._holding(written)
+        self._hold(written)
+        return rec
 
     def submit(self, record: Record) -> str:
         """Write a new job in one statement; its times are the store's clock as it is written [JOB-S1]."""
@@ -608,6 +645,7 @@ class PostgresStore(ContractStore):
             query = Q["forged"]
         else:
             query = Q["write"]
+        self._held.pop(job_id, None)
         with self.session.tx() as conn:
             if conn.execute(query, values).rowcount != 1:
                 raise NotFound(f"no job {job_id}", job_id)
@@ -621,6 +659,7 @@ class PostgresStore(ContractStore):
     def remove(self, job_id: str) -> bool:
         """Delete an ended job's row in one statement; False when it is missing, not ended, or unreadable here."""
         ids.check(job_id)
+        self._held.pop(job_id, None)
         return self.session.one(Q["remove"], {"id": job_id, "understood": self._models()}) is not None
 
     def sweep(self, job_id: str | None = None) -> int:
@@ -632,6 +671,10 @@ class PostgresStore(ContractStore):
     def notices(self) -> Notices:
         """LISTEN on the store's channel (:class:`.listener.Listener`): the trigger sends the ids."""
         return Listener(self.url)
+
+
+def _first(got: Row) -> Any:
+    return got[0]
 
 
 _STATES = frozenset(("pending", "running", "transferred", "complete", "failed", "cancelled"))
