@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
 
-.PHONY: install test lint type bench check demo docs dist matrix clean
+.PHONY: install test test-fast lint type bench check demo docs dist matrix clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,10 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+# The inner loop (a few minutes): one module at a time, the contract's vectors, the properties.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest tests/unit tests/contract tests/property
 
 lint: $(STAMP)
 	$(BIN)/ruff check jobctl tests bench

@@ -50,7 +50,7 @@ class BoardStore(Protocol):
     def list_open(self) -> OpenListing: ...
     def load(self, job_id: str) -> Record: ...
     def now(self) -> datetime: ...
-    def notices(self) -> Notices | None: ...
+    def notices(self, *, news_only: bool = False) -> Notices | None: ...
 
 
 @dataclass
@@ -122,7 +122,7 @@ class Board:
         if force or age > self._notices.recheck:
             self.rescan()
             return
-        changed = self._notices.read()
+        changed = self._notices.read(sync=False)  # the worker reads again before its next pick
         if changed is None:
             self.rescan()
             return

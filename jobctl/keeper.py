@@ -71,9 +71,13 @@ class KeeperStore(Protocol):
     def renew(self, job_id: str, epoch: int, ttl_seconds: float) -> Record: ...
     def release(self, job_id: str, epoch: int) -> Record: ...
     def update(self, job_id: str, epoch: int, mutate: Callable[[Record], object]) -> Record: ...
+    def finish(self, job_id: str, epoch: int, state: str, *, error: str | None = None) -> Record: ...
+    def finish_and_claim(
+        self, job_id: str, epoch: int, state: str, *, error: str | None, next_id: str, owner: str, ttl_seconds: float
+    ) -> tuple[Record | JobError, Record | JobError]: ...
     def work_path(self, job_id: str) -> str: ...
     def lease_source(self, job_id: str) -> LeaseSource | None: ...
-    def notices(self) -> Notices | None: ...
+    def notices(self, *, news_only: bool = False) -> Notices | None: ...
 
 
 # -- hearing of a record's writes -------------------------------------------------
@@ -96,13 +100,21 @@ class Lookout:
     One lookout serves a whole worker (one inotify descriptor, or one
     listening connection to PostgreSQL, however many jobs run, opened when
     the first keeper follows its record); a keeper given none starts its own
-    for its attempt. The notices are read at most
-    every ``settle`` seconds (the first after a quiet spell at once): a job
-    that writes its checkpoint in a tight loop costs its keeper a read per
-    settle, not one per write. Where the
-    store gives no notices (a directory on another OS), or they cannot be
-    opened, the lookout hears nothing and the keepers poll as before.
+    for its attempt. The notices are read at most every ``settle`` seconds
+    (the first after a quiet spell at once): a job that writes its checkpoint
+    in a tight loop costs its keeper a read per settle, not one per write.
+    Where the store gives no notices (a directory on another OS), or they
+    cannot be opened, the lookout hears nothing and the keepers poll.
+
+    The lookout asks for news only (a store that can tell leaves out the
+    notices of its own writes: a keeper's renewals, its claim) and remembers
+    when it last heard of each id, so a keeper that starts following after
+    its claim reads its record then only if something was heard of it since
+    the claim went out, or the lookout was not listening yet (:meth:`follow`).
     """
+
+    #: Ids whose last notice a lookout remembers (the oldest forgotten first).
+    REMEMBER = 4096
 
     def __init__(self, store: KeeperStore | None, *, settle: float = 0.1) -> None:
         """Listen on ``store``'s notices; ``None``: hear nothing (a worker told not to use notices)."""
@@ -113,6 +125,10 @@ class Lookout:
         # opens none (closing an inotify descriptor waits on the kernel, 10 ms and more).
         self._store = store
         self._notices: Notices | None = None
+        # When each id was last heard of, and since when nothing can have been missed
+        # (the notices opened, or said some were lost): monotonic seconds.
+        self._heard: dict[str, float] = {}
+        self._since = math.inf
         self._thread: threading.Thread | None = None
         self._stop_r, self._stop_w = os.pipe()
         self._closed = False
@@ -122,24 +138,37 @@ class Lookout:
         store, self._store = self._store, None
         if store is not None:
             with contextlib.suppress(JobError, OSError):
-                self._notices = store.notices()
+                self._notices = store.notices(news_only=True)
+                self._since = time.monotonic()
         return self._notices
 
-    @property
-    def hearing(self) -> bool:
-        """Whether this lookout has notices to hear (False: the keepers poll)."""
-        with self._lock:
-            return not self._closed and self._open() is not None
+    def follow(self, job_id: str, look: Callable[[], None], since: float | None = None) -> bool:
+        """Call ``look`` whenever the record ``job_id`` may have been written, until :meth:`drop`.
 
-    def follow(self, job_id: str, look: Callable[[], None]) -> None:
-        """Call ``look`` whenever the record ``job_id`` may have been written, until :meth:`drop`."""
+        Returns whether the caller may have missed a write since ``since``
+        (monotonic seconds: when its claim went out; None: unknown), and
+        should read the record once now: something was heard of it since, or
+        the lookout was not listening then. A lookout that hears nothing says
+        False: its keepers read on their own clock.
+        """
         with self._lock:
             if self._closed or self._open() is None:
-                return
+                return False
             self._follow.setdefault(job_id, []).append(look)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._listen, name="jobctl lookout", daemon=True)
                 self._thread.start()
+            return since is None or since <= self._since or self._heard.get(job_id, -math.inf) >= since
+
+    def _remember(self, ids: set[str], now: float) -> None:
+        """When each of ``ids`` was heard of (lock held); past :attr:`REMEMBER` ids the oldest go."""
+        heard = self._heard
+        for job_id in ids:
+            heard.pop(job_id, None)
+            heard[job_id] = now
+        while len(heard) > self.REMEMBER:
+            del heard[next(iter(heard))]
+            self._since = max(self._since, now)  # forgotten: a follow from before now reads once
 
     def drop(self, job_id: str, look: Callable[[], None]) -> None:
         with self._lock:
@@ -183,15 +212,18 @@ class Lookout:
             if self._stop_r in ready:
                 return
             try:
-                changed = notices.read()
+                changed = notices.read(sync=False)  # woken by the socket: what it holds
             except (JobError, OSError):
                 changed = None
             with self._lock:
+                now = time.monotonic()
                 if changed is None:
+                    self._since = now
                     looks = [look for each in self._follow.values() for look in each]
                 else:
                     written, removed = changed
                     looks = [look for job_id in written | removed for look in self._follow.get(job_id, ())]
+                    self._remember(written | removed, now)
             for look in looks:
                 look()
             # Let a burst of writes gather before the next read; a stop still ends the wait.
@@ -212,7 +244,8 @@ class Outcome:
     final write refused (``""`` when unknown). ``reason`` says why the work
     stopped: ``exit``, ``cancel``, ``pause``, ``recall``, ``stop``,
     ``timeout``, ``fenced``, ``not-started``, or ``result`` (the work ended
-    well but what it left as its result could not be stored: a failed attempt).
+    well but its result could not be stored: a failed attempt). ``then``: the
+    job a slot claimed with this finish (as picked; the claim's answer).
     """
 
     job_id: str
@@ -228,6 +261,7 @@ class Outcome:
     verdict: JobError | None = None
     log: str | None = None
     pid: int | None = None
+    then: tuple[Record, Record | JobError] | None = None
 
     @property
     def fenced(self) -> bool:
@@ -342,7 +376,11 @@ class Keeper:
     ``wake()`` from any thread makes the loop look at the work again, and
     ``look()`` makes it read the record again. ``lookout``: the process's
     :class:`Lookout` (a worker shares one among its runs); without one the
-    keeper starts its own for the attempt.
+    keeper starts its own for the attempt. ``successor``: where a worker's
+    slot keeps the job to claim with this one's finish (:class:`Ending`).
+    ``claimed_at``: the monotonic time before the claim went out, which
+    spares the first read when nothing was heard of the record since
+    (:meth:`Lookout.follow`); None reads it once.
     """
 
     def __init__(
@@ -354,6 +392,8 @@ class Keeper:
         grace: float = 10.0,
         check_every: float = 1.0,
         lookout: Lookout | None = None,
+        successor: Callable[[], Record | None] | None = None,
+        claimed_at: float | None = None,
     ) -> None:
         if not ttl > 0:
             raise Invalid("ttl must be positive")
@@ -367,7 +407,8 @@ class Keeper:
         self.renew_every = self.ttl / 3
         self.check_every = min(max(0.05, float(check_every)), self.renew_every)
         self.attempt = attempt_of(rec)
-        self.ending = Ending(store, rec, self.attempt)
+        self.ending = Ending(store, rec, self.attempt, successor, self.ttl)
+        self.claimed_at = claimed_at
         #: What the loop decided to stop the work for ("" while it runs on), and why.
         self.disposition = ""
         self.detail = ""
@@ -422,9 +463,8 @@ class Keeper:
         try:
             if lookout is None:
                 lookout = Lookout(self.store)
-            lookout.follow(self.job_id, self.look)
-            # Whatever was written between the claim and now was not heard: read it once.
-            self._look = lookout.hearing
+            # A write by somebody else between the claim and now reached no look: read once if there was one.
+            self._look = lookout.follow(self.job_id, self.look, self.claimed_at)
             return self._execute(work)
         finally:
             if lookout is not None:
@@ -646,14 +686,26 @@ class Ending:
 
     Each returns the outcome with the record's state after the write, or,
     when the write is refused, the verdict and the state somebody else left.
+    A plain finish asks ``successor`` for the job to take next and claims it
+    in the same step (``Store.finish_and_claim``) for the same owner; the
+    claim's answer travels in the outcome's ``then``.
     """
 
-    def __init__(self, store: KeeperStore, rec: Record, attempt: int) -> None:
+    def __init__(
+        self,
+        store: KeeperStore,
+        rec: Record,
+        attempt: int,
+        successor: Callable[[], Record | None] | None = None,
+        ttl: float = 30.0,
+    ) -> None:
         self.store = store
         self.rec = rec
         self.job_id = rec.id
         self.epoch = rec.lease.epoch
         self.attempt = attempt
+        self.successor = successor
+        self.ttl = ttl
 
     def refused(self, out: Outcome, exc: JobError) -> Outcome:
         out.verdict = exc
@@ -664,7 +716,11 @@ class Ending:
         return out
 
     def finish(self, out: Outcome, state: str, extra: Callable[[Record], None] | None = None) -> Outcome:
-        """The final state, the error and ``extra``'s part in one update; checkpoint and done as found [JOB-T4]."""
+        """The final state, the error and ``extra``'s part in one write; checkpoint and done as found [JOB-T4].
+
+        Without ``extra`` (a result), the store's ``finish``: on PostgreSQL one
+        statement, where an ``update`` reads the row under its lock first.
+        """
         error = out.error
 
         def mutate(rec: Record) -> None:
@@ -673,8 +729,26 @@ class Ending:
             if extra is not None:
                 extra(rec)
 
+        following = self.successor() if extra is None and self.successor is not None else None
         try:
-            rec = self.store.update(self.job_id, self.epoch, mutate)
+            if following is not None:
+                done, taken = self.store.finish_and_claim(
+                    self.job_id,
+                    self.epoch,
+                    state,
+                    error=error,
+                    next_id=following.id,
+                    owner=self.rec.lease.owner,
+                    ttl_seconds=self.ttl,
+                )
+                out.then = (following, taken)
+                if isinstance(done, JobError):
+                    raise done
+                rec = done
+            elif extra is None:
+                rec = self.store.finish(self.job_id, self.epoch, state, error=error)
+            else:
+                rec = self.store.update(self.job_id, self.epoch, mutate)
         except (JobError, OSError) as exc:
             return self.refused(out, exc if isinstance(exc, JobError) else _io(exc, self.job_id))
         out.state = rec.state

@@ -75,8 +75,11 @@ class Notices:
     def fileno(self) -> int | None:
         return self.fd
 
-    def read(self) -> tuple[set[str], set[str]] | None:
-        """``(written, removed)`` ids since the last read; None when notices were lost (rescan)."""
+    def read(self, *, sync: bool = True) -> tuple[set[str], set[str]] | None:
+        """``(written, removed)`` ids since the last read; None when notices were lost (rescan).
+
+        The kernel queues an event as the write happens, so ``sync`` changes nothing here.
+        """
         written: set[str] = set()
         removed: set[str] = set()
         lost = False

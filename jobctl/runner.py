@@ -225,12 +225,15 @@ def log_open(store: RunStore, job_id: str, attempt: int) -> IO[bytes]:
     """
     at = _log_dir_open(store, job_id, create=True)
     assert at is not None  # created
-    name = f"attempt-{attempt}.log"
     with at:
-        fd = fsio.open_append(at, name, job_id)
-        path = at.join(name)
+        return _log_append(at, job_id, attempt)
+
+
+def _log_append(at: fsio.Dir, job_id: str, attempt: int) -> IO[bytes]:
+    name = f"attempt-{attempt}.log"
+    fd = fsio.open_append(at, name, job_id)
     # open() only wraps the descriptor fsio opened; its name stays the path for the outcome.
-    return open(path, "ab", opener=lambda _path, _flags: fd)
+    return open(at.join(name), "ab", opener=lambda _path, _flags: fd)
 
 
 def log_read(store: RunStore, job_id: str, attempt: int, offset: int = 0) -> bytes | None:
@@ -238,9 +241,12 @@ def log_read(store: RunStore, job_id: str, attempt: int, offset: int = 0) -> byt
     at = _log_dir_open(store, job_id)
     if at is None:
         return None
-    name = f"attempt-{attempt}.log"
     with at:
-        fd = fsio.open_read(at, name, job_id)
+        return _log_read(at, job_id, attempt, offset)
+
+
+def _log_read(at: fsio.Dir, job_id: str, attempt: int, offset: int = 0) -> bytes | None:
+    fd = fsio.open_read(at, f"attempt-{attempt}.log", job_id)
     if fd is None:
         return None
     try:
@@ -255,19 +261,23 @@ def log_read(store: RunStore, job_id: str, attempt: int, offset: int = 0) -> byt
         os.close(fd)
 
 
-def log_size(store: RunStore, job_id: str, attempt: int) -> int | None:
-    """The size of attempt ``attempt``'s log in bytes; None when there is no such log."""
-    at = _log_dir_open(store, job_id)
-    if at is None:
-        return None
-    with at:
-        fd = fsio.open_read(at, f"attempt-{attempt}.log", job_id)
+def _log_size(at: fsio.Dir, job_id: str, attempt: int) -> int | None:
+    fd = fsio.open_read(at, f"attempt-{attempt}.log", job_id)
     if fd is None:
         return None
     try:
         return os.fstat(fd).st_size
     finally:
         os.close(fd)
+
+
+def log_size(store: RunStore, job_id: str, attempt: int) -> int | None:
+    """The size of attempt ``attempt``'s log in bytes; None when there is no such log."""
+    at = _log_dir_open(store, job_id)
+    if at is None:
+        return None
+    with at:
+        return _log_size(at, job_id, attempt)
 
 
 def result_name(attempt: int, epoch: int) -> str:
@@ -284,18 +294,18 @@ def result_path(store: RunStore, job_id: str, attempt: int, epoch: int) -> str:
     return os.path.join(log_dir(store, job_id), result_name(attempt, epoch))
 
 
-def _cut_short(store: RunStore, job_id: str, attempt: int) -> str | None:
-    """Whether attempt ``attempt``'s log was left open by a holder that died: None if not, else what ends its last line.
+def _cut_short(at: fsio.Dir, job_id: str, attempt: int) -> str | None:
+    """Whether the attempt's log in ``at`` was cut short (its holder died): None if not, else what ends its last line.
 
     A closed log ends with a ``--- jobctl: <how it ended> ---`` line; an empty
     one was never started. Anything else -- output, or only the start line --
     was cut short. The answer is ``"\\n"`` when the last line is unfinished.
     """
     try:
-        size = log_size(store, job_id, attempt)
+        size = _log_size(at, job_id, attempt)
         if not size:
             return None
-        tail = log_read(store, job_id, attempt, max(0, size - 4096)) or b""
+        tail = _log_read(at, job_id, attempt, max(0, size - 4096)) or b""
     except (OSError, JobError):
         return None
     last = tail.rstrip(b"\n").rsplit(b"\n", 1)[-1]
@@ -1021,6 +1031,8 @@ class ChildWork(Work):
         self._ttl = 30.0
         #: Where the child may leave its result (``$JOB_RESULT``): the name, in the directory the path names.
         self.result_file: str | None = None
+        # The job's log directory, opened once for the attempt (log, cut-short check, result).
+        self._at: fsio.Dir | None = None
 
     def prepare(self, keeper: Keeper) -> None:
         rec = keeper.rec
@@ -1035,17 +1047,26 @@ class ChildWork(Work):
 
     # -- starting ---------------------------------------------------------------
 
+    def _dir(self, keeper: Keeper) -> fsio.Dir:
+        """The job's log directory (made as needed), opened once for the attempt without following links."""
+        if self._at is None:
+            at = _log_dir_open(keeper.store, keeper.job_id, create=True)
+            assert at is not None  # created
+            self._at = at
+        return self._at
+
     def _open_log(self, keeper: Keeper) -> IO[bytes] | None:
         if not self._log:
             return None
         store, job_id = keeper.store, keeper.job_id
         try:
-            handle = log_open(store, job_id, keeper.attempt)  # closed by end() once the child is gone
+            at = self._dir(keeper)
+            handle = _log_append(at, job_id, keeper.attempt)  # closed by end() once the child is gone
         except (OSError, JobError):
             # No log beats no run (the output goes where the runner's goes); a
             # link planted at the log's name is refused, never followed.
             return None
-        cut = _cut_short(store, job_id, keeper.attempt)
+        cut = _cut_short(at, job_id, keeper.attempt)
         if cut is not None:
             handle.write(
                 f"{cut}--- jobctl: cut short: its holder stopped without closing this log "
@@ -1200,15 +1221,13 @@ class ChildWork(Work):
         (left by a holder of the same epoch: there is none) is removed, so the
         only result stored is one this child wrote.
         """
-        at = _log_dir_open(keeper.store, keeper.job_id, create=True)
-        assert at is not None  # created
+        at = self._dir(keeper)
         name = result_name(keeper.attempt, keeper.epoch)
-        with at:
-            try:
-                fsio.unlink(at, name)
-            except OSError as exc:
-                raise fsio.refusal(at.join(name), exc, keeper.job_id, "remove") from None
-            return at.join(name)
+        try:
+            fsio.unlink(at, name)
+        except OSError as exc:
+            raise fsio.refusal(at.join(name), exc, keeper.job_id, "remove") from None
+        return at.join(name)
 
     def completing(self, out: Outcome) -> Callable[[Record], None] | None:
         """The result the child left at ``$JOB_RESULT``, stored with the completion; nothing when it left none.
@@ -1225,12 +1244,11 @@ class ChildWork(Work):
         keeper = self.keeper
         job_id = keeper.job_id
         where = f"job {job_id}: $JOB_RESULT ({self.result_file})"
+        at = self._at
+        if at is None:
+            return None
         try:
-            at = _log_dir_open(keeper.store, job_id)
-            if at is None:
-                return None
-            with at:
-                data = fsio.read_file(at, os.path.basename(self.result_file), job_id, limit=RESULT_MAX_BYTES)
+            data = fsio.read_file(at, os.path.basename(self.result_file), job_id, limit=RESULT_MAX_BYTES)
         except JobError as exc:
             raise Invalid(f"{where}: {exc.message}", job_id) from None
         if data is None:
@@ -1247,13 +1265,11 @@ class ChildWork(Work):
 
     def _result_gone(self) -> None:
         """Remove the result file once the attempt is over: the record holds the result now."""
-        if self.result_file is None or self.keeper is None:
+        at = self._at
+        if self.result_file is None or at is None:
             return
         with contextlib.suppress(OSError, JobError):
-            at = _log_dir_open(self.keeper.store, self.keeper.job_id)
-            if at is not None:
-                with at:
-                    fsio.unlink(at, os.path.basename(self.result_file))
+            fsio.unlink(at, os.path.basename(self.result_file))
 
     def _not_started(self, out: Outcome, command: Command, exc: OSError) -> None:
         out.exit_code = 127 if isinstance(exc, FileNotFoundError) else 126
@@ -1369,6 +1385,9 @@ class ChildWork(Work):
     def after(self, out: Outcome) -> None:
         self._close()  # a child that never started leaves them open
         self._result_gone()
+        if self._at is not None:
+            self._at.close()
+            self._at = None
 
     def _close(self) -> None:
         """Close the tee pipe, the attempt's own guardian and the log (each once)."""
@@ -1417,6 +1436,7 @@ class Run:
     :class:`Guardian` (a worker shares one among its runs); without one the
     run starts its own for the attempt. ``lookout``: likewise, the
     :class:`jobctl.keeper.Lookout` that tells the run its record was written.
+    ``successor`` and ``claimed_at``: a worker slot's, as :class:`jobctl.keeper.Keeper` takes them.
     """
 
     def __init__(
@@ -1434,8 +1454,19 @@ class Run:
         guardian: Guardian | None = None,
         environment: JobEnvironment | None = None,
         lookout: Lookout | None = None,
+        successor: Callable[[], Record | None] | None = None,
+        claimed_at: float | None = None,
     ) -> None:
-        self.keeper = Keeper(store, rec, ttl=ttl, grace=grace, check_every=check_every, lookout=lookout)
+        self.keeper = Keeper(
+            store,
+            rec,
+            ttl=ttl,
+            grace=grace,
+            check_every=check_every,
+            lookout=lookout,
+            successor=successor,
+            claimed_at=claimed_at,
+        )
         self.work = ChildWork(command, env=env, tee=tee, log=log, guardian=guardian, environment=environment)
         self.store = store
         self.rec = rec

@@ -2,8 +2,10 @@
 
 One :class:`Worker` is one process's loop over one store. Its main thread
 keeps a :class:`jobctl.board.Board` up to date and, while a slot is free,
-hands the oldest runnable job to one of ``concurrency`` slot threads, which
-claims it and runs it under its lease (:class:`jobctl.runner.Run`). The
+hands the oldest runnable jobs to ``concurrency`` slot threads
+(:mod:`jobctl.slots`), which claim them -- several in one step when several
+slots are free, and a slot's next job with its last one's finish -- and run
+each under its lease (:class:`jobctl.runner.Run`). The
 command runs as a child of the worker process, directly: no ``jobctl run``
 process per job. A small guardian process (:class:`jobctl.runner.Guardian`)
 kills the children's process groups if the worker dies, and each one just
@@ -53,17 +55,18 @@ from types import FrameType
 from typing import TYPE_CHECKING, Protocol
 
 from .board import UNREADABLE, Board
-from .errors import JobError, LeaseHeld, LockBusy, NotFound, Terminal, Untrusted
+from .errors import JobError
 from .jobenv import JobEnvironment
 from .keeper import Keeper, Lookout
 from .record import TERMINAL, Record, format_time, held
-from .runner import Guardian, Outcome, Processor, Run, RunStore, processors
-from .schedule import after_of, attempt, blocked_by, not_before, pipeline_of
+from .runner import Guardian, Outcome, Processor, Run, processors
+from .schedule import after_of, attempt, not_before, pipeline_of
+from .slots import Event, Report, Slots, SlotStore, Started
 from .store.base import Notices, OpenListing
 from .store.location import address
 
 if TYPE_CHECKING:
-    from .processor import AsyncLoop, FunctionWork, ProcessorFunction
+    from .processor import AsyncLoop, ProcessorFunction
     from .webhook import Delivery, Webhook
 
 __all__ = ["Worker", "WorkerStore", "Event", "Summary", "MODES", "default_owner"]
@@ -71,50 +74,13 @@ __all__ = ["Worker", "WorkerStore", "Event", "Summary", "MODES", "default_owner"
 MODES = ("loop", "once", "drain")
 
 
-class WorkerStore(RunStore, Protocol):
-    """What the loop needs of a store beyond a run's needs."""
+class WorkerStore(SlotStore, Protocol):
+    """What the loop needs of a store beyond its slots' needs."""
 
     def ids(self) -> list[str]: ...
     def list_open(self) -> OpenListing: ...
-    def claim(self, job_id: str, owner: str, ttl_seconds: float, *, wait: bool = True) -> Record: ...
     def set_intent(self, job_id: str, want: str, by: str = "") -> Record: ...
-    def notices(self) -> Notices | None: ...
-
-
-@dataclass
-class Event:
-    """Something the worker did, for its log.
-
-    ``what``: ``started``, ``complete``, ``failed``, ``retry``, ``cancelled``
-    (a run honoured a cancel, or a dependency failed), ``released`` (pause,
-    recall, shutdown), ``fenced`` (the lease was lost), ``refused`` (a write
-    or claim refused for another reason), ``untrusted`` (a record not owned by
-    the worker's user, with the store's ``owned_by`` set: said once, then left
-    alone), ``alert`` / ``alert-failed``, ``stopping``; ``waiting`` (``drain``
-    waits for a retry of a job it ran; or a job is not started again while
-    the processor of its earlier attempt, given up at the grace, still runs),
-    ``unreadable`` (a record that cannot be read, once per record), ``blocked`` (a job waits for an unreadable
-    record, once per job), ``unhandled`` (``drain``/``once`` leaves pending
-    jobs of a kind nothing here can run, once per kind).
-    """
-
-    what: str
-    job_id: str = ""
-    kind: str = ""
-    detail: str = ""
-    outcome: Outcome | None = None
-
-    def line(self) -> str:
-        if not self.job_id and not self.kind and self.detail:
-            return f"{self.what}: {self.detail}"  # about the worker, not a job: "stopping: claiming nothing more"
-        parts = [self.what]
-        if self.job_id:
-            parts.append(self.job_id)
-        if self.kind:
-            parts.append(f"kind={self.kind}")
-        if self.detail:
-            parts.append(self.detail)
-        return " ".join(parts)
+    def notices(self, *, news_only: bool = False) -> Notices | None: ...
 
 
 @dataclass
@@ -222,21 +188,22 @@ class Worker:
         self._said_unreadable: set[str] = set()
         self._said_blocked: set[str] = set()
         self._said_waits: set[tuple[str, int]] = set()
-        self._said_busy: set[str] = set()  # jobs whose lock another writer held (the slots', under _lock)
-        # Shared with the slots.
-        self._lock = threading.Lock()
-        self._runs: dict[str, Run | Keeper] = {}
-        # Python processors given up at the grace whose thread still runs: the
-        # job is not started again here until it ends (said once per job).
-        self._left: dict[str, FunctionWork] = {}
-        self._said_left: set[str] = set()
+        self._lock = threading.Lock()  # the Python processors' event loop, made by the first slot that needs it
         self._async: AsyncLoop | None = None
-        self._work: queue.SimpleQueue[Record | None] = queue.SimpleQueue()
-        self._done: queue.SimpleQueue[_Report] = queue.SimpleQueue()
-        self._slots: list[threading.Thread] = []
+        self._done: queue.SimpleQueue[Report] = queue.SimpleQueue()
+        self._slots = Slots(
+            store,
+            self.owner,
+            self.ttl,
+            self.concurrency,
+            post=self._post,
+            stopping=lambda: self._stop_level > 0,
+            states=lambda: self._states,
+            cancel=self._cancel_held,
+            start=self._started,
+        )
         self._stop_level = 0
         self._stop_deadline = math.inf
-        self._stop_applied: tuple[int, str, float | None] = (0, "", None)
         self._announced = False
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -296,10 +263,7 @@ class Worker:
         self._guardian = Guardian()
         # Without notices the keepers read their records on their own clock only.
         self._lookout = Lookout(self.store if self.notices else None)
-        for n in range(self.concurrency):
-            slot = threading.Thread(target=self._slot, name=f"jobctl slot {n + 1}", daemon=True)
-            slot.start()
-            self._slots.append(slot)
+        self._slots.start()
         try:
             self._loop(board, mode)
         finally:
@@ -337,24 +301,7 @@ class Worker:
             if self._stop_level == 0:
                 board.refresh(max_age=self.poll_interval, skip=self._busy)
                 self._say_unreadable(board)
-                idle = False
-                while len(self._busy) < self.concurrency:
-                    now = self.store.now()
-                    skip = set(self._busy)
-                    skip.update(j for j, until in self._skip.items() if until > now_mono)
-                    got = board.pick(now, exclude=skip, only=only)
-                    if got.doomed:
-                        for rec, why in got.doomed:
-                            self._doom(board, rec, why)
-                        continue  # their dependents may be doomed now, and the view has moved
-                    wake = got.wake
-                    if got.record is None:
-                        idle = True
-                        break
-                    if only is not None:
-                        only.discard(got.record.id)
-                    self._busy[got.record.id] = got.record
-                    self._work.put(got.record)
+                idle, wake = self._hand_out(board, only, now_mono)
                 if not self._busy:
                     if mode == "once" and not only:
                         self._say_left(board)
@@ -388,6 +335,54 @@ class Worker:
                     self._stop_runs(1, "the worker is shutting down", None)
             self._idle(board, wake, now_mono)
 
+    def _hand_out(self, board: Board, only: set[str] | None, now_mono: float) -> tuple[bool, datetime | None]:
+        """Give the free slots the oldest runnable jobs (claimed together), then pick the next ones ahead.
+
+        Returns whether the view had nothing more to run, and when a job it
+        holds back (a not-before time) may run.
+        """
+        batch: list[Record] = []
+        wake: datetime | None = None
+        idle = False
+        while len(self._busy) < self.concurrency:
+            rec = self._slots.take_ahead()  # picked ahead of time, before any newer pick
+            if rec is None:
+                got = board.pick(self.store.now(), exclude=self._excluded(now_mono), only=only)
+                if got.doomed:
+                    for doomed, why in got.doomed:
+                        self._doom(board, doomed, why)
+                    continue  # their dependents may be doomed now, and the view has moved
+                wake = got.wake
+                if got.record is None:
+                    idle = True
+                    break
+                rec = got.record
+            if only is not None:
+                only.discard(rec.id)
+            self._busy[rec.id] = rec
+            batch.append(rec)
+        self._slots.hand(batch)
+        if not idle:
+            self._pick_ahead(board, only, now_mono)
+        return idle, wake
+
+    def _pick_ahead(self, board: Board, only: set[str] | None, now_mono: float) -> None:
+        """With every slot busy, pick up to one job per slot ahead: a slot's finish claims the next of them."""
+        while self._slots.ahead() < self.concurrency:
+            got = board.pick(self.store.now(), exclude=self._excluded(now_mono), only=only)
+            if got.record is None or got.doomed:
+                return  # a doomed job waits for the next pass, which cancels it
+            if only is not None:
+                only.discard(got.record.id)
+            self._slots.add_ahead(got.record)
+
+    def _excluded(self, now_mono: float) -> set[str]:
+        """What a pick leaves out: the jobs the slots hold or will claim, and those passed over for now."""
+        skip = set(self._busy)
+        skip.update(self._slots.taken())
+        skip.update(j for j, until in self._skip.items() if until > now_mono)
+        return skip
+
     def _idle(self, board: Board, wake: datetime | None, now_mono: float) -> None:
         timeout = self.poll_interval
         if wake is not None:
@@ -411,117 +406,42 @@ class Worker:
 
     # -- the slots ------------------------------------------------------------------
 
-    def _post(self, report: _Report) -> None:
+    def _post(self, report: Report) -> None:
         self._done.put(report)
         self._wake()
 
-    def _slot(self) -> None:
-        while True:
-            rec = self._work.get()
-            if rec is None:
-                return
-            try:
-                self._attempt(rec)
-            except Exception as exc:  # a bug or an I/O failure must not eat the slot
-                self._post(_Report(rec.id, event=Event("refused", rec.id, rec.kind, f"internal error: {exc!r}")))
-
-    def _attempt(self, rec: Record) -> None:
-        """A slot's work on one record: claim it, check it again, run it."""
-        store = self.store
-        if self._stop_level:
-            self._post(_Report(rec.id))
-            return
-        with self._lock:
-            left = self._left.get(rec.id)
-            if left is not None and not left.left_running:
-                del self._left[rec.id]
-                left = None
-            say = left is not None and rec.id not in self._said_left
-            if say:
-                self._said_left.add(rec.id)
-        if left is not None:
-            # Its processor, given up at the grace of an earlier attempt, still
-            # runs on its thread: a second one here would run the job twice at once.
-            detail = "its processor from an earlier attempt is still running here; not started again until it ends"
-            event = Event("waiting", rec.id, rec.kind, detail) if say else None
-            self._post(_Report(rec.id, skip=True, event=event))
-            return
-        try:
-            # Waiting for the lock a moment only (LOCK_PATIENCE): a writer stopped in the middle of a write
-            # would hold this slot (and a stop of the worker) for as long as it stays stopped. Tried again later.
-            claimed = store.claim(rec.id, self.owner, self.ttl, wait=False)
-        except LockBusy as exc:
-            with self._lock:
-                say = rec.id not in self._said_busy
-                self._said_busy.add(rec.id)
-            detail = f"{exc.message}; passed over, tried again later"
-            self._post(_Report(rec.id, skip=True, event=Event("waiting", rec.id, rec.kind, detail) if say else None))
-            return
-        except (LeaseHeld, Terminal, NotFound):
-            self._post(_Report(rec.id))  # somebody was quicker; the view was stale
-            return
-        except Untrusted as exc:
-            # Not this worker's to run: named once, then never picked again by this worker.
-            event = Event("untrusted", rec.id, rec.kind, exc.message)
-            self._post(_Report(rec.id, skip=True, forever=True, event=event))
-            return
-        except (JobError, OSError) as exc:
-            self._post(_Report(rec.id, skip=True, event=Event("refused", rec.id, rec.kind, f"claim: {exc}")))
-            return
-        # The claim kept the record as found under the lock; judge that, not the view.
-        why, detail = blocked_by(claimed, self._states, store.now())
-        if why == "doomed":
-            final, event = self._cancel_held(claimed, f"cancelled: {detail}")
-            self._post(_Report(rec.id, record=final, event=event))
-            return
-        if why == "waiting":
-            with contextlib.suppress(JobError, OSError):
-                store.release(claimed.id, claimed.lease.epoch)
-            self._post(_Report(rec.id))
-            return
+    def _started(self, claimed: Record, at: float, successor: Callable[[], Record | None]) -> Started:
+        """The run of a claimed job: its command under a :class:`Run`, or its Python processor under a Keeper."""
         function = self.functions.get(claimed.kind)
-        run: Run | Keeper
-        work: FunctionWork | None = None
         if function is not None:
             # A Python processor: the same lease keeping, a function as the work.
             from .processor import FunctionWork
 
-            keeper = run = Keeper(store, claimed, ttl=self.ttl, grace=self.grace, lookout=self._lookout)
-            work = python = FunctionWork(function, loop=self._async_loop)
-
-            def execute() -> Outcome:
-                return keeper.execute(python)
-
-        else:
-            run = Run(
-                store,
+            keeper = Keeper(
+                self.store,
                 claimed,
-                self.processors[claimed.kind],
                 ttl=self.ttl,
                 grace=self.grace,
-                env=self.env,
-                guardian=self._guardian,
-                environment=self.environment,
                 lookout=self._lookout,
+                successor=successor,
+                claimed_at=at,
             )
-            execute = run.execute
-        with self._lock:
-            self._runs[claimed.id] = run
-            level, why_stop, grace = self._stop_applied
-        if level:
-            run.stop(why_stop, grace=grace)  # the stop went out while this slot was claiming
-        detail = f"epoch={claimed.lease.epoch} attempt={run.attempt}"
-        if rec.state == "running" and rec.lease.owner:
-            detail += f" adopted from {rec.lease.owner}"
-        self._post(_Report(rec.id, started=Event("started", claimed.id, claimed.kind, detail)))
-        try:
-            outcome = execute()
-        finally:
-            with self._lock:
-                self._runs.pop(claimed.id, None)
-                if work is not None and work.left_running:
-                    self._left[claimed.id] = work
-        self._post(_Report(rec.id, outcome=outcome))
+            work = FunctionWork(function, loop=self._async_loop)
+            return Started(keeper, lambda: keeper.execute(work), work)
+        run = Run(
+            self.store,
+            claimed,
+            self.processors[claimed.kind],
+            ttl=self.ttl,
+            grace=self.grace,
+            env=self.env,
+            guardian=self._guardian,
+            environment=self.environment,
+            lookout=self._lookout,
+            successor=successor,
+            claimed_at=at,
+        )
+        return Started(run, run.execute)
 
     def _async_loop(self) -> AsyncLoop:
         """The one event loop the ``async def`` processors share, started when the first needs it."""
@@ -540,12 +460,15 @@ class Worker:
                 return
             self._receive(board, report)
 
-    def _receive(self, board: Board, report: _Report) -> None:
+    def _receive(self, board: Board, report: Report) -> None:
         if report.started is not None:
             self._emit(report.started)
             return
         job_id = report.job_id
         self._busy.pop(job_id, None)
+        if report.took is not None:  # its slot claimed the next job with this one's finish, and runs it
+            self._busy[report.took.id] = report.took
+            self._slots.reported(report.took.id)
         if report.skip:
             self._skip[job_id] = math.inf if report.forever else time.monotonic() + max(self.poll_interval, 1.0)
         out = report.outcome
@@ -782,39 +705,18 @@ class Worker:
     # -- stopping ---------------------------------------------------------------------
 
     def _stop_runs(self, level: int, why: str, grace: float | None) -> None:
-        with self._lock:
-            if self._stop_applied[0] >= level:
-                return
-            self._stop_applied = (level, why, grace)
-            runs = list(self._runs.values())
-        self._emit(Event("stopping", detail=f"{why}; {len(runs)} job(s) running"))
-        for run in runs:
-            run.stop(why, grace=grace)
+        stopped = self._slots.stop_runs(level, why, grace)
+        if stopped >= 0:
+            self._emit(Event("stopping", detail=f"{why}; {stopped} job(s) running"))
 
     def _shutdown(self, board: Board) -> None:
         """Leave nothing behind: running jobs stopped and released, slots ended, alerts waited for."""
         if self._busy:
             self._stop_runs(2, "the worker is leaving", 0.0)
-        for _ in self._slots:
-            self._work.put(None)
-        for slot in self._slots:
-            slot.join()
+        self._slots.close()
         self._collect(board)
         deadline = time.monotonic() + 30.0
         self._reap_alerts(wait=30.0)
         if self._webhook is not None:
             self._webhook.close(wait=deadline - time.monotonic())  # what it leaves is reported failed
             self._said_deliveries()
-
-
-@dataclass
-class _Report:
-    """What a slot tells the main thread: a start, or the end of its work on one record."""
-
-    job_id: str
-    started: Event | None = None
-    outcome: Outcome | None = None
-    record: Record | None = None
-    event: Event | None = None
-    skip: bool = False
-    forever: bool = False

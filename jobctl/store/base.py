@@ -6,7 +6,7 @@ returned is the caller's own copy [JOB-M2]. ``now`` is the store's own clock.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -28,6 +28,7 @@ __all__ = [
     "UNSET",
     "Skipped",
     "Records",
+    "Verdicts",
 ]
 
 
@@ -48,6 +49,9 @@ Skipped = list[tuple[str, JobError]]
 
 #: Claimed records, oldest first (a name of its own: inside a store class, ``list`` is the method).
 Records = list[Record]
+
+#: Several steps' answers, each a record or the refusal of its own step (``claim_each``).
+Verdicts = list[Record | JobError]
 
 
 class Listing(list[Record]):
@@ -125,12 +129,15 @@ class Notices(Protocol):
         """
         ...
 
-    def read(self) -> tuple[set[str], set[str]] | None:
+    def read(self, *, sync: bool = True) -> tuple[set[str], set[str]] | None:
         """``(written, removed)`` ids since the last read, without blocking.
 
         None when notices may have been lost since the last read (a queue
         overflowed, a connection dropped and was made again): the reader
-        then looks at every record.
+        then looks at every record. With ``sync`` every write finished before
+        the call is in the answer (PostgreSQL makes a round trip for it);
+        without, what has arrived so far, for a reader that reads again soon
+        anyway (a worker between runs). inotify answers both alike.
         """
         ...
 
@@ -320,6 +327,32 @@ class Store(Protocol):
         """
         ...
 
+    def claim_each(self, job_ids: Sequence[str], owner: str, ttl_seconds: float) -> Verdicts:
+        """Claim each job as ``claim(..., wait=False)`` would: a record or its refusal each, in order.
+
+        The claims a worker's free slots make at once: one statement on
+        PostgreSQL, one claim after another on a directory.
+        """
+        ...
+
+    def finish_and_claim(
+        self,
+        job_id: str,
+        epoch: int,
+        state: str,
+        *,
+        error: str | None = None,
+        next_id: str,
+        owner: str,
+        ttl_seconds: float,
+    ) -> tuple[Record | JobError, Record | JobError]:
+        """``finish`` one job and ``claim(next_id, ..., wait=False)``: each its own verdict (a record or a refusal).
+
+        A worker's slot ending one job and taking the next: one round trip on
+        PostgreSQL, one write after the other on a directory.
+        """
+        ...
+
     def load_bytes(self, job_id: str) -> bytes:
         """The record's stored bytes, exactly (``jobctl export``). ``NotFound``."""
         ...
@@ -365,13 +398,15 @@ class Store(Protocol):
         """Remove stale staging temporaries; return how many."""
         ...
 
-    def notices(self) -> Notices | None:
+    def notices(self, *, news_only: bool = False) -> Notices | None:
         """Start listening for changes to the records: every write after this call is noticed.
 
         None where this store cannot tell (the reader polls). A reader opens
         its notices before its first read, so a write between the two is
         seen twice, never missed. Each call gives an independent listener
-        the caller closes.
+        the caller closes. With ``news_only``, a store that can tell leaves
+        out the notices of writes made through this very handle (PostgreSQL:
+        each notice names the row's revision); the others are all heard.
         """
         ...
 

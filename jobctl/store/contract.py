@@ -12,18 +12,19 @@ PostgreSQL store cannot drift apart in what they refuse or how.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
 from .. import ids, limits
-from ..errors import Invalid, LeaseExpired, LeaseHeld, Refused, StaleEpoch, Terminal
+from ..errors import Invalid, JobError, LeaseExpired, LeaseHeld, Refused, StaleEpoch, Terminal
 from ..record import STATES, WANTS, Intent, Lease, Recall, Record, decode, encode, given_checkpoint, held
 from ..wire import Raw
-from .base import UNSET
+from .base import UNSET, Verdicts
 
 __all__ = [
     "ContractStore",
+    "verdict",
     "Apply",
     "claiming",
     "renewing",
@@ -191,6 +192,33 @@ class ContractStore:
         if done is not None:
             _done(done, job_id)
         return self._as_holder(job_id, epoch, finishing(state, error, _given(checkpoint, job_id), done))
+
+    def claim_each(self, job_ids: Sequence[str], owner: str, ttl_seconds: float) -> Verdicts:
+        """Claim each job as ``claim(..., wait=False)`` would: a record or its refusal each, in order.
+
+        One claim after another here; one statement on PostgreSQL (the
+        batch a worker's free slots take at once).
+        """
+        return [verdict(job_id, self.claim, job_id, owner, ttl_seconds, wait=False) for job_id in job_ids]
+
+    def finish_and_claim(
+        self,
+        job_id: str,
+        epoch: int,
+        state: str,
+        *,
+        error: str | None = None,
+        next_id: str,
+        owner: str,
+        ttl_seconds: float,
+    ) -> tuple[Record | JobError, Record | JobError]:
+        """``finish(job_id, ...)``, then ``claim(next_id, ..., wait=False)``: each its own verdict.
+
+        One write after the other here; one round trip on PostgreSQL (a
+        worker's slot finishing its job and taking the next).
+        """
+        done = verdict(job_id, self.finish, job_id, epoch, state, error=error)
+        return done, verdict(next_id, self.claim, next_id, owner, ttl_seconds, wait=False)
 
     def set_intent(self, job_id: str, want: str, by: str = "") -> Record:
         _want(want, job_id)
@@ -433,6 +461,22 @@ def recalling(job_id: str, epoch: int, reason: str, by: str, window: float) -> A
 
 
 # -- the arguments, refused before anything is read ----------------------------------------------------
+
+
+def verdict(job_id: str, step: Callable[..., Record], *args: Any, **kwargs: Any) -> Record | JobError:
+    """What ``step(*args, **kwargs)`` returns, or the refusal it raised: one of several steps, each judged alone.
+
+    An I/O error becomes ``Refused`` naming the job (a step that cannot
+    reach its record is refused, as any other).
+    """
+    try:
+        return step(*args, **kwargs)
+    except JobError as exc:
+        if not exc.job_id:
+            exc.job_id = job_id
+        return exc
+    except OSError as exc:
+        return Refused(f"job {job_id}: {exc.strerror or exc}", job_id)
 
 
 def _done(done: Any, job_id: str) -> None:

@@ -172,8 +172,12 @@ class FileStore(ContractStore):
         """The record itself, when this store reads the system clock (see ``Store.lease_source``)."""
         return self.path(job_id) if self._clock is _system_clock else None
 
-    def notices(self) -> Notices | None:
-        """inotify on ``jobs/`` (Linux): every write is a rename onto ``<id>.json`` [JOB-W3]; None elsewhere."""
+    def notices(self, *, news_only: bool = False) -> Notices | None:
+        """inotify on ``jobs/`` (Linux): every write is a rename onto ``<id>.json`` [JOB-W3]; None elsewhere.
+
+        An event names no revision, so ``news_only`` changes nothing here: a
+        writer hears its own writes too.
+        """
         from ..notices import notices_for
 
         return notices_for(self.jobs_dir)

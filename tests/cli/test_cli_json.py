@@ -116,7 +116,7 @@ class _Vanishing:
         self.looks += 1
         return self.store.list() if self.looks == 1 else Listing()
 
-    def notices(self) -> None:
+    def notices(self, *, news_only: bool = False) -> None:
         return None  # a store that cannot say when it changed: the watch polls it
 
 

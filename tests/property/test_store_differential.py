@@ -223,6 +223,42 @@ class SideBySide(RuleBasedStateMachine):
                 self.remember(owner, shown[2][len("id=") :], ("ok", shown))
 
     @precondition(lambda self: self.ids)
+    @rule(ixs=st.lists(jobs_ix, min_size=1, max_size=3), owner=owners, ttl=ttls)
+    def claim_each(self, ixs: list[int], owner: str, ttl: float) -> None:
+        """The claims of a worker's free slots, in one statement on PostgreSQL: each judged as its own claim."""
+        job_ids = list(dict.fromkeys(self.pick(ix) for ix in ixs))
+        answer = self.both(f"claim_each {' '.join(job_ids)} by {owner}", lambda s: s.claim_each(job_ids, owner, ttl))
+        for job_id, shown in zip(job_ids, answer[1], strict=True):
+            if isinstance(shown, list):
+                self.remember(owner, job_id, ("ok", shown))
+
+    @precondition(lambda self: self.ids)
+    @rule(
+        ix=jobs_ix,
+        then=jobs_ix,
+        owner=owners,
+        skew=skews,
+        state=st.sampled_from(STATES),
+        error=st.sampled_from([None, "exit 3"]),
+        ttl=ttls,
+    )
+    def finish_and_claim(
+        self, ix: int, then: int, owner: str, skew: int, state: str, error: str | None, ttl: float
+    ) -> None:
+        """A slot's finish and its next claim, in one round trip on PostgreSQL: each its own verdict."""
+        job_id = self.pick(ix)
+        next_id = self.pick(ix + 1 + then % max(1, len(self.ids) - 1))  # another job, unless there is one only
+        owner = self.holders.get(job_id, owner) if skew == 0 else owner  # mostly its holder finishing
+        epoch = self.epoch(owner, job_id, skew)
+
+        def call(s: Any) -> Any:
+            return s.finish_and_claim(job_id, epoch, state, error=error, next_id=next_id, owner=owner, ttl_seconds=ttl)
+
+        answer = self.both(f"finish_and_claim {job_id} {state} at {epoch}, then {next_id}", call)
+        if answer[0] == "ok" and isinstance(answer[1][1], list):
+            self.remember(owner, next_id, ("ok", answer[1][1]))
+
+    @precondition(lambda self: self.ids)
     @rule(ix=jobs_ix, owner=owners, skew=skews, ttl=ttls)
     def renew(self, ix: int, owner: str, skew: int, ttl: float) -> None:
         job_id = self.pick(ix)
@@ -375,6 +411,8 @@ def _shown(got: Any) -> Any:
     """What an answer is compared by: a record as its canonical bytes' lines, plain values as they are."""
     if isinstance(got, jobctl.Record):
         return _record_lines(got)
+    if isinstance(got, JobError):  # one verdict among several answers (claim_each, finish_and_claim)
+        return (got.verdict, got.message)
     if isinstance(got, tuple):
         return tuple(_shown(item) for item in got)
     if isinstance(got, list):

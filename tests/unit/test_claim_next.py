@@ -182,7 +182,7 @@ _ARGS = {
     "unpickable": {},
     "list_open": {},
     "load": {"id": "'pending-7'"},
-    "claim": {"id": "'pending-7'", "owner": "'w'"},
+    "claim": {"ids": "'{pending-7,pending-9,pending-11}'", "owner": "'w'"},  # claim ID, and a batch
     "finish": {"id": "'pending-7'", "epoch": "0", "state": "'complete'", "error": "NULL", "done": "NULL"},
     "scan_after": {"after": "'pending-'", "limit": "20"},
 }

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from jobctl import Record
-from jobctl.errors import Refused, StaleEpoch
+from jobctl.errors import LeaseHeld, Refused, StaleEpoch
 
 
 def round_trips(store: Any, step: Callable[[], object], *, preparing: bool = False) -> int:
@@ -101,6 +101,110 @@ def test_the_hot_path_round_trips(pg_store: Any) -> None:
     assert round_trips(pg_store, lambda: _refused(lambda: pg_store.renew(other.id, now_at - 1, 30))) == 3
     assert pg_store.load(rec.id).state == "complete"
     assert pg_store.load(other.id).state == "running"
+
+
+def test_a_slot_finishes_and_claims_the_next_in_one_round_trip(pg_store: Any) -> None:
+    """finish + claim of the next job: one transaction in pipeline mode; a batch of claims: one statement."""
+    jobs = [submit(pg_store) for _ in range(6)]
+    first = pg_store.claim(jobs[0], "w", 30)
+    for _ in range(2):  # prepared from the second run (a round trip of its own, this once)
+        pg_store.finish_and_claim(first.id, 99, "complete", next_id=jobs[5], owner="w", ttl_seconds=30)
+    got: list[Any] = []
+    step = lambda: got.append(  # noqa: E731
+        pg_store.finish_and_claim(first.id, first.lease.epoch, "complete", next_id=jobs[1], owner="w", ttl_seconds=30)
+    )
+    assert round_trips(pg_store, step) == 1
+    done, taken = got[0]
+    assert done.state == "complete" and taken.state == "running" and taken.lease.owner == "w"
+    assert pg_store.load_bytes(first.id) == _bytes_of(done)
+    assert pg_store.load_bytes(jobs[1]) == _bytes_of(taken)
+    batch: list[Any] = []
+    assert round_trips(pg_store, lambda: batch.extend(pg_store.claim_each(jobs[2:5], "w", 30))) == 1
+    assert [r.id for r in batch] == jobs[2:5]
+    assert all(pg_store.load_bytes(r.id) == _bytes_of(r) for r in batch)
+
+
+def test_finish_and_claim_judge_each_step_alone(pg_store: Any) -> None:
+    """A stale finish is refused and the claim still taken; a claim refused leaves the finish done."""
+    a, b, c = (submit(pg_store) for _ in range(3))
+    held_a = pg_store.claim(a, "w", 30)
+    pg_store.claim(c, "other", 30)
+    done, taken = pg_store.finish_and_claim(a, held_a.lease.epoch - 1, "complete", next_id=b, owner="w", ttl_seconds=30)
+    assert isinstance(done, StaleEpoch) and done.job_id == a
+    assert taken.state == "running" and taken.lease.owner == "w"
+    done, refused = pg_store.finish_and_claim(a, held_a.lease.epoch, "failed", next_id=c, owner="w", ttl_seconds=30)
+    assert done.state == "failed"
+    assert isinstance(refused, LeaseHeld) and refused.job_id == c
+    assert pg_store.load(c).lease.owner == "other"
+    assert pg_store.moved == 0
+
+
+def test_a_row_held_past_the_lock_patience_makes_them_steps_apart(pg_url: str, monkeypatch: Any) -> None:
+    """Another transaction holds the next job's row: the pair rolls back and runs apart; the finish is not lost."""
+    import psycopg
+
+    from jobctl import limits
+    from jobctl.errors import LockBusy
+    from jobctl.store import postgres
+
+    monkeypatch.setattr(limits, "LOCK_PATIENCE", 0.2)
+    postgres.init(pg_url)
+    with postgres.PostgresStore(pg_url) as s, psycopg.connect(pg_url) as locker:
+        a, b, c = (submit(s) for _ in range(3))
+        mine = s.claim(a, "w", 30)
+        locker.execute("SELECT id FROM jobctl_jobs WHERE id = %s FOR UPDATE", (b,))  # held until the end
+        done, taken = s.finish_and_claim(a, mine.lease.epoch, "complete", next_id=b, owner="w", ttl_seconds=30)
+        assert done.state == "complete" and s.load(a).state == "complete"
+        assert isinstance(taken, LockBusy) and taken.job_id == b
+        got = s.claim_each([b, c], "w", 30)
+        assert isinstance(got[0], LockBusy) and got[1].state == "running"
+        locker.rollback()
+        assert s.load(b).state == "pending"
+
+
+def test_two_transactions_waiting_on_each_other_make_them_steps_apart(pg_url: str, monkeypatch: Any) -> None:
+    """The server ends the pair as a deadlock's victim: LockBusy, run apart, and neither step lost."""
+    import threading
+    import time
+
+    import psycopg
+
+    from jobctl import limits
+    from jobctl.errors import LockBusy
+    from jobctl.store import postgres
+
+    monkeypatch.setattr(limits, "LOCK_PATIENCE", 10.0)  # the deadlock check (1 s) comes first
+    postgres.init(pg_url)
+    with postgres.PostgresStore(pg_url) as s, psycopg.connect(pg_url) as locker:
+        a, b = submit(s), submit(s)
+        mine = s.claim(a, "w", 30)
+        first, second = sorted([a, b])
+        busy: list[BaseException] = []
+        together = s.session.together
+
+        def spied(calls: Any) -> Any:
+            try:
+                return together(calls)
+            except LockBusy as exc:
+                busy.append(exc)
+                raise
+
+        monkeypatch.setattr(s.session, "together", spied)
+        got: list[Any] = []
+        locker.execute("SELECT id FROM jobctl_jobs WHERE id = %s FOR UPDATE", (second,))
+        pair = lambda: got.append(  # noqa: E731
+            s.finish_and_claim(a, mine.lease.epoch, "complete", next_id=b, owner="w", ttl_seconds=30)
+        )
+        worker = threading.Thread(target=pair)
+        worker.start()
+        time.sleep(0.4)  # the pair holds the first row and waits for the second
+        locker.execute("SELECT id FROM jobctl_jobs WHERE id = %s FOR UPDATE", (first,))  # a cycle: the pair ends
+        locker.rollback()
+        worker.join(30)
+        assert len(busy) == 1 and isinstance(busy[0].__cause__, psycopg.errors.DeadlockDetected)
+        done, taken = got[0]
+        assert done.state == "complete" and s.load(a).state == "complete"
+        assert taken.state == "running" and s.load(b).lease.owner == "w" and s.load(b).lease.epoch == 1
 
 
 def test_a_statement_is_prepared_once_at_its_second_run(pg_store: Any) -> None:

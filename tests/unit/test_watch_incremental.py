@@ -260,7 +260,7 @@ class Losing:
     def fileno(self) -> int | None:
         return self.real.fileno()  # type: ignore[no-any-return]
 
-    def read(self) -> tuple[set[str], set[str]] | None:
+    def read(self, *, sync: bool = True) -> tuple[set[str], set[str]] | None:
         got = self.real.read()
         if self.lose:
             self.lose = False
@@ -451,7 +451,7 @@ class Scripted:
     def fileno(self) -> int | None:
         return None
 
-    def read(self) -> tuple[set[str], set[str]] | None:
+    def read(self, *, sync: bool = True) -> tuple[set[str], set[str]] | None:
         return self.reads.pop(0) if self.reads else (set(), set())
 
     def close(self) -> None:
@@ -462,7 +462,7 @@ class ScriptedStore:
     def __init__(self, reads: list[tuple[set[str], set[str]] | None]) -> None:
         self.reads = reads
 
-    def notices(self) -> Scripted:
+    def notices(self, *, news_only: bool = False) -> Scripted:
         return Scripted(self.reads)
 
 

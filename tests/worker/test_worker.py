@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from workertools import job_argv, read_log, submit
+from workertools import in_process, job_argv, read_log, submit
 
 from jobctl import FileStore, Record, runner
 from jobctl.worker import Event, Worker
@@ -22,10 +22,7 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def worker(store: FileStore, **options: object) -> Worker:
-    options.setdefault("poll_interval", 0.05)
-    options.setdefault("ttl", 2.0)
-    options.setdefault("grace", 0.5)
-    return Worker(store, **options)  # type: ignore[arg-type]
+    return in_process(store, **options)
 
 
 def test_the_owner_is_unique_to_the_process(store: FileStore) -> None:
@@ -74,9 +71,9 @@ def counting_starts(store: FileStore, monkeypatch: pytest.MonkeyPatch) -> tuple[
         guardians.append(1)
         spawn(guardian)
 
-    def counted_notices() -> Any:
+    def counted_notices(**options: Any) -> Any:
         notices.append(1)
-        return listen()
+        return listen(**options)
 
     monkeypatch.setattr(runner.Guardian, "_spawn", counted_spawn)
     monkeypatch.setattr(store, "notices", counted_notices)

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from jobctl import FileStore, Record, schedule
+from jobctl.worker import Worker
 
 HERE = Path(__file__).resolve().parent
 JOB = str(HERE / "_job.py")
@@ -45,6 +46,14 @@ def submit(store: FileStore, argv: list[str], log: Path | None = None, kind: str
     rec = Record(kind=kind, spec=spec)
     schedule.plan(rec, **plan)
     return store.submit(rec)
+
+
+def in_process(store: FileStore, **options: object) -> Worker:
+    """A worker in this process, quick to poll and with short leases unless told otherwise."""
+    options.setdefault("poll_interval", 0.05)
+    options.setdefault("ttl", 2.0)
+    options.setdefault("grace", 0.5)
+    return Worker(store, **options)  # type: ignore[arg-type]
 
 
 def wait_until(check: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import select
+import time
+from collections.abc import Callable
 from typing import Any
 
 from ...errors import JobError
@@ -10,37 +13,46 @@ from ...notices import RECHECK_SECONDS
 from .schema import Q
 from .session import connect, psycopg, refusing
 
-__all__ = ["Listener", "CHANNEL"]
+__all__ = ["Listener", "CHANNEL", "SYNC_EVERY"]
 
 
 #: The channel the trigger ``jobctl_jobs_notify`` (``migrate-2.sql``) sends on.
 CHANNEL = "jobctl_jobs"
+
+#: Seconds between the round trips that prove the listening connection alive.
+SYNC_EVERY = 1.0
 
 
 class Listener:
     """A connection of its own that LISTENs for the store's row changes [JOB-N1].
 
     The trigger sends one notice per row written or removed, as its
-    transaction commits, naming the schema and the id; this listener keeps
-    the ones of its own schema (one database may hold several stores).
+    transaction commits, naming the schema, the id and the row's revision;
+    this listener keeps the ones of its own schema (one database may hold
+    several stores), and leaves out those of the revisions ``mine`` says its
+    store wrote itself, when it is given.
     NOTIFY loses nothing while the listening connection lives (a notice is
     queued at the writer's commit, and a full queue fails the writer rather
     than drop it), so the one way to miss a notice is a dropped connection.
-    Every :meth:`read` therefore makes one round trip: notices the server
-    has come first, and a dropped connection shows at once; it is made again
-    and the read says notices were lost (the reader looks at everything). A
-    reader reads at least every poll interval, which bounds a miss to one.
+    A :meth:`read` makes one round trip: notices the server has come first,
+    and a dropped connection shows at once. A read without ``sync`` takes
+    what the socket holds (a closed connection makes it readable too, and
+    shows there), and makes the round trip only every ``SYNC_EVERY`` seconds,
+    which finds a connection that died without a word. Then it is made again
+    and the read says notices were lost (the reader looks at everything).
     The full look every ``recheck`` is insurance on top, as for inotify.
     """
 
     recheck: float = RECHECK_SECONDS
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, mine: Callable[[str, int], bool] | None = None) -> None:
         self.url = url
+        self._mine = mine
         self._conn: psycopg.Connection[Any] | None = None
         self._schema = ""
         self._heard: list[tuple[str, str]] = []
         self._down = False
+        self._synced = 0.0
         self._listen()
 
     def _listen(self) -> None:
@@ -55,16 +67,20 @@ class Listener:
             conn.close()
             raise
         self._conn = conn
+        self._synced = time.monotonic()
 
     def _hear(self, notice: psycopg.Notify) -> None:
         if notice.channel != CHANNEL:
             return
         try:
-            schema, what, job_id = json.loads(notice.payload)
+            schema, what, job_id, revision = json.loads(notice.payload)
         except (ValueError, TypeError):
             return  # not our trigger's: nothing to learn from it
-        if schema == self._schema and isinstance(what, str) and isinstance(job_id, str):
-            self._heard.append((what, job_id))
+        if schema != self._schema or not isinstance(what, str) or not isinstance(job_id, str):
+            return
+        if what == "written" and self._mine is not None and isinstance(revision, int) and self._mine(job_id, revision):
+            return  # this store's own write: its writer knows it already
+        self._heard.append((what, job_id))
 
     def fileno(self) -> int | None:
         conn = self._conn
@@ -75,16 +91,21 @@ class Listener:
         except psycopg.Error:
             return None
 
-    def read(self) -> tuple[set[str], set[str]] | None:
+    def read(self, *, sync: bool = True) -> tuple[set[str], set[str]] | None:
         conn = self._conn
         if conn is not None and not conn.closed and not conn.broken:
             try:
-                conn.execute(Q["notices_sync"])
-                # Notices that arrived with the answer wait in libpq's buffer, not on the
+                now = time.monotonic()
+                if sync or now - self._synced >= SYNC_EVERY:
+                    conn.execute(Q["notices_sync"])
+                    self._synced = now
+                elif select.select([conn.fileno()], [], [], 0)[0]:
+                    conn.pgconn.consume_input()  # raises when the server closed the connection
+                # Notices that arrived with an answer wait in libpq's buffer, not on the
                 # socket, where a select would never wake for them: take them now.
                 while (pending := conn.pgconn.notifies()) is not None:
                     self._hear(psycopg.Notify(pending.relname.decode(), pending.extra.decode(), pending.be_pid))
-            except psycopg.Error:
+            except (psycopg.Error, OSError, ValueError):
                 pass  # dropped: made again below
             else:
                 return self._take()

@@ -16,18 +16,24 @@ CREATE INDEX jobctl_jobs_open ON jobctl_jobs (created_at, id) WHERE unfinished;
 -- the notice goes out when (and only if) the change commits, whoever wrote it
 -- (jobctl, an import, an administrator's psql). `watch`, `wait` and idle
 -- workers LISTEN and read again at once, instead of waiting a poll interval.
--- The payload is a JSON array [schema, "written" | "removed", id]: one
--- database may hold several stores, one per schema, and a listener keeps its
--- own. Before the row is written, so that it also keeps `unfinished` true to
--- the state, whoever writes.
+-- The payload is a JSON array [schema, "written" | "removed", id, revision]:
+-- one database may hold several stores, one per schema, and a listener keeps
+-- its own; the revision lets a writer know its own writes when their notices
+-- come back. Before the row is written, so that it also keeps `unfinished`
+-- true to the state and raises the revision, whoever writes: a reader that
+-- holds the row at a revision knows it is the row as it is while the
+-- revision stays (store.py lays a step's answer over the row it holds).
 CREATE FUNCTION jobctl_written() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF TG_OP = 'DELETE' THEN
-        PERFORM pg_notify('jobctl_jobs', json_build_array(TG_TABLE_SCHEMA, 'removed', OLD.id)::text);
+        PERFORM pg_notify('jobctl_jobs', json_build_array(TG_TABLE_SCHEMA, 'removed', OLD.id, OLD.revision)::text);
         RETURN OLD;
     END IF;
+    IF TG_OP = 'UPDATE' THEN
+        NEW.revision := OLD.revision + 1;
+    END IF;
     NEW.unfinished := NEW.state NOT IN ('complete', 'failed', 'cancelled');
-    PERFORM pg_notify('jobctl_jobs', json_build_array(TG_TABLE_SCHEMA, 'written', NEW.id)::text);
+    PERFORM pg_notify('jobctl_jobs', json_build_array(TG_TABLE_SCHEMA, 'written', NEW.id, NEW.revision)::text);
     RETURN NEW;
 END
 $$;

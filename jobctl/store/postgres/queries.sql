@@ -57,10 +57,11 @@ SELECT j.* FROM jobctl_jobs j WHERE j.id = %(id)s;
 WITH locked AS (SELECT j.* FROM jobctl_jobs j WHERE j.id = %(id)s FOR UPDATE)
 SELECT locked.*, clock_timestamp() FROM locked;
 
--- name: lock_patience
--- Before lock_record in a claim that will not wait: a row another
--- transaction holds longer than this fails (lock_not_available) instead.
-SELECT set_config('lock_timeout', %(ms)s::text, true);
+-- name: patience
+-- How long any statement of the store's sessions waits for a row another
+-- transaction holds before it fails (lock_not_available); session.py runs it
+-- again for a caller that waits without end.
+SELECT set_config('lock_timeout', %(ms)s::text, false);
 
 -- name: state_of
 SELECT state, critical FROM jobctl_jobs WHERE id = %(id)s;
@@ -166,14 +167,18 @@ WHERE id = %(id)s;
 -- [JOB-L4]: the lease is taken and the epoch raised; pending and running
 -- become running [JOB-T2]; a recall goes [JOB-R7]; updated_at stays.
 -- Refused: a finished job [JOB-T1]; a lease held by another owner, or by this
--- owner under a recall [JOB-O1] [JOB-R5].
+-- owner under a recall [JOB-O1] [JOB-R5]. Each of %(ids)s, judged on its
+-- own: one job (`claim ID`), or the several a worker's free slots take at
+-- once (claim_each). Two such claims may meet each other's rows in opposite
+-- orders: the server's deadlock check ends one, which session.py names
+-- LockBusy, and claim_each then claims that batch one job at a time.
 UPDATE jobctl_jobs AS j
 SET epoch = j.epoch + 1, owner = %(owner)s,
     expires_at = coalesce(%(now)s::timestamptz, statement_timestamp()) + %(ttl)s::interval,
     recall_reason = NULL, recall_by = NULL, recall_at = NULL, recall_until = NULL,
     state = CASE WHEN j.state IN ('pending', 'running') THEN 'running' ELSE j.state END,
     verbatim = NULL, revision = j.revision + 1
-WHERE j.id = %(id)s
+WHERE j.id = ANY(%(ids)s::text[])
   AND j.critical <@ %(understood)s::text[]
   AND j.state NOT IN ('complete', 'failed', 'cancelled')
   AND NOT (j.owner <> '' AND j.expires_at > coalesce(%(now)s::timestamptz, statement_timestamp())

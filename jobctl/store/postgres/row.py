@@ -13,8 +13,8 @@ does.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import datetime
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 from ...errors import Invalid, JobError
@@ -35,8 +35,10 @@ from ...record import (
     restore,
 )
 from ...schedule import after_of, not_before, pipeline_of
+from ..base import UNSET, Listing, OpenListing
 
 __all__ = [
+    "Row",
     "COLUMNS",
     "HELD",
     "SCHEDULING",
@@ -47,7 +49,14 @@ __all__ = [
     "render",
     "values",
     "text_fit",
+    "interval",
+    "checkpoint_params",
+    "listing",
+    "open_listing",
 ]
+
+#: A row as the driver hands it back, the id first.
+Row = Sequence[Any]
 
 #: The record's columns, in the order a row (``SELECT j.*``, ``RETURNING j.*``) holds them.
 COLUMNS = (
@@ -261,3 +270,60 @@ def _texts_fit(rec: Record, p: Prepared) -> None:
     named += [("content", name) for name in p.content]
     for what, value in named:
         text_fit(value, what, rec.id)
+
+
+def interval(seconds: float) -> timedelta:
+    """A duration as a statement's interval: the microseconds the file store's ``now + ttl`` adds."""
+    return timedelta(seconds=seconds)
+
+
+def checkpoint_params(given: Any) -> dict[str, Any]:
+    """A step's checkpoint parameters: whether to set it, its text, the model it makes a write carry on."""
+    if given is UNSET:
+        return {"set_checkpoint": False, "checkpoint": None, "carry": None}
+    if given is None:
+        return {"set_checkpoint": True, "checkpoint": None, "carry": None}
+    from ...record import RANGES, canonical_ranges
+
+    text: str = given.text
+    return {"set_checkpoint": True, "checkpoint": text, "carry": RANGES if canonical_ranges(text) else None}
+
+
+def listing(rows: Iterable[Row], out: Listing | None = None) -> Listing:
+    """The records of ``rows``; a row this reader cannot read is named unreadable, with why."""
+    found = Listing() if out is None else out
+    for got in rows:
+        try:
+            found.append(record_of(got))
+        except JobError as exc:
+            found.unreadable.append((got[0], exc))
+    return found
+
+
+def open_listing(open_rows: list[Row], ended: Iterable[Row], why: Callable[[str], JobError]) -> OpenListing:
+    """The open jobs' records and every job's state, from the open rows and ``(id, state, readable)`` of the ended.
+
+    The open rows were read first: a row among them that the ended ones
+    name finished meanwhile, which it stays. A finished row this reader
+    cannot read is named unreadable (``why`` reads its own words) and left
+    out of ``states``, as the file store leaves out a record it cannot read.
+    """
+    out = OpenListing()
+    states = out.states
+    for job_id, state, readable in ended:
+        if readable:
+            states[job_id] = state
+        else:
+            out.unreadable.append((job_id, why(job_id)))
+    for got in sorted(open_rows, key=lambda got: got[0]):
+        if got[0] in states:
+            continue  # finished after the open rows were read
+        try:
+            rec = record_of(got)
+        except JobError as exc:
+            out.unreadable.append((got[0], exc))
+            continue
+        states[rec.id] = rec.state
+        out.append(rec)
+    out.unreadable.sort(key=lambda pair: pair[0])
+    return out

@@ -79,6 +79,10 @@ def refusing(url: str) -> Iterator[None]:
         raise Refused(f"{masked(url)}: {_first_line(exc)}") from exc
 
 
+#: A row lock not had: held past the lock patience, or two transactions waiting on each other (one is ended).
+BUSY = (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected)
+
+
 class Unsure(Refused):
     """The connection went away while a write was under way: it may have committed, or not."""
 
@@ -97,10 +101,13 @@ class Session:
     """A store's connection in this process, serialised by a lock, opened again when lost.
 
     ``reconnects`` counts the connections opened again after one was lost.
-    ``prepare`` is the setup every new connection runs (times in UTC).
+    ``prepare`` is the setup every new connection runs (statements and their
+    parameters: times in UTC, no sorting, the lock patience).
     """
 
-    def __init__(self, url: str, reconnect_wait: float, prepare: Sequence[str] = ()) -> None:
+    def __init__(
+        self, url: str, reconnect_wait: float, prepare: Sequence[tuple[str, dict[str, Any] | None]] = ()
+    ) -> None:
         self.url = url
         self.root = masked(url)
         self.reconnect_wait = float(reconnect_wait)
@@ -157,8 +164,8 @@ class Session:
                 raise
             raise Lost(exc.message) from exc  # the server is still away: the caller waits and tries again
         try:
-            for setup in self._prepare:
-                conn.execute(setup)
+            for setup, params in self._prepare:
+                conn.execute(setup, params)
         except psycopg.Error as exc:
             conn.close()
             raise Refused(f"{self.root}: {_first_line(exc)}") from exc
@@ -178,23 +185,58 @@ class Session:
 
     # -- statements and transactions ---------------------------------------------
 
-    def one(self, query: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
-        """One statement, a transaction of its own: its first row, or None. One round trip (:class:`Statements`)."""
-        with self.lock:
-            conn = self.connection()
-            assert self._statements is not None
-            try:
-                return self._statements.run(query, params, first=True)  # type: ignore[return-value]
-            except psycopg.Error as exc:
-                raise self.failed(conn, exc, committing=True) from exc
+    def one(self, query: str, params: dict[str, Any], *, wait: bool = True) -> tuple[Any, ...] | None:
+        """One statement, a transaction of its own: its first row, or None. One round trip (:class:`Statements`).
 
-    def all(self, query: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
-        """One statement's rows (a transaction of its own)."""
+        A row another transaction holds is waited for :data:`jobctl.limits.LOCK_PATIENCE`
+        at a time (the session's ``lock_timeout``): without end while ``wait``, else
+        ``LockBusy`` (see :meth:`run`).
+        """
+        got: tuple[Any, ...] | None = self.run(query, params, first=True, wait=wait)
+        return got
+
+    def all(self, query: str, params: dict[str, Any] | None = None, *, wait: bool = True) -> list[tuple[Any, ...]]:
+        """One statement's rows (a transaction of its own); ``wait`` as :meth:`one`."""
+        rows: list[tuple[Any, ...]] = self.run(query, params or {}, first=False, wait=wait)
+        return rows
+
+    def run(self, query: str, params: dict[str, Any], *, first: bool, wait: bool) -> Any:
+        """:meth:`Statements.run` on this process's connection.
+
+        Each session waits for a row lock :data:`jobctl.limits.LOCK_PATIENCE`
+        seconds at most (``lock_timeout``): a write holds one for as long as
+        its statement runs, a writer stopped in the middle of a read-decide-
+        write transaction (the rules' path) for as long as it stays stopped.
+        A caller that waits (the contract's lock waits without end [JOB-L2])
+        runs the statement again; one that will not (a claim from a pick) is
+        told ``LockBusy``.
+        """
+        while True:
+            with self.lock:
+                conn = self.connection()
+                assert self._statements is not None
+                try:
+                    return self._statements.run(query, params, first=first)
+                except BUSY as exc:
+                    if not wait:
+                        raise LockBusy("the row is locked by another transaction (a write under way)") from exc
+                except psycopg.Error as exc:
+                    raise self.failed(conn, exc, committing=True) from exc
+
+    def together(self, calls: Sequence[tuple[str, dict[str, Any]]]) -> list[tuple[Any, ...] | None]:
+        """Several statements as one transaction in one round trip: each one's first row, or None.
+
+        All or nothing: a statement that fails rolls the others back, and its
+        error is raised (``LockBusy`` for a row another transaction held past
+        the lock patience: the caller runs them apart, each with its own wait).
+        """
         with self.lock:
             conn = self.connection()
             assert self._statements is not None
             try:
-                return self._statements.run(query, params or {}, first=False)  # type: ignore[return-value]
+                return self._statements.together(calls)
+            except BUSY as exc:
+                raise LockBusy("the row is locked by another transaction (a write under way)") from exc
             except psycopg.Error as exc:
                 raise self.failed(conn, exc, committing=True) from exc
 
@@ -232,7 +274,7 @@ class Session:
                     with conn.transaction():
                         yield conn
                         committing = True
-            except psycopg.errors.LockNotAvailable as exc:
+            except BUSY as exc:
                 # A write that would not wait (a claim from a pick) met a row another transaction holds.
                 raise LockBusy("the row is locked by another transaction (a write under way)") from exc
             except psycopg.Error as exc:
@@ -261,6 +303,7 @@ os.register_at_fork(after_in_child=_forget_in_child)
 _OK = psycopg.pq.ConnStatus.OK
 _TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
 _COMMAND_OK = psycopg.pq.ExecStatus.COMMAND_OK
+_SYNC = psycopg.pq.ExecStatus.PIPELINE_SYNC
 _BINARY = psycopg.pq.Format.BINARY
 _NAMED = re.compile(r"%\((\w+)\)s")
 
@@ -292,9 +335,71 @@ class Statements:
         self._texts: dict[str, tuple[bytes, tuple[str, ...], list[psycopg.adapt.PyFormat]]] = {}
         self._names: dict[tuple[str, tuple[int, ...]], bytes] = {}
         self._runs: dict[tuple[str, tuple[int, ...]], int] = {}
+        self._made = 0
 
     def run(self, query: str, params: dict[str, Any], *, first: bool) -> tuple[Any, ...] | list[Any] | None:
         """The statement's first row (or None) when ``first``, else all its rows."""
+        text, name, prepare, values, types, formats = self._bind(query, params)
+        pg = self.pgconn
+        if prepare:
+            assert name is not None
+            # From here on it is parsed and planned once: a round trip of its own, this once.
+            self._check(pg.prepare(name, text, types))
+            self._names[(query, types)] = name
+        # A None among the values is SQL NULL: libpq takes it, whatever the stub's element type says.
+        if name is None:  # parse, bind and run in one round trip
+            res = self._check(pg.exec_params(text, values, types, formats, _BINARY))
+        else:
+            res = self._check(pg.exec_prepared(name, values, formats, _BINARY))
+        return self._rows(res, first)
+
+    def together(self, calls: Sequence[tuple[str, dict[str, Any]]]) -> list[tuple[Any, ...] | None]:
+        """The statements in pipeline mode up to one Sync: one transaction, one round trip; each first row.
+
+        libpq's own waits in pipeline mode hold the GIL, so the answers are
+        waited for here, on the socket (:meth:`_result`). A failed statement
+        aborts the ones after it and rolls the transaction back; its error is raised.
+        """
+        pg = self.pgconn
+        bound = [self._bind(query, params) for query, params in calls]
+        pg.enter_pipeline_mode()
+        try:
+            for text, name, prepare, values, types, formats in bound:
+                if name is None:
+                    pg.send_query_params(text, values, types, formats, _BINARY)
+                    continue
+                if prepare:
+                    pg.send_prepare(name, text, types)
+                pg.send_query_prepared(name, values, formats, _BINARY)
+            pg.pipeline_sync()
+            pg.flush()
+            answers: list[psycopg.pq.abc.PGresult] = []
+            for _text, _name, prepare, _values, _types, _formats in bound:
+                if prepare:
+                    answers.append(self._result())
+                answers.append(self._result())
+            if self._result(sync=True).status != _SYNC:
+                raise psycopg.OperationalError("the pipeline's Sync was not answered")
+        finally:
+            with contextlib.suppress(psycopg.Error):
+                pg.exit_pipeline_mode()
+        for answer in answers:
+            self._check(answer)  # the first failure; those after it say only that they were aborted
+        out: list[tuple[Any, ...] | None] = []
+        for (query, _params), (_text, name, prepare, _values, types, _formats) in zip(calls, bound, strict=True):
+            if prepare:
+                assert name is not None
+                answers.pop(0)
+                self._names[(query, types)] = name
+            got = self._rows(answers.pop(0), True)
+            assert not isinstance(got, list)
+            out.append(got)
+        return out
+
+    def _bind(
+        self, query: str, params: dict[str, Any]
+    ) -> tuple[bytes, bytes | None, bool, Sequence[Any], tuple[int, ...], list[Any]]:
+        """``(text, prepared name, prepare it now, values, types, formats)`` for one run of ``query``."""
         got = self._texts.get(query)
         if got is None:
             got = self._texts[query] = _numbered(query)
@@ -302,22 +407,36 @@ class Statements:
         tx = self._tx
         values = tx.dump_sequence([params[name] for name in names], formats)
         # A statement is prepared for its parameters' types, as psycopg's own cache does (None is "unknown").
-        types = tx.types or ()
-        key = (query, tuple(types))
+        types = tuple(tx.types or ())
+        key = (query, types)
         name = self._names.get(key)
-        pg = self.pgconn
+        prepare = False
         if name is None:
             runs = self._runs[key] = self._runs.get(key, 0) + 1
             if runs >= self._threshold:
-                # From here on it is parsed and planned once: a round trip of its own, this once.
-                name = f"jobctl_{len(self._names)}".encode()
-                self._check(pg.prepare(name, text, types))
-                self._names[key] = name
-        # A None among the values is SQL NULL: libpq takes it, whatever the stub's element type says.
-        if name is None:  # parse, bind and run in one round trip
-            res = self._check(pg.exec_params(text, values, types, tx.formats, _BINARY))
-        else:
-            res = self._check(pg.exec_prepared(name, values, tx.formats, _BINARY))  # type: ignore[arg-type]
+                self._made += 1  # a new name each time: one made by a pipeline that failed may exist
+                name = f"jobctl_{self._made}".encode()
+                prepare = True
+        return text, name, prepare, values, types, list(tx.formats or ())
+
+    def _result(self, sync: bool = False) -> psycopg.pq.abc.PGresult:
+        """The next answer of a pipeline, waited for on the socket; the None after it is taken too."""
+        pg = self.pgconn
+        while pg.is_busy():
+            select.select([pg.socket], [], [])
+            pg.consume_input()
+        res = pg.get_result()
+        if res is None:
+            raise psycopg.OperationalError("the pipeline ended early")
+        if not sync:
+            while pg.is_busy():
+                select.select([pg.socket], [], [])
+                pg.consume_input()
+            pg.get_result()  # the None that ends this statement's answers
+        return res
+
+    def _rows(self, res: psycopg.pq.abc.PGresult, first: bool) -> tuple[Any, ...] | list[Any] | None:
+        tx = self._tx
         count = res.ntuples
         if first and count == 0:
             return None

@@ -21,15 +21,16 @@ this package. It talks through libpq, so ``PGHOST``, ``PGPASSWORD``,
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from ... import ids, limits
-from ...errors import Exists, Invalid, JobError, NotFound, Refused
+from ...errors import Exists, Invalid, JobError, LockBusy, NotFound, Refused
 from ...record import Record, decode, known_models, prepare
 from ...summary import Summary
-from ..base import UNSET, Listing, Notices, OpenListing, Records, RowLease, Skipped, Unreadable
+from ..base import UNSET, Listing, Notices, OpenListing, Records, RowLease, Skipped, Unreadable, Verdicts
 from ..contract import (
     Apply,
     ContractStore,
@@ -47,10 +48,12 @@ from ..contract import (
     recalling,
     releasing,
     renewing,
+    verdict,
 )
 from ..file import is_orphan
 from ..url import masked
 from . import row
+from .held import HOLDERS, Held
 from .listener import Listener
 from .schema import SCHEMA_VERSION, UNDECODABLE, Q, refuse_version, schema_status, uninitialised, values_kept
 from .session import Session, Unsure, read, retried
@@ -63,13 +66,15 @@ SCAN_PAGE = 500
 #: Seconds a store goes on trying to reach its server again after a connection it had was lost.
 RECONNECT_WAIT = 30.0
 
-#: Rows a store keeps, the last it read or wrote, so that a step's statement need hand back only what it set.
-HELD = 2048
+
+#: Seconds one reading of the server's clock serves :meth:`PostgresStore.now` (with this host's monotonic clock).
+CLOCK_FRESH = 1.0
 
 Clock = Callable[[], datetime]
-Row = Sequence[Any]
+Row = row.Row
 #: Rows as the driver hands them (a name of its own: the class's ``list`` method shadows the builtin there).
 Rows = list[tuple[Any, ...]]
+Answers = list[Sequence[Any] | None]
 
 
 class PostgresStore(ContractStore):
@@ -88,14 +93,17 @@ class PostgresStore(ContractStore):
         self.url = url
         self.root = masked(url)
         self._clock = clock
-        self.session = Session(url, reconnect_wait, prepare=(Q["utc"], Q["never_sort"]))
+        patience = {"ms": int(limits.LOCK_PATIENCE * 1000)}
+        setup = ((Q["utc"], None), (Q["never_sort"], None), (Q["patience"], patience))
+        self.session = Session(url, reconnect_wait, prepare=setup)
+        self._clock_read: tuple[float, datetime] | None = None  # (monotonic before asking, the server's answer)
         self.work_dir = os.path.join(os.path.expanduser("~"), ".abstraction", "work")
         self._understood: tuple[frozenset[str], str] = (frozenset(), "{}")
         #: Steps whose statement was refused and which the rules then allowed, written by them:
         #: the row moved between the two (a lease lapsed, another writer finished). Without
         #: anybody else at the rows, always 0 -- a statement stricter than the rules would count here.
         self.moved = 0
-        self._held: dict[str, Row] = {}
+        self._held = Held()
         try:
             with self.session.tx() as conn:
                 found = schema_status(conn)
@@ -149,11 +157,26 @@ class PostgresStore(ContractStore):
             self._understood = (known, literal)
         return literal
 
-    @read
     def now(self) -> datetime:
-        """The server's clock [JOB-O4]: every lease is judged by it, whoever asks."""
+        """The server's clock [JOB-O4], never earlier than it is: every lease is judged by it, whoever asks.
+
+        Asked of the server at most every :data:`CLOCK_FRESH` seconds; in
+        between, its last answer plus what this host's monotonic clock has
+        counted since the question went out -- which includes the round trip,
+        so the answer can only be late, by that round trip at most: a lease's
+        end measured against it can only come early. The leases themselves are
+        judged in the statements, by the server's clock as they run.
+        """
         if self._clock is not None:
             return self._clock()
+        mono = time.monotonic()
+        read = self._clock_read
+        if read is None or mono - read[0] >= CLOCK_FRESH:
+            read = self._clock_read = (mono, self._server_clock())
+        return read[1] + timedelta(seconds=time.monotonic() - read[0])
+
+    @read
+    def _server_clock(self) -> datetime:
         got = self.session.one(Q["clock"], {})
         assert got is not None
         when: datetime = got[0]
@@ -187,19 +210,9 @@ class PostgresStore(ContractStore):
     def ids(self) -> list[str]:
         return [got[0] for got in self.session.all(Q["ids"])]
 
-    @staticmethod
-    def _listing(rows: Iterable[Row], out: Listing | None = None) -> Listing:
-        listing = Listing() if out is None else out
-        for got in rows:
-            try:
-                listing.append(row.record_of(got))
-            except JobError as exc:
-                listing.unreadable.append((got[0], exc))
-        return listing
-
     @read
     def list(self) -> Listing:
-        return self._listing(self.session.all(Q["list"]))
+        return row.listing(self.session.all(Q["list"]))
 
     @read
     def list_open(self, *, finished: Callable[[Any, Any], None] | None = None, briefly: bool = False) -> OpenListing:
@@ -216,27 +229,8 @@ class PostgresStore(ContractStore):
         with self.session.tx(pipelined=True) as conn:
             opened = conn.execute(Q["list_open"], binary=True)
             ended = conn.execute(Q["finished_states"], {"understood": self._models()})
-        open_rows, ended_rows = opened.fetchall(), ended.fetchall()  # after the Sync: one round trip
-        open_rows.sort(key=_first)
-        out = OpenListing()
-        states = out.states
-        for job_id, state, readable in ended_rows:
-            if readable:
-                states[job_id] = state
-            else:
-                out.unreadable.append((job_id, self._unreadable(job_id)))
-        for got in open_rows:
-            if got[0] in states:
-                continue  # finished after the open rows were read
-            try:
-                rec = row.record_of(got)
-            except JobError as exc:
-                out.unreadable.append((got[0], exc))
-                continue
-            states[rec.id] = rec.state
-            out.append(rec)
-        out.unreadable.sort(key=lambda pair: pair[0])
-        return out
+        # after the Sync: one round trip
+        return row.open_listing(opened.fetchall(), ended.fetchall(), self._unreadable)
 
     def _unreadable(self, job_id: str) -> JobError:
         """Why a finished row whose critical models this reader does not know cannot be read: its own words."""
@@ -283,7 +277,7 @@ class PostgresStore(ContractStore):
     def orphans(self) -> Listing:
         """As the file store's: the statement narrows the rows, :func:`is_orphan` decides each."""
         rows = sorted(self.session.all(Q["orphan_candidates"], {"now": self._now()}), key=_first)
-        found = self._listing(rows)
+        found = row.listing(rows)
         out = Listing(unreadable=found.unreadable)
         if rows:
             now = rows[0][-1]
@@ -302,31 +296,45 @@ class PostgresStore(ContractStore):
         the same round trip (in the same transaction, under the row lock the
         step took: as the step left it). With ``wait`` false a row another
         transaction holds is waited for :data:`jobctl.limits.LOCK_PATIENCE` at
-        most (``LockBusy``): the setting and the statement travel together.
+        most (``LockBusy``, :meth:`.session.Session.run`).
         """
+        self._stepping(job_id, params)
+        held = self._held.get(job_id) if query in row.STEPS else None
+        while True:
+            try:
+                if held is not None or query not in row.STEPS:
+                    got = self.session.one(Q[query], params, wait=wait)
+                    whole = None
+                else:
+                    with self.session.tx(pipelined=True) as conn:
+                        cur = conn.execute(Q[query], params, binary=True)
+                        load = conn.execute(Q["load"], {"id": job_id}, binary=True)
+                    got = cur.fetchone()  # after the Sync: one round trip
+                    whole = load.fetchone()
+                break
+            except JobError as exc:
+                if not exc.job_id:
+                    exc.job_id = job_id
+                if not (wait and isinstance(exc, LockBusy)):
+                    raise
+        return self._concluded(job_id, query, got, rules, held, whole, wait=wait)
+
+    def _stepping(self, job_id: str, params: dict[str, Any]) -> None:
+        """What every step's statement is given besides its own terms: the id, the clock, the models known."""
         ids.check(job_id)
-        params["id"], params["now"], params["understood"] = job_id, self._now(), self._models()
-        held = self._held.get(job_id) if wait and query in row.STEPS else None
-        try:
-            if held is not None or (wait and query not in row.STEPS):
-                got = self.session.one(Q[query], params)
-                whole = None
-            else:
-                with self.session.tx(pipelined=True) as conn:
-                    if not wait:
-                        conn.execute(Q["lock_patience"], {"ms": int(limits.LOCK_PATIENCE * 1000)})
-                    cur = conn.execute(Q[query], params, binary=True)
-                    load = conn.execute(Q["load"], {"id": job_id}, binary=True) if query in row.STEPS else None
-                got = cur.fetchone()  # after the Sync: one round trip
-                whole = None if load is None else load.fetchone()
-        except JobError as exc:
-            if not exc.job_id:
-                exc.job_id = job_id
-            raise
+        params["id"], params["ids"] = job_id, [job_id]
+        params["now"], params["understood"] = self._now(), self._models()
+
+    def _concluded(
+        self, job_id: str, query: str, got: Row | None, rules: Apply, held: Row | None, whole: Row | None, *, wait: bool
+    ) -> Record:
+        """The record a step's answer says the row holds now; the rules' verdict when it changed nothing."""
         if got is None:
             rec = self._write(job_id, rules, wait=wait)  # raises the verdict, unless the row moved meanwhile
             self.moved += 1
             return rec
+        if query in HOLDERS:
+            self._held.wrote(job_id, got[0] if query in row.STEPS else got[row.REVISION])
         if query not in row.STEPS:
             whole = got
         elif whole is None:
@@ -338,16 +346,8 @@ class PostgresStore(ContractStore):
     def _holding(self, got: Row) -> Record:
         """The record a row holds, and the row kept for the next step's answer (:meth:`_hold`)."""
         rec = row.record_of(got)
-        self._hold(got)
+        self._held.hold(got)
         return rec
-
-    def _hold(self, got: Row) -> None:
-        """Keep the row, the last this store read or wrote of its job: the newest :data:`HELD` of them."""
-        held = self._held
-        held.pop(got[0], None)
-        held[got[0]] = got
-        if len(held) > HELD:
-            del held[next(iter(held))]
 
     def claim(
         self,
@@ -361,13 +361,13 @@ class PostgresStore(ContractStore):
         ttl = _claim_terms(job_id, owner, ttl_seconds, self.max_ttl)
         if vet is not None:  # the caller's judgement runs under the lock: the rules' path from the start
             return self._write(job_id, claiming(job_id, owner, ttl, None, vet), wait=wait)
-        params = {"owner": row.text_fit(owner, "owner", job_id), "ttl": _interval(ttl)}
+        params = {"owner": row.text_fit(owner, "owner", job_id), "ttl": row.interval(ttl)}
         return self._step(job_id, "claim", params, claiming(job_id, owner, ttl), wait=wait)
 
     def renew(self, job_id: str, epoch: int, ttl_seconds: float) -> Record:
         _epoch(epoch)
         ttl = self._ttl(ttl_seconds, job_id)
-        return self._step(job_id, "renew", {"epoch": epoch, "ttl": _interval(ttl)}, renewing(job_id, epoch, ttl))
+        return self._step(job_id, "renew", {"epoch": epoch, "ttl": row.interval(ttl)}, renewing(job_id, epoch, ttl))
 
     def release(self, job_id: str, epoch: int) -> Record:
         _epoch(epoch)
@@ -377,7 +377,7 @@ class PostgresStore(ContractStore):
         _done(done, job_id)
         _epoch(epoch)
         given = _given(checkpoint, job_id)
-        params = {"epoch": epoch, "done": done, **_checkpoint(given)}
+        params = {"epoch": epoch, "done": done, **row.checkpoint_params(given)}
         return self._step(job_id, "progress", params, holding(job_id, epoch, progressing(done, given)))
 
     def finish(
@@ -397,9 +397,93 @@ class PostgresStore(ContractStore):
         rules = holding(job_id, epoch, finishing(state, error, given, done))
         if state not in _STATES or (error is not None and not isinstance(error, str)):
             return self._write(job_id, rules)  # the rules refuse it in their order (terminal first)
-        params = {"epoch": epoch, "state": state, "done": done, **_checkpoint(given)}
+        params = {"epoch": epoch, "state": state, "done": done, **row.checkpoint_params(given)}
         params["error"] = None if error is None else row.text_fit(error, "error", job_id)
         return self._step(job_id, "finish", params, rules)
+
+    @retried
+    def claim_each(self, job_ids: Sequence[str], owner: str, ttl_seconds: float) -> Verdicts:
+        """Claim each job as ``claim(..., wait=False)`` would, in one statement: a record or its refusal each.
+
+        The statement claims every job its preconditions allow; each one it
+        passed over is judged by the rules as ``claim`` judges it (a row that
+        moved meanwhile may be claimed there). A row another transaction
+        holds past the lock patience makes them claims of their own.
+        """
+        try:
+            if len(job_ids) < 2 or len(set(job_ids)) < len(job_ids):
+                raise Invalid("one job, or one twice")
+            ttl = _claim_terms("", owner, ttl_seconds, self.max_ttl)
+            params = {
+                "owner": row.text_fit(owner, "owner"),
+                "ttl": row.interval(ttl),
+                "ids": [ids.check(j) for j in job_ids],
+            }
+        except JobError:  # each claim on its own says what is wrong, as a claim of one job would
+            return super().claim_each(job_ids, owner, ttl_seconds)
+        params["now"], params["understood"] = self._now(), self._models()
+        try:
+            rows = self.session.all(Q["claim"], params, wait=False)
+        except LockBusy:
+            return super().claim_each(job_ids, owner, ttl_seconds)
+        got = {found[0]: found for found in rows}
+        out: Verdicts = []
+        for job_id in job_ids:
+            found, rules = got.get(job_id), claiming(job_id, owner, ttl)
+            out.append(verdict(job_id, self._concluded, job_id, "claim", found, rules, None, None, wait=False))
+        return out
+
+    def finish_and_claim(
+        self,
+        job_id: str,
+        epoch: int,
+        state: str,
+        *,
+        error: str | None = None,
+        next_id: str,
+        owner: str,
+        ttl_seconds: float,
+    ) -> tuple[Record | JobError, Record | JobError]:
+        """``finish``, and ``claim(next_id, wait=False)``: one transaction, one round trip; each its own verdict.
+
+        The two statements run in the order of their ids, so two workers each
+        finishing the job the other would claim next cannot wait on each
+        other. When one of them waits past the lock patience, or the server
+        ends it as one of two transactions waiting on each other, they run
+        apart (the finish waiting, the claim not).
+        """
+        held = self._held.get(job_id)
+        apart = super().finish_and_claim
+        if held is None or next_id == job_id or state not in _STATES or not isinstance(error, (str, type(None))):
+            return apart(job_id, epoch, state, error=error, next_id=next_id, owner=owner, ttl_seconds=ttl_seconds)
+        try:
+            _epoch(epoch)
+            ttl = _claim_terms(next_id, owner, ttl_seconds, self.max_ttl)
+            finish = {"epoch": epoch, "state": state, "done": None, **row.checkpoint_params(UNSET)}
+            finish["error"] = None if error is None else row.text_fit(error, "error", job_id)
+            claim = {"owner": row.text_fit(owner, "owner", next_id), "ttl": row.interval(ttl)}
+            self._stepping(job_id, finish)
+            self._stepping(next_id, claim)
+        except JobError:
+            return apart(job_id, epoch, state, error=error, next_id=next_id, owner=owner, ttl_seconds=ttl_seconds)
+        try:
+            got = self._together([(job_id, Q["finish"], finish), (next_id, Q["claim"], claim)])
+        except LockBusy:
+            return apart(job_id, epoch, state, error=error, next_id=next_id, owner=owner, ttl_seconds=ttl_seconds)
+        rules = holding(job_id, epoch, finishing(state, error, UNSET, None))
+        done = verdict(job_id, self._concluded, job_id, "finish", got[0], rules, held, None, wait=True)
+        rules = claiming(next_id, owner, ttl)
+        return done, verdict(next_id, self._concluded, next_id, "claim", got[1], rules, None, None, wait=False)
+
+    @retried
+    def _together(self, steps: Sequence[tuple[str, str, dict[str, Any]]]) -> Answers:
+        """The steps' statements as one transaction (:meth:`.session.Session.together`), rows locked in id order."""
+        order = sorted(range(len(steps)), key=lambda i: steps[i][0])
+        answers = self.session.together([(steps[i][1], steps[i][2]) for i in order])
+        out: Answers = [None] * len(steps)
+        for i, answer in zip(order, answers, strict=True):
+            out[i] = answer
+        return out
 
     def set_intent(self, job_id: str, want: str, by: str = "") -> Record:
         _want(want, job_id)
@@ -415,7 +499,7 @@ class PostgresStore(ContractStore):
             "epoch": epoch,
             "reason": row.text_fit(reason, "reason", job_id),
             "by": row.text_fit(by or "", "lease.recall.by", job_id),
-            "grace": _interval(window),
+            "grace": row.interval(window),
         }
         return self._step(job_id, "recall", params, rules)
 
@@ -445,7 +529,7 @@ class PostgresStore(ContractStore):
         wanted = None if kinds is None else sorted(set(kinds))
         params = {
             "owner": row.text_fit(owner, "owner"),
-            "ttl": _interval(ttl_delta),
+            "ttl": row.interval(ttl_delta),
             "now": self._now(),
             "understood": self._models(),
             "kinds": wanted,
@@ -461,6 +545,8 @@ class PostgresStore(ContractStore):
             rows, unpicked = picked.fetchall(), left.fetchall()  # after the Sync: one round trip
         if unpicked:
             self._name_unpicked(sorted(unpicked, key=_first), wanted, skipped, unreadable)
+        for got in rows:
+            self._held.wrote(got[0], got[row.REVISION])
         claimed = [self._holding(got) for got in rows]
         claimed.sort(key=lambda rec: (rec.created_at, rec.id))
         return claimed
@@ -528,27 +614,35 @@ class PostgresStore(ContractStore):
         only read and locked, which ends with nothing written.
         """
         ids.check(job_id)
-        try:
-            with self.session.tx(pipelined=True) as conn:
-                if not wait:  # a row another transaction holds is waited for a moment only
-                    conn.execute(Q["lock_patience"], {"ms": int(limits.LOCK_PATIENCE * 1000)})
-                got = conn.execute(Q["lock_record"], {"id": job_id}, binary=True).fetchone()
-                if got is None:
-                    raise NotFound(f"no job {job_id}", job_id)
-                now = self._clock() if self._clock is not None else got[-1]
-                rec = row.record_of(got)
-                rec._exposed = False  # only update() hands it to outside code
-                apply(rec, now)
-                values = row.values(rec, prepare(rec, settle=True))
-                conn.execute(Q["write"], values)
-        except JobError as exc:
-            if not exc.job_id:
-                exc.job_id = job_id
-            raise
+        while True:
+            try:
+                return self._written(job_id, apply, fresh)
+            except LockBusy as exc:
+                if not exc.job_id:
+                    exc.job_id = job_id
+                if not wait:  # the session waited LOCK_PATIENCE for the row: a writer stopped mid-write
+                    raise
+            except JobError as exc:
+                if not exc.job_id:
+                    exc.job_id = job_id
+                raise
+
+    def _written(self, job_id: str, apply: Apply, fresh: bool) -> Record:
+        """:meth:`_write`'s one try."""
+        with self.session.tx(pipelined=True) as conn:
+            got = conn.execute(Q["lock_record"], {"id": job_id}, binary=True).fetchone()
+            if got is None:
+                raise NotFound(f"no job {job_id}", job_id)
+            now = self._clock() if self._clock is not None else got[-1]
+            rec = row.record_of(got)
+            rec._exposed = False  # only update() hands it to outside code
+            apply(rec, now)
+            values = row.values(rec, prepare(rec, settle=True))
+            conn.execute(Q["write"], values)
         written = (*(values[name] for name in row.COLUMNS), got[row.REVISION] + 1)
         if fresh:  # decoded afresh: nothing the caller's mutate holds is in it [JOB-M2]
             return self._holding(written)
-        self._hold(written)
+        self._held.hold(written)
         return rec
 
     def submit(self, record: Record) -> str:
@@ -645,7 +739,7 @@ class PostgresStore(ContractStore):
             query = Q["forged"]
         else:
             query = Q["write"]
-        self._held.pop(job_id, None)
+        self._held.forget(job_id)
         with self.session.tx() as conn:
             if conn.execute(query, values).rowcount != 1:
                 raise NotFound(f"no job {job_id}", job_id)
@@ -659,7 +753,7 @@ class PostgresStore(ContractStore):
     def remove(self, job_id: str) -> bool:
         """Delete an ended job's row in one statement; False when it is missing, not ended, or unreadable here."""
         ids.check(job_id)
-        self._held.pop(job_id, None)
+        self._held.forget(job_id)
         return self.session.one(Q["remove"], {"id": job_id, "understood": self._models()}) is not None
 
     def sweep(self, job_id: str | None = None) -> int:
@@ -668,9 +762,15 @@ class PostgresStore(ContractStore):
             ids.check(job_id)
         return 0
 
-    def notices(self) -> Notices:
-        """LISTEN on the store's channel (:class:`.listener.Listener`): the trigger sends the ids."""
-        return Listener(self.url)
+    def notices(self, *, news_only: bool = False) -> Notices:
+        """LISTEN on the store's channel (:class:`.listener.Listener`): the trigger sends the ids.
+
+        With ``news_only`` the notices of this store's own writes are left out
+        (each names the row's revision, and this store keeps the revisions it
+        wrote): a worker's keepers hear what others wrote to their jobs, not
+        the echo of their own renewals and their own claim.
+        """
+        return Listener(self.url, mine=self._held.mine if news_only else None)
 
 
 def _first(got: Row) -> Any:
@@ -697,20 +797,3 @@ class _States(Mapping[str, str]):
 
     def __len__(self) -> int:
         return 0
-
-
-def _interval(seconds: float) -> timedelta:
-    """A duration as the statement's interval: the microseconds the file store's ``now + ttl`` adds."""
-    return timedelta(seconds=seconds)
-
-
-def _checkpoint(given: Any) -> dict[str, Any]:
-    """A step's checkpoint parameters: whether to set it, its text, the model it makes a write carry on."""
-    if given is UNSET:
-        return {"set_checkpoint": False, "checkpoint": None, "carry": None}
-    if given is None:
-        return {"set_checkpoint": True, "checkpoint": None, "carry": None}
-    from ...record import RANGES, canonical_ranges
-
-    text: str = given.text
-    return {"set_checkpoint": True, "checkpoint": text, "carry": RANGES if canonical_ranges(text) else None}

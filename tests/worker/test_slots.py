@@ -1,0 +1,99 @@
+"""A worker's slots (jobctl.slots): free slots claim together; a busy slot's finish claims its next job.
+
+With every slot busy the worker picks the next jobs ahead (remembered, not
+claimed); a slot that finishes its job claims the oldest of them in the same
+call (``Store.finish_and_claim``: one round trip on PostgreSQL). Free slots
+take their jobs in one ``Store.claim_each``. Each job still runs once: the
+claims are the contract's, judged one by one.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from workertools import in_process, job_argv, read_log, submit, wait_until
+
+from jobctl import FileStore
+from jobctl.worker import Worker
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def worker(store: FileStore, **options: object) -> Worker:
+    options.setdefault("ttl", 5.0)
+    return in_process(store, **options)
+
+
+def spy(store: Any, name: str, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every answer of ``store.<name>``, in order."""
+    answers: list[Any] = []
+    real: Callable[..., Any] = getattr(store, name)
+
+    def spied(*args: Any, **kwargs: Any) -> Any:
+        got = real(*args, **kwargs)
+        answers.append(got)
+        return got
+
+    monkeypatch.setattr(store, name, spied)
+    return answers
+
+
+def starts(side_log: Path) -> list[str]:
+    return [line["id"] for line in read_log(side_log) if line["event"] == "start"]
+
+
+def test_a_slot_claims_its_next_job_with_the_finish_of_the_last(
+    store: FileStore, side_log: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ids = [submit(store, job_argv("exit", 0), side_log) for _ in range(16)]
+    pairs = spy(store, "finish_and_claim", monkeypatch)
+    batches = spy(store, "claim_each", monkeypatch)
+    summary = worker(store, concurrency=3).run("drain")
+    assert summary["complete"] == 16
+    assert sorted(starts(side_log)) == sorted(ids)  # every job once
+    records = store.list()
+    assert all(r.state == "complete" and r.lease.epoch == 1 for r in records)  # each claimed once
+    taken = [then for _, then in pairs if not isinstance(then, Exception)]
+    assert taken, "no finish claimed the next job"
+    assert batches and len(batches[0]) == 3  # the three free slots claimed together at the start
+    # what a finish claimed ran under that claim
+    assert all(store.load(rec.id).lease.epoch == rec.lease.epoch for rec in taken)
+
+
+def test_jobs_picked_ahead_are_left_untouched_by_a_worker_that_stops(
+    store: FileStore, side_log: Path, tmp_path: Path
+) -> None:
+    long = submit(store, job_argv("sleep", 30), side_log)
+    rest = [submit(store, job_argv("exit", 0), side_log) for _ in range(3)]
+    w = worker(store, concurrency=1)
+    thread = threading.Thread(target=w.run, args=("loop",))
+    thread.start()
+    try:
+        wait_until(lambda: long in starts(side_log), what="the long job to start")
+        wait_until(lambda: w._slots.ahead() > 0, what="a job picked ahead")
+    finally:
+        w.request_stop(immediate=True)
+        thread.join(60)
+    assert not thread.is_alive()
+    assert starts(side_log) == [long]
+    assert store.load(long).state == "pending" and store.load(long).lease.epoch == 1  # released
+    for job_id in rest:  # picked ahead, never claimed
+        rec = store.load(job_id)
+        assert (rec.state, rec.lease.epoch, rec.lease.owner) == ("pending", 0, "")
+
+
+def test_two_workers_sharing_the_jobs_run_each_once(store: FileStore, side_log: Path) -> None:
+    """Two workers' batch claims and finish-and-claims fight over the same oldest jobs: none runs twice."""
+    ids = [submit(store, job_argv("exit", 0), side_log) for _ in range(30)]
+    a, b = worker(store, concurrency=3, name="a"), worker(store, concurrency=3, name="b")
+    threads = [threading.Thread(target=w.run, args=("drain",)) for w in (a, b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(80)
+    assert sorted(starts(side_log)) == sorted(ids)
+    assert all(r.state == "complete" and r.lease.epoch == 1 for r in store.list())
