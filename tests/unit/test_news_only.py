@@ -152,3 +152,24 @@ def test_a_store_without_notices_makes_a_lookout_that_never_asks_for_a_read(tmp_
     finally:
         lookout.close()
     assert isinstance(jobctl.FileStore(tmp_path).notices(news_only=True).read(), tuple)
+
+
+def test_a_notice_without_a_revision_is_heard_and_a_foreign_payload_ignored(pg_url: str) -> None:
+    import json
+
+    import psycopg
+
+    from jobctl.store import postgres
+
+    postgres.init(pg_url)
+    with postgres.PostgresStore(pg_url) as s, psycopg.connect(pg_url, autocommit=True) as other:
+        schema = other.execute("SELECT current_schema()").fetchone()[0]  # type: ignore[index]
+        notices = s.notices(news_only=True)
+        try:
+            notices.read()
+            for payload in ("not json", json.dumps([schema, 7, "x"]), json.dumps(["elsewhere", "written", "y"])):
+                other.execute("SELECT pg_notify('jobctl_jobs', %s)", (payload,))
+            other.execute("SELECT pg_notify('jobctl_jobs', %s)", (json.dumps([schema, "written", "z"]),))
+            assert heard(notices) == ({"z"}, set())
+        finally:
+            notices.close()

@@ -72,10 +72,11 @@ class Listener:
     def _hear(self, notice: psycopg.Notify) -> None:
         if notice.channel != CHANNEL:
             return
-        try:
-            schema, what, job_id, revision = json.loads(notice.payload)
+        try:  # [schema, what, id, revision]; a trigger made before the revision was sent leaves it out
+            schema, what, job_id, *rest = json.loads(notice.payload)
         except (ValueError, TypeError):
             return  # not our trigger's: nothing to learn from it
+        revision = rest[0] if rest else None
         if schema != self._schema or not isinstance(what, str) or not isinstance(job_id, str):
             return
         if what == "written" and self._mine is not None and isinstance(revision, int) and self._mine(job_id, revision):
