@@ -405,8 +405,10 @@ class Store(Protocol):
         its notices before its first read, so a write between the two is
         seen twice, never missed. Each call gives an independent listener
         the caller closes. With ``news_only``, a store that can tell leaves
-        out the notices of writes made through this very handle (PostgreSQL:
-        each notice names the row's revision); the others are all heard.
+        out the notices of the writes this very handle's holder steps made
+        (claim, renew, progress, release, finish; PostgreSQL: each notice
+        names the row's revision); the others, an intent or a recall made
+        through this handle among them, are all heard.
         """
         ...
 
