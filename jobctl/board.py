@@ -122,7 +122,9 @@ class Board:
         if force or age > self._notices.recheck:
             self.rescan()
             return
-        changed = self._notices.read(sync=False)  # the worker reads again before its next pick
+        # What has arrived: a write still on its way is read at the next refresh, and a pick from a
+        # view behind the store costs at most a claim refused (the claim judges the record as it is).
+        changed = self._notices.read(sync=False)
         if changed is None:
             self.rescan()
             return

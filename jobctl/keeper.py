@@ -167,8 +167,8 @@ class Lookout:
             heard.pop(job_id, None)
             heard[job_id] = now
         while len(heard) > self.REMEMBER:
-            del heard[next(iter(heard))]
-            self._since = max(self._since, now)  # forgotten: a follow from before now reads once
+            # Forgotten: a follow from before the time it was last heard of reads once.
+            self._since = max(self._since, heard.pop(next(iter(heard))))
 
     def drop(self, job_id: str, look: Callable[[], None]) -> None:
         with self._lock:
@@ -692,12 +692,7 @@ class Ending:
     """
 
     def __init__(
-        self,
-        store: KeeperStore,
-        rec: Record,
-        attempt: int,
-        successor: Callable[[], Record | None] | None = None,
-        ttl: float = 30.0,
+        self, store: KeeperStore, rec: Record, attempt: int, successor: Callable[[], Record | None] | None, ttl: float
     ) -> None:
         self.store = store
         self.rec = rec
@@ -750,7 +745,10 @@ class Ending:
             else:
                 rec = self.store.update(self.job_id, self.epoch, mutate)
         except (JobError, OSError) as exc:
-            return self.refused(out, exc if isinstance(exc, JobError) else _io(exc, self.job_id))
+            verdict = exc if isinstance(exc, JobError) else _io(exc, self.job_id)
+            if following is not None and out.then is None:
+                out.then = (following, verdict)  # whether the claim was taken is unknown: its lease will tell
+            return self.refused(out, verdict)
         out.state = rec.state
         return out
 

@@ -38,6 +38,7 @@ from .record import Record
 from .runner import Outcome, Run, RunStore
 from .schedule import blocked_by
 from .store.base import Verdicts
+from .store.contract import refusal
 
 if TYPE_CHECKING:
     from .keeper import Keeper
@@ -49,7 +50,6 @@ __all__ = ["Slots", "SlotStore", "Event", "Report", "Started"]
 class SlotStore(RunStore, Protocol):
     """What the slots need of a store beyond a run's needs."""
 
-    def claim(self, job_id: str, owner: str, ttl_seconds: float, *, wait: bool = True) -> Record: ...
     def claim_each(self, job_ids: Sequence[str], owner: str, ttl_seconds: float) -> Verdicts: ...
 
 
@@ -175,7 +175,10 @@ class Slots:
         self._said_busy: set[str] = set()  # jobs whose lock another writer held
         self._work: queue.SimpleQueue[list[Record] | _Claimed | None] = queue.SimpleQueue()
         self._ahead: deque[Record] = deque()
-        self._taking: dict[str, float] = {}  # taken from _ahead by a slot (when), not reported back yet
+        # Taken from _ahead by a slot's finish (when), until the loop has a report naming the job:
+        # the claim's, or its refusal. Kept out of picks till then (:meth:`reported`).
+        self._taking: dict[str, float] = {}
+        self._slot_taking = threading.local()  # the job this slot's finish under way took, if any
         self._threads: list[threading.Thread] = []
 
     # -- the loop's side -----------------------------------------------------------
@@ -212,7 +215,7 @@ class Slots:
             return self._ahead.popleft() if self._ahead else None
 
     def reported(self, job_id: str) -> None:
-        """The loop has the report that a slot runs ``job_id``, taken from the ones picked ahead."""
+        """The loop has a report naming ``job_id``: if a slot took it from the ones picked ahead, it is let go."""
         with self.lock:
             self._taking.pop(job_id, None)
 
@@ -265,7 +268,10 @@ class Slots:
             try:
                 following = step(*args)
             except Exception as exc:  # a bug or an I/O failure must not eat the slot
-                for rec in recs:  # each goes back to the loop, which would otherwise wait for it for ever
+                taking = getattr(self._slot_taking, "rec", None)  # a successor the failed finish took
+                self._slot_taking.rec = None
+                for rec in [*recs, *([taking] if taking is not None else [])]:
+                    # each goes back to the loop, which would otherwise wait for it (or leave it out) for ever
                     self._post(Report(rec.id, event=Event("refused", rec.id, rec.kind, f"internal error: {exc!r}")))
                 return
             if following is None:
@@ -282,13 +288,12 @@ class Slots:
         if not recs:
             return None
         at = time.monotonic()
-        if len(recs) == 1:
-            got: Verdicts = [self._claim_one(recs[0])]
-        else:
-            try:
-                got = self.store.claim_each([rec.id for rec in recs], self.owner, self.ttl)
-            except (JobError, OSError) as exc:  # the server away for good: none of them is claimed here
-                got = [_as_verdict(exc, rec.id) for rec in recs]
+        try:
+            # Each claim waits for a lock a moment only (LOCK_PATIENCE): a writer stopped in the middle of
+            # a write would hold this slot (and a stop of the worker) for as long as it stays stopped.
+            got: Verdicts = self.store.claim_each([rec.id for rec in recs], self.owner, self.ttl)
+        except (JobError, OSError) as exc:  # the server away for good: none of them is claimed here
+            got = [refusal(exc, rec.id) for rec in recs]
         first: Next | None = None
         for rec, answer in zip(recs, got, strict=True):
             if isinstance(answer, JobError):
@@ -298,14 +303,6 @@ class Slots:
             else:
                 self._work.put(_Claimed(rec, answer, at))  # a free slot runs it as it is
         return first
-
-    def _claim_one(self, rec: Record) -> Record | JobError:
-        try:
-            # Waiting for the lock a moment only (LOCK_PATIENCE): a writer stopped in the middle of a write
-            # would hold this slot (and a stop of the worker) for as long as it stays stopped. Tried again later.
-            return self.store.claim(rec.id, self.owner, self.ttl, wait=False)
-        except (JobError, OSError) as exc:
-            return _as_verdict(exc, rec.id)
 
     def _left_running(self, rec: Record) -> bool:
         """Whether the processor of an earlier attempt of ``rec``, given up at its grace, still runs here."""
@@ -348,15 +345,21 @@ class Slots:
         self._post(Report(rec.id))
 
     def _successor(self) -> Record | None:
-        """The oldest job picked ahead, for the finish under way to claim; None when stopping or there is none."""
-        if self._stopping():
-            return None
-        with self.lock:
-            if self.stop_applied[0] or not self._ahead:
-                return None
-            rec = self._ahead.popleft()
-            self._taking[rec.id] = time.monotonic()
-        return rec
+        """The oldest job picked ahead, for the finish under way to claim; None when stopping or there is none.
+
+        A job whose processor from an earlier attempt still runs here is
+        passed over (reported back to the loop), as a claim of it would be.
+        """
+        while not self._stopping():
+            with self.lock:
+                if self.stop_applied[0] or not self._ahead:
+                    return None
+                rec = self._ahead.popleft()
+                self._taking[rec.id] = time.monotonic()
+            if not self._left_running(rec):
+                self._slot_taking.rec = rec
+                return rec
+        return None
 
     def _run(self, rec: Record, claimed: Record, at: float) -> Next | None:
         """Check a claimed record again and run it; the job its finish claimed next, if any."""
@@ -394,6 +397,7 @@ class Slots:
     def _then(self, rec: Record, outcome: Outcome) -> Next | None:
         """Report the run's end, with the job its finish claimed; that job's claim and record, to run next."""
         then, outcome.then = outcome.then, None
+        self._slot_taking.rec = None
         if then is None:
             self._post(Report(rec.id, outcome=outcome))
             return None
@@ -402,13 +406,7 @@ class Slots:
             at = self._taking.get(following.id, 0.0)
         if isinstance(answer, JobError):
             self._post(Report(rec.id, outcome=outcome))
-            with self.lock:
-                self._taking.pop(following.id, None)
-            self._refused(following, answer)
+            self._refused(following, answer)  # the loop lets it go from _taking on this report
             return None
         self._post(Report(rec.id, outcome=outcome, took=following))
         return following, answer, at
-
-
-def _as_verdict(exc: JobError | OSError, job_id: str) -> JobError:
-    return exc if isinstance(exc, JobError) else JobError(f"job {job_id}: {exc.strerror or exc}", job_id)

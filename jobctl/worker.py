@@ -77,6 +77,7 @@ MODES = ("loop", "once", "drain")
 class WorkerStore(SlotStore, Protocol):
     """What the loop needs of a store beyond its slots' needs."""
 
+    def claim(self, job_id: str, owner: str, ttl_seconds: float, *, wait: bool = True) -> Record: ...
     def ids(self) -> list[str]: ...
     def list_open(self) -> OpenListing: ...
     def set_intent(self, job_id: str, want: str, by: str = "") -> Record: ...
@@ -338,43 +339,48 @@ class Worker:
     def _hand_out(self, board: Board, only: set[str] | None, now_mono: float) -> tuple[bool, datetime | None]:
         """Give the free slots the oldest runnable jobs (claimed together), then pick the next ones ahead.
 
-        Returns whether the view had nothing more to run, and when a job it
-        holds back (a not-before time) may run.
+        With every slot busy, up to one job per slot is picked ahead: a
+        slot's finish claims the next of them. Returns whether the view had
+        nothing more to run, and when a job it holds back (a not-before
+        time) may run.
         """
+        skip = self._excluded(now_mono)
         batch: list[Record] = []
         wake: datetime | None = None
         idle = False
         while len(self._busy) < self.concurrency:
             rec = self._slots.take_ahead()  # picked ahead of time, before any newer pick
             if rec is None:
-                got = board.pick(self.store.now(), exclude=self._excluded(now_mono), only=only)
-                if got.doomed:
-                    for doomed, why in got.doomed:
-                        self._doom(board, doomed, why)
-                    continue  # their dependents may be doomed now, and the view has moved
-                wake = got.wake
-                if got.record is None:
+                rec, wake = self._next(board, only, skip)
+                if rec is None:
                     idle = True
                     break
-                rec = got.record
-            if only is not None:
+            elif only is not None:
                 only.discard(rec.id)
             self._busy[rec.id] = rec
             batch.append(rec)
         self._slots.hand(batch)
-        if not idle:
-            self._pick_ahead(board, only, now_mono)
+        while not idle and self._slots.ahead() < self.concurrency:
+            rec, _ = self._next(board, only, skip)
+            if rec is None:
+                break
+            self._slots.add_ahead(rec)
         return idle, wake
 
-    def _pick_ahead(self, board: Board, only: set[str] | None, now_mono: float) -> None:
-        """With every slot busy, pick up to one job per slot ahead: a slot's finish claims the next of them."""
-        while self._slots.ahead() < self.concurrency:
-            got = board.pick(self.store.now(), exclude=self._excluded(now_mono), only=only)
-            if got.record is None or got.doomed:
-                return  # a doomed job waits for the next pass, which cancels it
+    def _next(self, board: Board, only: set[str] | None, skip: set[str]) -> tuple[Record | None, datetime | None]:
+        """The oldest job the view would run, left out of later picks; doomed ones are cancelled on the way."""
+        while True:
+            got = board.pick(self.store.now(), exclude=skip, only=only)
+            if not got.doomed:
+                break
+            for doomed, why in got.doomed:
+                self._doom(board, doomed, why)  # their dependents may be doomed now, and the view has moved
+                skip.add(doomed.id)  # passed over for a while, as _doom says, whether or not it was cancelled
+        if got.record is not None:
+            skip.add(got.record.id)
             if only is not None:
                 only.discard(got.record.id)
-            self._slots.add_ahead(got.record)
+        return got.record, got.wake
 
     def _excluded(self, now_mono: float) -> set[str]:
         """What a pick leaves out: the jobs the slots hold or will claim, and those passed over for now."""
@@ -395,9 +401,10 @@ class Worker:
         poller.register(self._wake_r, select.POLLIN)
         fd = board.fileno()
         if fd is not None and self._stop_level == 0 and len(self._busy) < self.concurrency:
-            # With every slot taken there is nothing to hand out: the store's
-            # changes (each write of the running jobs among them) wait in the
-            # notice queue, read all at once by the refresh after the next report.
+            # With every slot taken nothing is handed out (the jobs picked ahead
+            # are judged again by their claim): the store's changes (each write
+            # of the running jobs among them) wait in the notice queue, read all
+            # at once by the refresh after the next report.
             poller.register(fd, select.POLLIN)
         for ready, _mask in poller.poll(math.ceil(timeout * 1000)):
             if ready == self._wake_r:
@@ -466,6 +473,7 @@ class Worker:
             return
         job_id = report.job_id
         self._busy.pop(job_id, None)
+        self._slots.reported(job_id)  # a job taken from the ones picked ahead, refused: pickable again
         if report.took is not None:  # its slot claimed the next job with this one's finish, and runs it
             self._busy[report.took.id] = report.took
             self._slots.reported(report.took.id)

@@ -12,7 +12,7 @@ PostgreSQL store cannot drift apart in what they refuse or how.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -20,11 +20,12 @@ from .. import ids, limits
 from ..errors import Invalid, JobError, LeaseExpired, LeaseHeld, Refused, StaleEpoch, Terminal
 from ..record import STATES, WANTS, Intent, Lease, Recall, Record, decode, encode, given_checkpoint, held
 from ..wire import Raw
-from .base import UNSET, Verdicts
+from .base import UNSET, Skipped, Verdicts
 
 __all__ = [
     "ContractStore",
     "verdict",
+    "refusal",
     "Apply",
     "claiming",
     "renewing",
@@ -54,7 +55,7 @@ def _epoch(value: Any) -> int:
 
 
 class ContractStore:
-    """Every operation of the job contract over six backend primitives.
+    """Every operation of the job contract over seven backend primitives.
 
     ``now()`` is the store's clock; ``load(id)`` reads one record without a
     lock, ``load_bytes(id)`` its stored bytes; ``_read_epoch(id)`` gives
@@ -64,7 +65,13 @@ class ContractStore:
     record under the lock, runs ``apply`` with the clock read under that lock,
     encodes and replaces it in one atomic step, and returns the record written
     (decoded afresh from the bytes when ``fresh``); ``_create(id, data)``
-    writes a new record's bytes, refusing an existing id with ``Invalid``.
+    writes a new record's bytes, refusing an existing id with ``Invalid``;
+    ``claim_some`` claims the oldest runnable jobs.
+
+    A backend may override any operation with a cheaper one that gives the
+    same answers: the PostgreSQL store runs each step as one statement and
+    leaves ``_read_epoch`` and ``_create`` to its own ``claim``, ``submit``
+    and ``import_bytes``.
     """
 
     #: The longest lease ``claim`` and ``renew`` grant, in seconds (the ``max_ttl`` setting, default a
@@ -97,6 +104,31 @@ class ContractStore:
     def load_bytes(self, job_id: str) -> bytes:
         """The record's stored bytes, exactly; ``NotFound``. What ``jobctl export`` writes."""
         raise NotImplementedError
+
+    def claim_some(
+        self,
+        owner: str,
+        ttl: float,
+        limit: int,
+        kinds: Iterable[str] | None = None,
+        *,
+        skipped: Skipped | None = None,
+        unreadable: Skipped | None = None,
+    ) -> list[Record]:
+        raise NotImplementedError
+
+    def claim_next(
+        self,
+        owner: str,
+        ttl: float,
+        kinds: Iterable[str] | None = None,
+        *,
+        skipped: Skipped | None = None,
+        unreadable: Skipped | None = None,
+    ) -> Record | None:
+        """The oldest runnable job, claimed: :meth:`claim_some` of one; None when nothing may start now."""
+        got = self.claim_some(owner, ttl, 1, kinds, skipped=skipped, unreadable=unreadable)
+        return got[0] if got else None
 
     def import_bytes(self, data: bytes, expect: str | None = None, what: str = "the import") -> str:
         """Add a record from its exact bytes (another store's ``load_bytes``); return its id.
@@ -253,13 +285,18 @@ def _given(checkpoint: Any, job_id: str) -> Any:
     text: the value is written as given, never matched against the spelling
     it replaces. Refused (``Invalid``) before anything is read.
     """
+    return _given_ranged(checkpoint, job_id)[0]
+
+
+def _given_ranged(checkpoint: Any, job_id: str) -> tuple[Any, bool]:
+    """:func:`_given`, and whether the checkpoint carries verified ranges (the model a write carries on)."""
     if checkpoint is UNSET:
-        return UNSET
+        return UNSET, False
     try:
-        text, _ranged = given_checkpoint(checkpoint)
+        text, ranged = given_checkpoint(checkpoint)
     except Invalid as exc:
         raise Invalid(f"job {job_id}: checkpoint: {exc.message}", job_id) from None
-    return None if text is None else Raw(text)
+    return (None, False) if text is None else (Raw(text), ranged)
 
 
 def _ttl_within(value: Any, max_ttl: float, job_id: str) -> float:
@@ -471,12 +508,17 @@ def verdict(job_id: str, step: Callable[..., Record], *args: Any, **kwargs: Any)
     """
     try:
         return step(*args, **kwargs)
-    except JobError as exc:
-        if not exc.job_id:
-            exc.job_id = job_id
-        return exc
-    except OSError as exc:
+    except (JobError, OSError) as exc:
+        return refusal(exc, job_id)
+
+
+def refusal(exc: JobError | OSError, job_id: str) -> JobError:
+    """The verdict an error is for a step on ``job_id``: named by the job; an I/O error is ``Refused``."""
+    if isinstance(exc, OSError):
         return Refused(f"job {job_id}: {exc.strerror or exc}", job_id)
+    if not exc.job_id:
+        exc.job_id = job_id
+    return exc
 
 
 def _done(done: Any, job_id: str) -> None:

@@ -573,23 +573,6 @@ class FileStore(ContractStore):
                 out.append(rec)
         return out
 
-    def claim_next(
-        self,
-        owner: str,
-        ttl: float,
-        kinds: Iterable[str] | None = None,
-        *,
-        skipped: Skipped | None = None,
-        unreadable: Skipped | None = None,
-    ) -> Record | None:
-        """The oldest runnable job, claimed: :func:`jobctl.schedule.claim_next` over :meth:`list_open`.
-
-        Finished records are known by their states only [JOB-T1]: the summary
-        cache spares decoding them.
-        """
-        got = self.claim_some(owner, ttl, 1, kinds, skipped=skipped, unreadable=unreadable)
-        return got[0] if got else None
-
     def claim_some(
         self,
         owner: str,

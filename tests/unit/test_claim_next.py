@@ -162,7 +162,7 @@ def _reads(url: str, name: str, args: dict[str, str], generic: bool) -> int:
 
     text = re.sub(r"%\((\w+)\)s", number, Q[name])
     with psycopg.connect(url) as conn:  # one transaction, rolled back: the statement is only measured
-        conn.execute(Q["never_sort"])  # as every session of the store
+        conn.execute(Q["session"], {"ms": 2000})  # as every session of the store
         conn.execute(f"SET plan_cache_mode = {'force_generic_plan' if generic else 'force_custom_plan'}")
         conn.execute(f"PREPARE q AS {text.rstrip(';')}")  # our own query text, numbered
         call = f"EXECUTE q({', '.join(args[n] for n in names)})" if names else "EXECUTE q"

@@ -306,8 +306,13 @@ def test_without_pipeline_mode_a_write_is_an_ordinary_transaction(pg_store: Any,
     with pytest.raises(StaleEpoch):
         pg_store.finish(job, rec.lease.epoch - 1, "complete")
     assert round_trips(pg_store, lambda: pg_store.update(job, rec.lease.epoch, lambda r: None)) == 4
-    assert pg_store.finish(job, rec.lease.epoch, "complete").state == "complete"
-    assert pg_store.load(job).state == "complete"
+    nxt = submit(pg_store)
+    pair = lambda: pg_store.finish_and_claim(job, rec.lease.epoch, "complete", next_id=nxt, owner="w", ttl_seconds=30)  # noqa: E731
+    got: list[Any] = []
+    assert round_trips(pg_store, lambda: got.append(pair())) == 4  # BEGIN, the two statements, COMMIT
+    done, taken = got[0]
+    assert done.state == "complete" and pg_store.load(job).state == "complete"
+    assert taken.state == "running" and pg_store.load(nxt).lease.owner == "w"
 
 
 def test_each_step_hands_back_what_the_store_lays_over() -> None:

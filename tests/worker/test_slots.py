@@ -97,3 +97,97 @@ def test_two_workers_sharing_the_jobs_run_each_once(store: FileStore, side_log: 
         t.join(80)
     assert sorted(starts(side_log)) == sorted(ids)
     assert all(r.state == "complete" and r.lease.epoch == 1 for r in store.list())
+
+
+# -- the slots' bookkeeping of jobs picked ahead, on their own -----------------------------------
+
+
+def bare_slots(store: FileStore, reports: list[Any]) -> Any:
+    from jobctl.slots import Slots
+
+    def unused(*_args: Any) -> Any:
+        raise AssertionError("not reached in these tests")
+
+    return Slots(
+        store,  # type: ignore[arg-type]
+        "w",
+        5.0,
+        1,
+        post=reports.append,
+        stopping=lambda: False,
+        states=dict,
+        cancel=unused,
+        start=unused,
+    )
+
+
+def test_a_successor_refused_stays_out_of_picks_until_the_loop_has_the_refusal(store: FileStore) -> None:
+    """The slot reports the refusal; only the loop's receiving it (``reported``) makes the job pickable again."""
+    from jobctl.errors import LeaseHeld
+    from jobctl.keeper import Outcome
+
+    reports: list[Any] = []
+    slots = bare_slots(store, reports)
+    first, following = (submit(store, ["true"]) for _ in range(2))
+    recs = {r.id: r for r in store.list()}
+    slots.add_ahead(recs[following])
+    assert slots._successor() is recs[following]
+    assert slots.taken() == {following}
+    out = Outcome(first, "shell", 1, 1, state="complete")
+    out.then = (recs[following], LeaseHeld("somebody else holds it", following))
+    assert slots._then(recs[first], out) is None
+    assert [r.job_id for r in reports] == [first, following]
+    assert slots.taken() == {following}  # still out of picks: the loop has not read the refusal yet
+    slots.reported(following)
+    assert slots.taken() == set()
+
+
+def test_a_successor_whose_processor_still_runs_here_is_passed_over(store: FileStore) -> None:
+    class StillRunning:
+        left_running = True
+
+    reports: list[Any] = []
+    slots = bare_slots(store, reports)
+    job = submit(store, ["true"])
+    slots._left[job] = StillRunning()
+    slots.add_ahead(store.load(job))
+    assert slots._successor() is None  # a second run beside the first would run the job twice at once
+    assert [(r.job_id, r.skip) for r in reports] == [(job, True)]
+
+
+def test_a_finish_that_fails_as_a_whole_gives_its_successor_back(store: FileStore) -> None:
+    """The finish-and-claim raised: the job it was to claim comes back with the refusal, not lost in ``taking``."""
+    from jobctl.errors import Refused
+    from jobctl.keeper import Ending, Outcome
+
+    first, following = (submit(store, ["true"]) for _ in range(2))
+    claimed = store.claim(first, "w", 30)
+    nxt = store.load(following)
+
+    class Broken:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(store, name)
+
+        def finish_and_claim(self, *args: Any, **kwargs: Any) -> Any:
+            raise Refused("the connection was lost while committing", first)
+
+    ending = Ending(Broken(), claimed, 1, lambda: nxt, 30.0)  # type: ignore[arg-type]
+    out = ending.finish(Outcome(first, "shell", claimed.lease.epoch, 1), "complete")
+    assert out.then is not None and out.then[0] is nxt and isinstance(out.then[1], Refused)
+    assert isinstance(out.verdict, Refused)
+
+
+def test_a_slot_whose_run_fails_after_its_finish_took_a_successor_reports_both(store: FileStore) -> None:
+    reports: list[Any] = []
+    slots = bare_slots(store, reports)
+    first, following = (submit(store, ["true"]) for _ in range(2))
+    slots.add_ahead(store.load(following))
+
+    def step() -> None:
+        assert slots._successor() is not None
+        raise RuntimeError("a bug after the finish")
+
+    slots._guarded([store.load(first)], step)
+    assert sorted(r.job_id for r in reports) == sorted([first, following])  # neither left waiting for ever
+    slots.reported(following)
+    assert slots.taken() == set()

@@ -12,8 +12,7 @@ from __future__ import annotations
 from ..base import RowLease
 from .listener import Listener
 from .schema import SCHEMA_VERSION, SQL_DIR, Q, init, migrate, queries, schema_status
-from .session import PIPELINE
-from .store import RECONNECT_WAIT, SCAN_PAGE, PostgresStore
+from .store import RECONNECT_WAIT, PostgresStore
 
 __all__ = [
     "PostgresStore",
@@ -26,7 +25,5 @@ __all__ = [
     "schema_status",
     "init",
     "migrate",
-    "PIPELINE",
     "RECONNECT_WAIT",
-    "SCAN_PAGE",
 ]

@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from ...errors import JobError, Refused
 from ..url import masked
 from .schema import SQL_DIR, queries
-from .session import connect
+from .session import connect, first_line
 from .store import PostgresStore
 
 __all__ = ["CLOCK_WARN", "examine", "clock_check"]
@@ -81,8 +81,7 @@ def examine(url: str, host_now: Callable[[], datetime] | None = None) -> tuple[l
             privileges = conn.execute(Q["privileges"]).fetchone()
             assert privileges is not None
         except psycopg.Error as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            return [*facts, ("check_connect", f"FAILED: {masked(url)}: {first}")], False
+            return [*facts, ("check_connect", f"FAILED: {masked(url)}: {first_line(exc)}")], False
     facts.append(("check_connect", "ok"))
 
     try:

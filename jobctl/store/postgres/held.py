@@ -11,6 +11,8 @@ nothing new (:meth:`Held.mine`, for ``notices(news_only=True)``).
 
 from __future__ import annotations
 
+import threading
+
 from .row import Row
 
 __all__ = ["Held", "KEEP", "HOLDERS"]
@@ -23,10 +25,15 @@ HOLDERS = frozenset({"claim", "renew", "release", "progress", "finish"})
 
 
 class Held:
-    """The newest :data:`KEEP` rows a store read or wrote, and the runs of revisions its holder steps wrote."""
+    """The newest :data:`KEEP` rows a store read or wrote, and the runs of revisions its holder steps wrote.
+
+    A worker's slots share one store: its changes are made under a lock (a
+    lookup is one dictionary read, and needs none).
+    """
 
     def __init__(self, keep: int = KEEP) -> None:
         self.keep = keep
+        self._lock = threading.Lock()
         self._rows: dict[str, Row] = {}
         self._mine: dict[str, tuple[int, int]] = {}
 
@@ -36,14 +43,16 @@ class Held:
     def hold(self, got: Row) -> None:
         """Keep the row, the last this store read or wrote of its job (the oldest kept is forgotten)."""
         rows = self._rows
-        rows.pop(got[0], None)
-        rows[got[0]] = got
-        if len(rows) > self.keep:
-            del rows[next(iter(rows))]
+        with self._lock:
+            rows.pop(got[0], None)
+            rows[got[0]] = got
+            if len(rows) > self.keep:
+                del rows[next(iter(rows))]
 
     def forget(self, job_id: str) -> None:
         """The row was replaced or removed by other means: read it again next time."""
-        self._rows.pop(job_id, None)
+        with self._lock:
+            self._rows.pop(job_id, None)
 
     def wrote(self, job_id: str, revision: int) -> None:
         """Keep the revision a holder's own step gave the row: its notice tells the holder nothing new.
@@ -56,10 +65,11 @@ class Held:
         and a write through ``update`` is left to be heard.
         """
         mine = self._mine
-        low, high = mine.pop(job_id, (revision, revision - 1))
-        mine[job_id] = (low, revision) if high == revision - 1 else (revision, revision)
-        if len(mine) > self.keep:
-            del mine[next(iter(mine))]
+        with self._lock:
+            low, high = mine.pop(job_id, (revision, revision - 1))
+            mine[job_id] = (low, revision) if high == revision - 1 else (revision, revision)
+            if len(mine) > self.keep:
+                del mine[next(iter(mine))]
 
     def mine(self, job_id: str, revision: int) -> bool:
         """Whether the row's ``revision`` is one this store's holder steps wrote (read from the listener's thread)."""

@@ -16,7 +16,7 @@ from .session import connect, psycopg, refusing
 __all__ = ["Listener", "CHANNEL", "SYNC_EVERY"]
 
 
-#: The channel the trigger ``jobctl_jobs_notify`` (``migrate-2.sql``) sends on.
+#: The channel the trigger ``jobctl_jobs_written`` (``migrate-3-finish.sql``) sends on.
 CHANNEL = "jobctl_jobs"
 
 #: Seconds between the round trips that prove the listening connection alive.
@@ -72,7 +72,9 @@ class Listener:
     def _hear(self, notice: psycopg.Notify) -> None:
         if notice.channel != CHANNEL:
             return
-        try:  # [schema, what, id, revision]; a trigger made before the revision was sent leaves it out
+        # [schema, what, id, revision]. The trigger of a store made by an early build of schema 3 sends
+        # no revision (and raises none): each of its notices is news, never taken for this store's own.
+        try:
             schema, what, job_id, *rest = json.loads(notice.payload)
         except (ValueError, TypeError):
             return  # not our trigger's: nothing to learn from it

@@ -9,12 +9,14 @@
 -- step's preconditions (DIGEST §5, in jobctl.store.contract) and its SET the
 -- step's effect; a statement that changes no row was refused, and the store
 -- then judges the row with the contract's Python rules, which name the
--- refusal. Every write raises the row's revision. A claim hands back the
--- record's columns and the revision (the row's head: `j.*` without the
--- scheduling columns at its end); the other steps hand back the revision and
--- the columns they set, which the store lays over the row it holds at the
--- revision before (or reads it in the same round trip when it holds none). `now` is %(now)s when the store was given a clock of its own
--- (tests), else statement_timestamp(): the server's clock as the statement
+-- refusal. Every write raises the row's revision: the trigger
+-- jobctl_jobs_written does, whoever writes. A claim hands back the record's
+-- columns and the revision (the row's head: `j.*` without the scheduling
+-- columns at its end); the other steps hand back the revision and the
+-- columns they set, which the store lays over the row it holds at the
+-- revision before (or reads it in the same round trip when it holds none).
+-- `now` is %(now)s when the store was given a clock of its own (tests), else
+-- statement_timestamp(): the server's clock as the statement
 -- starts, one instant for every judgement and every time the statement writes
 -- [JOB-O4]. %(understood)s is the critical models this reader knows: a row
 -- that names another must not be touched [JOB-D7].
@@ -34,15 +36,17 @@ INSERT INTO jobctl_schema (version) VALUES (%(version)s);
 -- name: encoding
 SELECT current_setting('server_encoding');
 
--- name: utc
--- Every connection reads and writes times in UTC: psycopg hands timestamptz
--- values back in the session's zone, and the record's times are UTC [JOB-E5].
-SELECT set_config('TimeZone', 'UTC', false);
-
--- name: never_sort
--- The store's sessions never sort (session.py says why): no statement of
--- theirs needs the server to sort what it reads.
-SELECT set_config('enable_sort', 'off', false);
+-- name: session
+-- Every connection of a store, once, in one round trip:
+-- - times are read and written in UTC: psycopg hands timestamptz values back
+--   in the session's zone, and the record's times are UTC [JOB-E5];
+-- - the session never sorts (session.py says why): no statement of the store
+--   needs the server to sort what it reads;
+-- - a statement waits %(ms)s ms at most for a row another transaction holds
+--   before it fails (lock_not_available); session.py runs it again for a
+--   caller that waits without end.
+SELECT set_config('TimeZone', 'UTC', false), set_config('enable_sort', 'off', false),
+    set_config('lock_timeout', %(ms)s::text, false);
 
 -- name: clock
 SELECT clock_timestamp();
@@ -56,12 +60,6 @@ SELECT j.* FROM jobctl_jobs j WHERE j.id = %(id)s;
 -- outer SELECT projects only the row the CTE has locked.
 WITH locked AS (SELECT j.* FROM jobctl_jobs j WHERE j.id = %(id)s FOR UPDATE)
 SELECT locked.*, clock_timestamp() FROM locked;
-
--- name: patience
--- How long any statement of the store's sessions waits for a row another
--- transaction holds before it fails (lock_not_available); session.py runs it
--- again for a caller that waits without end.
-SELECT set_config('lock_timeout', %(ms)s::text, false);
 
 -- name: state_of
 SELECT state, critical FROM jobctl_jobs WHERE id = %(id)s;
@@ -77,7 +75,7 @@ SELECT j.* FROM jobctl_jobs j ORDER BY j.id;
 -- the sessions never sort, and the store sorts them by id); finished_states
 -- gives the others' states.
 SELECT j.* FROM jobctl_jobs j
-WHERE j.unfinished AND j.state NOT IN ('complete', 'failed', 'cancelled')
+WHERE j.unfinished
 ORDER BY j.created_at, j.id;
 
 -- name: finished_states
@@ -151,7 +149,7 @@ UPDATE jobctl_jobs SET
     want = %(want)s, intent_by = %(intent_by)s, intent_at = %(intent_at)s, extension_keys = %(extension_keys)s,
     extension_values = %(extension_values)s, created_at = %(created_at)s, updated_at = %(updated_at)s,
     content = %(content)s, critical = %(critical)s, verbatim = %(verbatim)s, not_before = %(not_before)s,
-    after = %(after)s, pipeline = %(pipeline)s, scheduled = %(scheduled)s, revision = revision + 1
+    after = %(after)s, pipeline = %(pipeline)s, scheduled = %(scheduled)s
 WHERE id = %(id)s;
 
 -- name: forged
@@ -159,8 +157,7 @@ WHERE id = %(id)s;
 -- a newer writer would write them), with the lists they declare: every step
 -- refuses the row for its critical list, and readers are handed the bytes.
 -- The other columns stay as they were.
-UPDATE jobctl_jobs SET verbatim = %(verbatim)s, content = %(content)s, critical = %(critical)s,
-    revision = revision + 1
+UPDATE jobctl_jobs SET verbatim = %(verbatim)s, content = %(content)s, critical = %(critical)s
 WHERE id = %(id)s;
 
 -- name: claim
@@ -177,7 +174,7 @@ SET epoch = j.epoch + 1, owner = %(owner)s,
     expires_at = coalesce(%(now)s::timestamptz, statement_timestamp()) + %(ttl)s::interval,
     recall_reason = NULL, recall_by = NULL, recall_at = NULL, recall_until = NULL,
     state = CASE WHEN j.state IN ('pending', 'running') THEN 'running' ELSE j.state END,
-    verbatim = NULL, revision = j.revision + 1
+    verbatim = NULL
 WHERE j.id = ANY(%(ids)s::text[])
   AND j.critical <@ %(understood)s::text[]
   AND j.state NOT IN ('complete', 'failed', 'cancelled')
@@ -204,7 +201,7 @@ UPDATE jobctl_jobs AS j
 SET epoch = j.epoch + 1, owner = %(owner)s,
     expires_at = coalesce(%(now)s::timestamptz, statement_timestamp()) + %(ttl)s::interval,
     recall_reason = NULL, recall_by = NULL, recall_at = NULL, recall_until = NULL,
-    state = 'running', verbatim = NULL, revision = j.revision + 1
+    state = 'running', verbatim = NULL
 FROM (
     SELECT r.id FROM jobctl_jobs r
     WHERE r.unfinished AND r.state IN ('pending', 'running')
@@ -240,7 +237,7 @@ SET expires_at = CASE
          AND coalesce(%(now)s::timestamptz, statement_timestamp()) + %(ttl)s::interval > j.recall_until
         THEN j.recall_until
         ELSE coalesce(%(now)s::timestamptz, statement_timestamp()) + %(ttl)s::interval END,
-    verbatim = NULL, revision = j.revision + 1
+    verbatim = NULL
 WHERE j.id = %(id)s
   AND j.critical <@ %(understood)s::text[]
   AND j.epoch = %(epoch)s
@@ -257,7 +254,7 @@ SET done = %(done)s, progress_at = coalesce(%(now)s::timestamptz, statement_time
     checkpoint = CASE WHEN %(set_checkpoint)s THEN %(checkpoint)s ELSE j.checkpoint END,
     content = CASE WHEN %(carry)s::text IS NULL OR %(carry)s::text = ANY(j.content) THEN j.content
                    ELSE j.content || %(carry)s::text END,
-    updated_at = coalesce(%(now)s::timestamptz, statement_timestamp()), verbatim = NULL, revision = j.revision + 1
+    updated_at = coalesce(%(now)s::timestamptz, statement_timestamp()), verbatim = NULL
 WHERE j.id = %(id)s
   AND j.critical <@ %(understood)s::text[]
   AND j.state NOT IN ('complete', 'failed', 'cancelled')
@@ -276,7 +273,7 @@ SET state = %(state)s, error = coalesce(%(error)s, j.error),
     done = coalesce(%(done)s, j.done),
     progress_at = CASE WHEN %(done)s::bigint IS NULL THEN j.progress_at
                        ELSE coalesce(%(now)s::timestamptz, statement_timestamp()) END,
-    updated_at = coalesce(%(now)s::timestamptz, statement_timestamp()), verbatim = NULL, revision = j.revision + 1
+    updated_at = coalesce(%(now)s::timestamptz, statement_timestamp()), verbatim = NULL
 WHERE j.id = %(id)s
   AND j.critical <@ %(understood)s::text[]
   AND j.state NOT IN ('complete', 'failed', 'cancelled')
@@ -291,7 +288,7 @@ RETURNING j.revision, j.state, j.error, j.checkpoint, j.content, j.done, j.progr
 UPDATE jobctl_jobs AS j
 SET expires_at = coalesce(%(now)s::timestamptz, statement_timestamp()), owner = '',
     state = CASE WHEN j.state = 'running' AND j.delegation_system IS NULL THEN 'pending' ELSE j.state END,
-    updated_at = coalesce(%(now)s::timestamptz, statement_timestamp()), verbatim = NULL, revision = j.revision + 1
+    updated_at = coalesce(%(now)s::timestamptz, statement_timestamp()), verbatim = NULL
 WHERE j.id = %(id)s
   AND j.critical <@ %(understood)s::text[]
   AND j.state NOT IN ('complete', 'failed', 'cancelled')
@@ -304,7 +301,7 @@ RETURNING j.revision, j.expires_at, j.owner, j.state, j.updated_at;
 -- [JOB-I7]. Refused: a finished job [JOB-I5].
 UPDATE jobctl_jobs AS j
 SET want = %(want)s, intent_by = %(by)s, intent_at = coalesce(%(now)s::timestamptz, statement_timestamp()),
-    updated_at = coalesce(%(now)s::timestamptz, statement_timestamp()), verbatim = NULL, revision = j.revision + 1
+    updated_at = coalesce(%(now)s::timestamptz, statement_timestamp()), verbatim = NULL
 WHERE j.id = %(id)s
   AND j.critical <@ %(understood)s::text[]
   AND j.state NOT IN ('complete', 'failed', 'cancelled')
@@ -320,7 +317,7 @@ SET recall_reason = %(reason)s, recall_by = %(by)s,
     recall_at = coalesce(%(now)s::timestamptz, statement_timestamp()),
     recall_until = coalesce(%(now)s::timestamptz, statement_timestamp()) + %(grace)s::interval,
     expires_at = least(j.expires_at, coalesce(%(now)s::timestamptz, statement_timestamp()) + %(grace)s::interval),
-    updated_at = coalesce(%(now)s::timestamptz, statement_timestamp()), verbatim = NULL, revision = j.revision + 1
+    updated_at = coalesce(%(now)s::timestamptz, statement_timestamp()), verbatim = NULL
 WHERE j.id = %(id)s
   AND j.critical <@ %(understood)s::text[]
   AND j.state NOT IN ('complete', 'failed', 'cancelled')
@@ -336,8 +333,8 @@ WHERE id = %(id)s AND state IN ('complete', 'failed', 'cancelled') AND critical 
 RETURNING id;
 
 -- name: listen
--- Change notices (schema version 2): the trigger jobctl_jobs_notify sends one
--- per row written or removed, when its transaction commits.
+-- Change notices: the trigger jobctl_jobs_written (migrate-3-finish.sql) sends
+-- one per row written or removed, when its transaction commits.
 LISTEN jobctl_jobs;
 
 -- name: current_schema

@@ -19,6 +19,7 @@ from typing import Any
 
 from ...errors import Invalid, JobError
 from ...record import (
+    RANGES,
     TERMINAL,
     ZERO_TIME,
     Delegation,
@@ -277,16 +278,16 @@ def interval(seconds: float) -> timedelta:
     return timedelta(seconds=seconds)
 
 
-def checkpoint_params(given: Any) -> dict[str, Any]:
-    """A step's checkpoint parameters: whether to set it, its text, the model it makes a write carry on."""
+def checkpoint_params(given: Any, ranged: bool = False) -> dict[str, Any]:
+    """A step's checkpoint parameters: whether to set it, its text, the model it makes a write carry on.
+
+    ``given`` and ``ranged`` as ``jobctl.store.contract._given_ranged`` says.
+    """
     if given is UNSET:
         return {"set_checkpoint": False, "checkpoint": None, "carry": None}
     if given is None:
         return {"set_checkpoint": True, "checkpoint": None, "carry": None}
-    from ...record import RANGES, canonical_ranges
-
-    text: str = given.text
-    return {"set_checkpoint": True, "checkpoint": text, "carry": RANGES if canonical_ranges(text) else None}
+    return {"set_checkpoint": True, "checkpoint": given.text, "carry": RANGES if ranged else None}
 
 
 def listing(rows: Iterable[Row], out: Listing | None = None) -> Listing:

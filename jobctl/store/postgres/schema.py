@@ -196,7 +196,7 @@ def values_kept(rec: Any, data: bytes) -> dict[str, Any]:
 def _undecodable(
     job_id: str, data: bytes, state: str, kind: str, epoch: int, owner: str, expires_at: Any, created_at: Any
 ) -> dict[str, Any]:
-    from ...record import ZERO_TIME
+    from ...record import TERMINAL, ZERO_TIME
 
     out: dict[str, Any] = dict.fromkeys(row.COLUMNS + row.SCHEDULING)
     out.update(
@@ -204,6 +204,6 @@ def _undecodable(
         epoch=epoch, expires_at=expires_at or ZERO_TIME, error="", created_at=created_at or ZERO_TIME,
         updated_at=ZERO_TIME, content=[],
         critical=[UNDECODABLE], verbatim=data, after=[], scheduled=False,
-        unfinished=state not in ("complete", "failed", "cancelled"),
+        unfinished=state not in TERMINAL,
     )  # fmt: skip
     return out

@@ -48,14 +48,14 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised by hand without the extra
     raise Refused("the PostgreSQL store needs psycopg: pip install 'jobctl[postgres]'") from exc
 
-__all__ = ["Session", "connect", "refusing", "retried", "read", "PIPELINE", "Lost", "Unsure", "psycopg"]
+__all__ = ["Session", "connect", "first_line", "refusing", "retried", "read", "PIPELINE", "Lost", "Unsure", "psycopg"]
 
 #: Pipeline mode needs libpq 14 or later (psycopg's binary package bundles one);
 #: with an older libpq a pipelined transaction is an ordinary one, two round trips longer.
 PIPELINE = psycopg.Pipeline.is_supported()
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
 
@@ -65,7 +65,7 @@ def connect(url: str) -> psycopg.Connection[Any]:
     try:
         return psycopg.connect(url, autocommit=True)
     except psycopg.Error as exc:
-        err = Refused(f"cannot connect to {masked(url)}: {_first_line(exc)}")
+        err = Refused(f"cannot connect to {masked(url)}: {first_line(exc)}")
         err.hint = "check the URL, the server, and libpq's settings (PGHOST, PGPASSWORD, ~/.pgpass)"
         raise err from None
 
@@ -76,7 +76,7 @@ def refusing(url: str) -> Iterator[None]:
     try:
         yield
     except psycopg.Error as exc:
-        raise Refused(f"{masked(url)}: {_first_line(exc)}") from exc
+        raise Refused(f"{masked(url)}: {first_line(exc)}") from exc
 
 
 #: A row lock not had: held past the lock patience, or two transactions waiting on each other (one is ended).
@@ -168,7 +168,7 @@ class Session:
                 conn.execute(setup, params)
         except psycopg.Error as exc:
             conn.close()
-            raise Refused(f"{self.root}: {_first_line(exc)}") from exc
+            raise Refused(f"{self.root}: {first_line(exc)}") from exc
         self._conn, self._statements = conn, Statements(conn)
         if again:
             self.reconnects += 1
@@ -176,7 +176,7 @@ class Session:
 
     def failed(self, conn: psycopg.Connection[Any], exc: psycopg.Error, committing: bool) -> Refused:
         """The refusal a driver error becomes: ``Lost`` when nothing can have been written."""
-        first = _first_line(exc)
+        first = first_line(exc)
         if not (conn.broken or conn.closed or conn.pgconn.status != _OK):
             return Refused(f"{self.root}: {first}")
         if committing and not getattr(self.local, "reads", False):
@@ -229,12 +229,18 @@ class Session:
         All or nothing: a statement that fails rolls the others back, and its
         error is raised (``LockBusy`` for a row another transaction held past
         the lock patience: the caller runs them apart, each with its own wait).
+        Without pipeline mode (libpq before 14), an ordinary transaction: a
+        round trip each, and BEGIN and COMMIT.
         """
         with self.lock:
             conn = self.connection()
-            assert self._statements is not None
+            statements = self._statements
+            assert statements is not None
             try:
-                return self._statements.together(calls)
+                if not PIPELINE:
+                    with conn.transaction():
+                        return [statements.first(query, params) for query, params in calls]
+                return statements.together(calls)
             except BUSY as exc:
                 raise LockBusy("the row is locked by another transaction (a write under way)") from exc
             except psycopg.Error as exc:
@@ -314,9 +320,10 @@ class Statements:
     The hot path of every step. psycopg's cursor machinery (a cursor, its
     generators, its prepared-statement bookkeeping) costs a statement more
     Python than the rest of the step together -- measured in instructions,
-    a claim-next + finish cycle 537 thousand through a cursor, 358 thousand
-    this way, and bare SQL through a cursor 213 thousand -- so this takes
-    what it needs of psycopg and no more: its adapters dump the parameters
+    a claim-next + finish cycle 537 thousand through a cursor, 291 thousand
+    this way, and bare SQL through a cursor 213 thousand, when this was
+    written -- so this takes what it needs of psycopg and no more: its
+    adapters dump the parameters
     and load the rows (``Transformer``); libpq runs the statement
     (``PQexecParams`` the first time; from the second, prepared once per
     connection and parameter types, ``PQexecPrepared``), letting go of the
@@ -328,9 +335,8 @@ class Statements:
         self.pgconn = conn.pgconn
         self._encoding = conn.info.encoding
         # A statement runs parsed and planned at its first run, prepared from its second: our statements
-        # are written for generic plans (session.py's never_sort), so the planning of custom plans psycopg's
-        # default threshold (5) pays for buys nothing here.
-        self._threshold = PREPARE_AT
+        # are written for generic plans (the `session` query's enable_sort = off), so the planning of
+        # custom plans psycopg's default threshold (5) pays for buys nothing here.
         self._tx = psycopg.adapt.Transformer(conn)
         self._texts: dict[str, tuple[bytes, tuple[str, ...], list[psycopg.adapt.PyFormat]]] = {}
         self._names: dict[tuple[str, tuple[int, ...]], bytes] = {}
@@ -352,6 +358,12 @@ class Statements:
         else:
             res = self._check(pg.exec_prepared(name, values, formats, _BINARY))
         return self._rows(res, first)
+
+    def first(self, query: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
+        """:meth:`run`'s first row, or None."""
+        got = self.run(query, params, first=True)
+        assert not isinstance(got, list)
+        return got
 
     def together(self, calls: Sequence[tuple[str, dict[str, Any]]]) -> list[tuple[Any, ...] | None]:
         """The statements in pipeline mode up to one Sync: one transaction, one round trip; each first row.
@@ -413,7 +425,7 @@ class Statements:
         prepare = False
         if name is None:
             runs = self._runs[key] = self._runs.get(key, 0) + 1
-            if runs >= self._threshold:
+            if runs >= PREPARE_AT:
                 self._made += 1  # a new name each time: one made by a pipeline that failed may exist
                 name = f"jobctl_{self._made}".encode()
                 prepare = True

@@ -20,6 +20,7 @@ this package. It talks through libpq, so ``PGHOST``, ``PGPASSWORD``,
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -28,7 +29,7 @@ from typing import Any
 
 from ... import ids, limits
 from ...errors import Exists, Invalid, JobError, LockBusy, NotFound, Refused
-from ...record import Record, decode, known_models, prepare
+from ...record import STATES, Record, decode, known_models, prepare
 from ...summary import Summary
 from ..base import UNSET, Listing, Notices, OpenListing, Records, RowLease, Skipped, Unreadable, Verdicts
 from ..contract import (
@@ -37,7 +38,7 @@ from ..contract import (
     _claim_terms,
     _done,
     _epoch,
-    _given,
+    _given_ranged,
     _recall_terms,
     _want,
     claiming,
@@ -93,9 +94,8 @@ class PostgresStore(ContractStore):
         self.url = url
         self.root = masked(url)
         self._clock = clock
-        patience = {"ms": int(limits.LOCK_PATIENCE * 1000)}
-        setup = ((Q["utc"], None), (Q["never_sort"], None), (Q["patience"], patience))
-        self.session = Session(url, reconnect_wait, prepare=setup)
+        setup = (Q["session"], {"ms": int(limits.LOCK_PATIENCE * 1000)})
+        self.session = Session(url, reconnect_wait, prepare=[setup])
         self._clock_read: tuple[float, datetime] | None = None  # (monotonic before asking, the server's answer)
         self.work_dir = os.path.join(os.path.expanduser("~"), ".abstraction", "work")
         self._understood: tuple[frozenset[str], str] = (frozenset(), "{}")
@@ -201,10 +201,6 @@ class PostgresStore(ContractStore):
 
     def load_bytes(self, job_id: str) -> bytes:
         return row.render(self._row(job_id))
-
-    def _read_epoch(self, job_id: str) -> tuple[int, bytes, bool]:
-        got = self._row(job_id)
-        return int(got[row.COLUMNS.index("epoch")]), b"", True  # the column is the record's epoch: exact
 
     @read
     def ids(self) -> list[str]:
@@ -344,7 +340,7 @@ class PostgresStore(ContractStore):
         return self._holding(whole)
 
     def _holding(self, got: Row) -> Record:
-        """The record a row holds, and the row kept for the next step's answer (:meth:`_hold`)."""
+        """The record a row holds, and the row kept for the next step's answer (:meth:`.held.Held.hold`)."""
         rec = row.record_of(got)
         self._held.hold(got)
         return rec
@@ -376,8 +372,8 @@ class PostgresStore(ContractStore):
     def progress(self, job_id: str, epoch: int, done: int, checkpoint: Any = UNSET) -> Record:
         _done(done, job_id)
         _epoch(epoch)
-        given = _given(checkpoint, job_id)
-        params = {"epoch": epoch, "done": done, **row.checkpoint_params(given)}
+        given, ranged = _given_ranged(checkpoint, job_id)
+        params = {"epoch": epoch, "done": done, **row.checkpoint_params(given, ranged)}
         return self._step(job_id, "progress", params, holding(job_id, epoch, progressing(done, given)))
 
     def finish(
@@ -393,12 +389,11 @@ class PostgresStore(ContractStore):
         if done is not None:
             _done(done, job_id)
         _epoch(epoch)
-        given = _given(checkpoint, job_id)
+        given, ranged = _given_ranged(checkpoint, job_id)
         rules = holding(job_id, epoch, finishing(state, error, given, done))
-        if state not in _STATES or (error is not None and not isinstance(error, str)):
+        params = _finish_terms(job_id, epoch, state, error, (given, ranged), done)
+        if params is None:
             return self._write(job_id, rules)  # the rules refuse it in their order (terminal first)
-        params = {"epoch": epoch, "state": state, "done": done, **row.checkpoint_params(given)}
-        params["error"] = None if error is None else row.text_fit(error, "error", job_id)
         return self._step(job_id, "finish", params, rules)
 
     @retried
@@ -410,9 +405,10 @@ class PostgresStore(ContractStore):
         moved meanwhile may be claimed there). A row another transaction
         holds past the lock patience makes them claims of their own.
         """
+        apart = super().claim_each
+        if len(job_ids) < 2 or len(set(job_ids)) < len(job_ids):
+            return apart(job_ids, owner, ttl_seconds)  # one job, or one twice: as claims of their own
         try:
-            if len(job_ids) < 2 or len(set(job_ids)) < len(job_ids):
-                raise Invalid("one job, or one twice")
             ttl = _claim_terms("", owner, ttl_seconds, self.max_ttl)
             params = {
                 "owner": row.text_fit(owner, "owner"),
@@ -420,12 +416,12 @@ class PostgresStore(ContractStore):
                 "ids": [ids.check(j) for j in job_ids],
             }
         except JobError:  # each claim on its own says what is wrong, as a claim of one job would
-            return super().claim_each(job_ids, owner, ttl_seconds)
+            return apart(job_ids, owner, ttl_seconds)
         params["now"], params["understood"] = self._now(), self._models()
         try:
             rows = self.session.all(Q["claim"], params, wait=False)
         except LockBusy:
-            return super().claim_each(job_ids, owner, ttl_seconds)
+            return apart(job_ids, owner, ttl_seconds)
         got = {found[0]: found for found in rows}
         out: Verdicts = []
         for job_id in job_ids:
@@ -453,23 +449,26 @@ class PostgresStore(ContractStore):
         apart (the finish waiting, the claim not).
         """
         held = self._held.get(job_id)
-        apart = super().finish_and_claim
-        if held is None or next_id == job_id or state not in _STATES or not isinstance(error, (str, type(None))):
-            return apart(job_id, epoch, state, error=error, next_id=next_id, owner=owner, ttl_seconds=ttl_seconds)
-        try:
-            _epoch(epoch)
-            ttl = _claim_terms(next_id, owner, ttl_seconds, self.max_ttl)
-            finish = {"epoch": epoch, "state": state, "done": None, **row.checkpoint_params(UNSET)}
-            finish["error"] = None if error is None else row.text_fit(error, "error", job_id)
-            claim = {"owner": row.text_fit(owner, "owner", next_id), "ttl": row.interval(ttl)}
-            self._stepping(job_id, finish)
-            self._stepping(next_id, claim)
-        except JobError:
-            return apart(job_id, epoch, state, error=error, next_id=next_id, owner=owner, ttl_seconds=ttl_seconds)
-        try:
-            got = self._together([(job_id, Q["finish"], finish), (next_id, Q["claim"], claim)])
-        except LockBusy:
-            return apart(job_id, epoch, state, error=error, next_id=next_id, owner=owner, ttl_seconds=ttl_seconds)
+        got: Answers | None = None
+        finish: dict[str, Any] | None = None
+        if held is not None and next_id != job_id:
+            try:
+                _epoch(epoch)
+                ttl = _claim_terms(next_id, owner, ttl_seconds, self.max_ttl)
+                claim = {"owner": row.text_fit(owner, "owner", next_id), "ttl": row.interval(ttl)}
+                self._stepping(next_id, claim)
+                finish = _finish_terms(job_id, epoch, state, error, (UNSET, False), None)
+                if finish is not None:
+                    self._stepping(job_id, finish)
+            except JobError:  # terms the steps refuse, each in its own words
+                finish = None
+        if finish is not None:
+            with contextlib.suppress(LockBusy):  # a row held past the lock patience: the steps apart
+                got = self._together([(job_id, Q["finish"], finish), (next_id, Q["claim"], claim)])
+        if got is None:
+            return super().finish_and_claim(
+                job_id, epoch, state, error=error, next_id=next_id, owner=owner, ttl_seconds=ttl_seconds
+            )
         rules = holding(job_id, epoch, finishing(state, error, UNSET, None))
         done = verdict(job_id, self._concluded, job_id, "finish", got[0], rules, held, None, wait=True)
         rules = claiming(next_id, owner, ttl)
@@ -550,19 +549,6 @@ class PostgresStore(ContractStore):
         claimed = [self._holding(got) for got in rows]
         claimed.sort(key=lambda rec: (rec.created_at, rec.id))
         return claimed
-
-    def claim_next(
-        self,
-        owner: str,
-        ttl: float,
-        kinds: Iterable[str] | None = None,
-        *,
-        skipped: Skipped | None = None,
-        unreadable: Skipped | None = None,
-    ) -> Record | None:
-        """Claim the oldest runnable job with one statement (:meth:`claim_some` of one)."""
-        got = self.claim_some(owner, ttl, 1, kinds, skipped=skipped, unreadable=unreadable)
-        return got[0] if got else None
 
     def _name_unpicked(
         self, rows: Iterable[Row], kinds: Iterable[str] | None, skipped: Skipped | None, unreadable: Skipped | None
@@ -777,7 +763,15 @@ def _first(got: Row) -> Any:
     return got[0]
 
 
-_STATES = frozenset(("pending", "running", "transferred", "complete", "failed", "cancelled"))
+def _finish_terms(
+    job_id: str, epoch: int, state: str, error: Any, given: tuple[Any, bool], done: int | None
+) -> dict[str, Any] | None:
+    """The ``finish`` statement's terms; None for a state or an error it cannot take (the rules word the refusal)."""
+    if state not in STATES or (error is not None and not isinstance(error, str)):
+        return None
+    params = {"epoch": epoch, "state": state, "done": done, **row.checkpoint_params(*given)}
+    params["error"] = None if error is None else row.text_fit(error, "error", job_id)
+    return params
 
 
 class _States(Mapping[str, str]):
