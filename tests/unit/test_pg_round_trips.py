@@ -366,3 +366,12 @@ def _bytes_of(rec: Record) -> bytes:
     from jobctl.record import encode
 
     return encode(rec)
+
+
+def test_the_server_clock_is_asked_at_most_once_a_second(pg_store: Any, monkeypatch: Any) -> None:
+    from jobctl.store.postgres import store as pg
+
+    pg_store.now()
+    assert round_trips(pg_store, lambda: [pg_store.now() for _ in range(5)]) == 0  # within CLOCK_FRESH
+    monkeypatch.setattr(pg, "CLOCK_FRESH", 0.0)
+    assert round_trips(pg_store, lambda: [pg_store.now() for _ in range(2)]) == 2

@@ -11,6 +11,7 @@ from typing import Any
 
 from jobctl import Record
 from jobctl.errors import Invalid, LeaseHeld, NotFound, Refused, StaleEpoch, Terminal
+from jobctl.record import encode
 
 
 def submit(store: Any) -> str:
@@ -32,7 +33,7 @@ def test_claim_each_names_each_job_s_verdict_in_order(any_store: Any) -> None:
     for rec in (got[0], got[4]):
         assert isinstance(rec, Record)
         assert rec.state == "running" and rec.lease.owner == "w" and rec.lease.epoch == 1
-        assert s.load_bytes(rec.id) == s.load_bytes(rec.id) and s.load(rec.id).lease == rec.lease
+        assert s.load_bytes(rec.id) == encode(rec) and s.load(rec.id).lease == rec.lease
     assert s.load(held).lease.owner == "other"
 
 

@@ -60,8 +60,6 @@ def test_a_slot_claims_its_next_job_with_the_finish_of_the_last(
     taken = [then for _, then in pairs if not isinstance(then, Exception)]
     assert taken, "no finish claimed the next job"
     assert batches and len(batches[0]) == 3  # the three free slots claimed together at the start
-    # what a finish claimed ran under that claim
-    assert all(store.load(rec.id).lease.epoch == rec.lease.epoch for rec in taken)
 
 
 def test_jobs_picked_ahead_are_left_untouched_by_a_worker_that_stops(
