@@ -342,3 +342,19 @@ def test_a_claim_that_will_not_wait_meets_a_locked_row_as_lock_busy(pg_store: St
         conn.rollback()
     assert pg_store.load_bytes(job) == before
     assert pg_store.claim(job, "w", 60, wait=False).lease.epoch == 1
+
+
+def test_a_dependency_this_reader_cannot_read_holds_its_dependent_back(any_store: Store, clock: Any) -> None:
+    """Complete, but its record now names a critical model this reader does not know: not known complete."""
+    from jobctl import replay
+
+    s = any_store
+    first = submit(s, kind="first")
+    clock.advance(1)
+    waits = submit(s, after=[first])
+    mine = s.claim_next("w", 10, ["first"])
+    assert mine is not None and mine.id == first
+    s.finish(first, mine.lease.epoch, "complete")
+    replay.plant(s, first, "critical", "abstraction.test/hovercraft@7")  # as a newer writer would leave it
+    assert s.claim_next("w", 10, ["k"]) is None
+    assert s.load(waits).state == "pending" and s.load(waits).lease.epoch == 0
