@@ -25,6 +25,8 @@ __all__ = [
     "WriteFailed",
     "NoStore",
     "NoResult",
+    "Retried",
+    "CancelledByDependency",
     "VERDICTS",
     "verdict_class",
     "EXIT_FAILURE",
@@ -192,6 +194,44 @@ class NoResult(JobError):
     verdict = "no_result"
     legacy = "no-result"
     exit_code = 18
+
+
+class Retried(Refused):
+    """The job was retried already: its replacement stands, and nothing new was made.
+
+    Not a verdict of the contract (a retry is jobctl's, see
+    :mod:`jobctl.lifecycle`): its own word and code, so that a script can
+    tell "somebody retried it first" from a refusal. ``replacement`` is the
+    id of the job that does its work again.
+    """
+
+    verdict = "retried"
+    legacy = "retried"
+    exit_code = 19
+    hint = "follow the replacement (jobctl show {id})"
+
+    def __init__(self, message: str, replacement: str) -> None:
+        super().__init__(message, replacement)  # the job a caller goes on with
+        self.replacement = replacement
+
+
+class CancelledByDependency(Refused):
+    """A job a worker cancelled because a dependency ended: the retry belongs to that dependency.
+
+    Retried alone, the job would wait for a dependency that has ended, and be
+    cancelled again at once. ``cause`` is the job to retry with its
+    dependents (the first of the chain that was not itself cancelled for a
+    dependency).
+    """
+
+    verdict = "cancelled_by_dependency"
+    legacy = "cancelled-by-dependency"
+    exit_code = 20
+
+    def __init__(self, message: str, job_id: str, cause: str) -> None:
+        super().__init__(message, job_id)
+        self.cause = cause
+        self.hint = f"retry that one with its dependents: jobctl retry {cause} --with-dependents"
 
 
 VERDICTS: dict[str, type[JobError]] = {}

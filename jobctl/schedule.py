@@ -18,8 +18,12 @@ untouched [JOB-F2]:
 ``jobctl.run/pipeline@1``
     ``{"name": "nightly", "stage": "fetch"}``: membership, for display.
 
-A job submitted with ``hold`` carries intent ``pause``: nothing adopts it
-until somebody asks for ``run`` -- the "waiting for approval" status.
+``jobctl.run/approval@1``
+    ``{"required": true}``: the job is a gate. Submitted with ``hold``, it
+    carries intent ``pause``: nothing adopts it until somebody asks for
+    ``run`` -- the "waiting for approval" status. Its intent reads ``run``
+    once approved, so this key is what remembers the gate: a retry of the
+    job is held again (:func:`jobctl.lifecycle.retry`).
 """
 
 from __future__ import annotations
@@ -40,6 +44,9 @@ __all__ = [
     "RETRY",
     "AFTER",
     "PIPELINE",
+    "APPROVAL",
+    "RETRY_OF",
+    "retry_of_link",
     "DEFAULT_INTERVALS",
     "Retry",
     "default_intervals",
@@ -56,9 +63,17 @@ __all__ = [
     "attempt",
     "shown_attempt",
     "parse_intervals",
+    "gated",
     "Stage",
     "pipeline_stages",
+    "PIPELINE_STATES",
+    "pipeline_state",
 ]
+
+#: A gate: the job waits for an approval, and so does every retry of it.
+APPROVAL = "jobctl.run/approval@1"
+#: The link from a retry to the job it retries: ``{"job": "<id>"}`` (:mod:`jobctl.lifecycle`).
+RETRY_OF = "jobctl.run/retry-of@1"
 
 DEFAULT_INTERVALS: tuple[float, ...] = (10, 30, 60, 120, 240, 240, 240, 240, 240, 240)
 
@@ -165,6 +180,13 @@ def pipeline_of(rec: Record) -> tuple[str, str] | None:
     return raw["name"], stage if isinstance(stage, str) else ""
 
 
+def retry_of_link(rec: Record) -> str | None:
+    """The id of the job ``rec`` retries (``jobctl.run/retry-of@1``), or None."""
+    link = rec.extensions.get(RETRY_OF)
+    job = link.get("job") if isinstance(link, dict) else None
+    return job if isinstance(job, str) else None
+
+
 def not_before(rec: Record) -> datetime | None:
     retry = retry_of(rec)
     return retry.not_before if retry is not None else None
@@ -229,7 +251,19 @@ def plan(
         rec.extensions[PIPELINE] = {"name": pipeline, "stage": stage or rec.kind}
     if hold:
         rec.intent = Intent("pause", by)
+        rec.extensions[APPROVAL] = {"required": True}
     return rec
+
+
+def gated(rec: Record) -> bool:
+    """Whether ``rec`` is a gate: submitted held for approval (``jobctl.run/approval@1``), or paused as it stands.
+
+    A record written before the key existed is known by its intent alone, and
+    only while nobody has approved or rejected it.
+    """
+    raw = rec.extensions.get(APPROVAL)
+    marked = isinstance(raw, dict) and raw.get("required") is True
+    return marked or rec.want == "pause"
 
 
 def record_failure(rec: Record, exit_code: int | None, now: datetime, *, retryable: bool = True) -> bool:
@@ -455,10 +489,12 @@ def _still_runnable(states: Mapping[str, str]) -> Callable[[Record, datetime], N
 
 @dataclass
 class Stage:
-    """One job of a pipeline as ``jobctl pipeline`` shows it.
+    """One stage of a pipeline as ``jobctl pipeline`` shows it: its newest run.
 
     ``status``: ``done``, ``running``, ``waiting``, ``failed`` or ``cancelled``;
     ``detail`` says what it waits for, who runs it, or why it ended.
+    ``history``: the earlier runs it replaces (``jobctl.run/retry-of@1``),
+    newest first.
     """
 
     record: Record
@@ -466,6 +502,11 @@ class Stage:
     status: str
     detail: str
     after: list[str] = field(default_factory=list)
+    history: list[Record] = field(default_factory=list)
+
+
+#: A pipeline's overall state (:func:`pipeline_state`), the first that holds in this order.
+PIPELINE_STATES = ("running", "waiting_for_approval", "retry_scheduled", "failed", "waiting", "complete")
 
 
 def _stage_status(rec: Record, states: Mapping[str, str], now: datetime) -> tuple[str, str]:
@@ -494,8 +535,40 @@ def _stage_status(rec: Record, states: Mapping[str, str], now: datetime) -> tupl
     return "waiting", "ready; no worker has taken it yet"
 
 
+def _newest_runs(members: Mapping[str, Record]) -> dict[str, list[Record]]:
+    """Each newest run's id to the runs it replaces, newest first: a retry's chain of ``retry-of`` links.
+
+    Two replacements of one job (what two racing retries made before a job
+    had one replacement id) show as one run, the newer.
+    """
+    newest: dict[str, tuple[datetime, str]] = {}
+    for rec in members.values():
+        old = retry_of_link(rec)
+        mark = (rec.created_at or ZERO_TIME, rec.id)
+        if old is not None and old in members and (old not in newest or mark > newest[old]):
+            newest[old] = mark
+    out: dict[str, list[Record]] = {}
+    for job_id, rec in members.items():
+        old = retry_of_link(rec)
+        if job_id in newest or (old is not None and old in newest and newest[old][1] != job_id):
+            continue  # replaced (or a replacement superseded by a newer one): it is history
+        history: list[Record] = []
+        seen = {job_id}
+        while old is not None and old in members and old not in seen:
+            history.append(members[old])
+            seen.add(old)
+            old = retry_of_link(members[old])
+        out[job_id] = history
+    return out
+
+
 def pipeline_stages(records: Iterable[Record], name: str, now: datetime) -> list[Stage]:
-    """The jobs of pipeline ``name``, each after the jobs it waits for, oldest first otherwise."""
+    """The stages of pipeline ``name``, each as its newest run, after the stages it waits for, oldest first otherwise.
+
+    A retry (``jobctl.run/retry-of@1``) is a new run of the stage it
+    retries, not a stage of its own: the runs it replaces are its
+    :attr:`Stage.history`.
+    """
     recs = list(records)
     states = {r.id: r.state for r in recs}
     members: dict[str, Record] = {}
@@ -505,17 +578,18 @@ def pipeline_stages(records: Iterable[Record], name: str, now: datetime) -> list
         if membership is not None and membership[0] == name:
             members[rec.id] = rec
             stages[rec.id] = membership[1] or rec.kind
+    runs = _newest_runs(members)
     deps: dict[str, list[str]] = {}
-    for job_id, rec in members.items():
+    for job_id in runs:
         try:
-            deps[job_id] = after_of(rec)
+            deps[job_id] = after_of(members[job_id])
         except Invalid:
             deps[job_id] = []
     placed: list[str] = []
     done: set[str] = set()
-    pending = sorted(members, key=lambda j: (members[j].created_at or ZERO_TIME, j))
+    pending = sorted(runs, key=lambda j: (members[j].created_at or ZERO_TIME, j))
     while pending:
-        ready = [j for j in pending if all(d in done or d not in members for d in deps[j])]
+        ready = [j for j in pending if all(d in done or d not in runs for d in deps[j])]
         if not ready:  # a cycle (no writer makes one): show the rest in age order
             ready = pending
         first = ready[0]
@@ -525,5 +599,39 @@ def pipeline_stages(records: Iterable[Record], name: str, now: datetime) -> list
     out = []
     for job_id in placed:
         status, detail = _stage_status(members[job_id], states, now)
-        out.append(Stage(members[job_id], stages[job_id], status, detail, deps[job_id]))
+        out.append(Stage(members[job_id], stages[job_id], status, detail, deps[job_id], runs[job_id]))
     return out
+
+
+def pipeline_state(stages: Iterable[Stage], now: datetime) -> str:
+    """A pipeline's state from its stages (:data:`PIPELINE_STATES`, the first that holds).
+
+    ``running``: a stage runs. ``waiting_for_approval``: a stage is held for
+    approval. ``retry_scheduled``: a stage failed an attempt and waits for
+    its next one. ``failed``: a stage's newest run ended ``failed`` or
+    ``cancelled``. ``waiting``: a stage has not started. ``complete``: every
+    stage is done.
+    """
+    seen: set[str] = set()
+    for stage in stages:
+        rec = stage.record
+        if stage.status == "running":
+            seen.add("running")
+        elif stage.status == "waiting" and rec.want == "pause":
+            seen.add("waiting_for_approval")
+        elif stage.status == "waiting" and _retry_due(rec, now):
+            seen.add("retry_scheduled")
+        elif stage.status in ("failed", "cancelled"):
+            seen.add("failed")
+        elif stage.status == "waiting":
+            seen.add("waiting")
+    return next((state for state in PIPELINE_STATES if state in seen), "complete")
+
+
+def _retry_due(rec: Record, now: datetime) -> bool:
+    """Whether ``rec`` failed an attempt and its next one may not start yet."""
+    try:
+        retry = retry_of(rec)
+    except JobError:
+        return False
+    return retry is not None and retry.failures > 0 and retry.not_before is not None and now < retry.not_before

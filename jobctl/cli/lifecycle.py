@@ -6,7 +6,7 @@ import click
 
 from .. import limits
 from . import render
-from .main import TEXT, JobCommand, State, common, job_id_argument, pass_state
+from .main import TEXT, JobCommand, State, by_option, common, default_by, job_id_argument, pass_state
 
 __all__ = ["retry", "gc"]
 
@@ -18,21 +18,31 @@ __all__ = ["retry", "gc"]
     is_flag=True,
     help="Also resubmit the jobs cancelled because this one failed, waiting for the new ids.",
 )
+@by_option
 @common
 @pass_state
-def retry(state: State, job_id: str, with_dependents: bool) -> None:
+def retry(state: State, job_id: str, with_dependents: bool, by: str | None) -> None:
     """Submit job ID (failed or cancelled) again as a new job; print `<new id> <old id>`.
 
     The new job has the old one's kind, spec, total and requires, and its
     scheduling: retry policy (with a fresh count), dependencies, pipeline and
     stage. It links back to ID under the extension key jobctl.run/retry-of@1.
-    ID itself is not touched: an ended job is never reopened.
+    ID itself is not touched: an ended job is never reopened. A job that was
+    held for approval (submit --hold) is held again, by --by, whether it was
+    rejected, cancelled or failed after its approval: it needs a new approval.
+
+    A job has one replacement. Its id is derived from ID, so a second retry,
+    even one racing this one from another process, makes nothing: it prints
+    `<replacement id> <old id>` and exits 19 (retried), naming the
+    replacement on stderr.
 
     --with-dependents also resubmits every job that was cancelled because ID
     failed or was cancelled (and theirs, down the pipeline), each waiting for
     the new ids, so a pipeline resumes from its failed stage; the stages that
     completed are not redone. One line a new job, ID's first. A job that is
-    pending, running or complete is refused (10).
+    pending, running or complete is refused (10). A job a worker cancelled
+    because a dependency ended is refused (20, cancelled_by_dependency): the
+    line names the job to retry with --with-dependents instead.
 
     \b
     Examples:
@@ -40,15 +50,19 @@ def retry(state: State, job_id: str, with_dependents: bool) -> None:
       new=$(jobctl retry "$ID" | cut -d' ' -f1) && jobctl wait "$new"
       jobctl retry "$FETCH" --with-dependents   # fetch, then the stages it cancelled
     """
+    from ..errors import Retried
     from ..lifecycle import retry as resubmit
 
     store = state.store()
-    pairs = resubmit(store, job_id, with_dependents)
-    for new_id, old_id in pairs:
+    answers = resubmit(store, job_id, with_dependents, by or default_by())
+    for answer in answers:
         if state.json:
-            render.out_json(render.job_json(store.load(new_id), state.now()))
+            render.out_json(render.job_json(store.load(answer.new), state.now()))
         else:
-            render.out(f"{new_id} {old_id}")
+            render.out(f"{answer.new} {answer.old}")
+    first = answers[0]
+    if not first.created:
+        raise Retried(f"job {first.old} was retried already, as job {first.new}; nothing new was made", first.new)
 
 
 #: The states a job can end in, in the order the help names them.

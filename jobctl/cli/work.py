@@ -680,12 +680,17 @@ def logs(state: State, job_id: str, attempt: int | None, follow: bool) -> None:
 
 # -- pipeline ----------------------------------------------------------------------------------
 
-_PIPELINE_HELP = """Show the stages of pipeline NAME: done, running or waiting.
+_PIPELINE_HELP = """Show pipeline NAME: its state, and its stages done, running or waiting.
 
-One line per job of the pipeline (submitted with --pipeline NAME), each
-after the jobs it waits for: its stage, its status (done, running, waiting,
-failed, cancelled), its id, and what it waits for or why it ended. With
---json, one object per job.
+First `pipeline NAME STATE`, the pipeline's state: running,
+waiting_for_approval, retry_scheduled, failed, waiting or complete (the
+first that holds). Then one line per stage of the pipeline (jobs submitted
+with --pipeline NAME), each after the stages it waits for: its stage, its
+status (done, running, waiting, failed, cancelled), its id, and what it
+waits for or why it ended. A stage is shown once, as its newest run: a job
+that `jobctl retry` replaced is not a stage of its own. With --json, one
+object per stage, with the pipeline's state and the ids of the earlier runs
+(history, newest first).
 
 \b
 Example:
@@ -716,20 +721,24 @@ def pipeline(state: State, name: str) -> None:
         missing = NotFound(f"no such pipeline {name}: no job was submitted with --pipeline {name}")
         missing.hint = f"the pipelines here: {', '.join(sorted(known))}" if known else "no job belongs to a pipeline"
         raise missing
+    overall = schedule.pipeline_state(stages, state.now())
     if state.json:
         for stage in stages:
             render.out_json(
                 {
                     "pipeline": name,
+                    "pipeline_state": overall,
                     "stage": stage.stage,
                     "id": stage.record.id,
                     "status": stage.status,
                     "state": stage.record.state,
                     "detail": stage.detail,
                     "after": stage.after,
+                    "history": [run.id for run in stage.history],
                 }
             )
         return
+    render.out(f"pipeline {name} {overall}")
     # Aligned for a person; single spaces for a script (the detail, last, may hold spaces).
     aligned = state.screen().terminal
     width = max(len(s.stage) for s in stages) if aligned else 0

@@ -26,8 +26,8 @@ from starlette.responses import JSONResponse, RedirectResponse, Response, Stream
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..errors import Exists, Invalid, JobError, NoStore, NotFound, WriteFailed
-from ..lifecycle import retry
+from ..errors import CancelledByDependency, Exists, Invalid, JobError, NoStore, NotFound, WriteFailed
+from ..lifecycle import replacement_of, replacements, retry
 from ..record import STATES, ZERO_TIME
 from ..store.base import Store
 from .events import Feed
@@ -54,6 +54,7 @@ STATUS: dict[str, int] = {
     "terminal": 409,
     "exists": 409,
     "refused": 409,
+    "cancelled_by_dependency": 409,
     "unknown_schema": 409,
     "invalid": 422,
     "no_store": 503,
@@ -66,7 +67,10 @@ def _error(status: int, verdict: str, message: str, headers: dict[str, str] | No
 
 def _refusal(exc: JobError) -> JSONResponse:
     status = 503 if isinstance(exc, (WriteFailed, NoStore)) else STATUS.get(exc.verdict, 409)
-    return _error(status, exc.verdict, " ".join(str(exc).split()) or exc.verdict.replace("_", " "))
+    reply = _error(status, exc.verdict, " ".join(str(exc).split()) or exc.verdict.replace("_", " "))
+    if isinstance(exc, CancelledByDependency):  # the job to retry instead, for a client to offer
+        reply = JSONResponse({"error": exc.verdict, "message": str(exc), "retry": exc.cause}, status_code=status)
+    return reply
 
 
 def _by(request: Request, body: Any) -> str:
@@ -188,7 +192,8 @@ def create_app(
             raise Invalid(f"the body is not JSON: {exc}") from None
 
     def job_or_404(job_id: str) -> dict[str, Any]:
-        return job_view(store.load(job_id), store.now())
+        rec = store.load(job_id)
+        return job_view(rec, store.now(), replacement_of(store, rec))
 
     async def submit(request: Request) -> Response:
         body = await body_of(request, required=True)
@@ -232,6 +237,7 @@ def create_app(
         def work() -> dict[str, Any]:
             listed = store.list()
             now = store.now()
+            replaced = replacements(listed)
             chosen = []
             # Newest first by creation time: an id given by the submitter (an Idempotency-Key's) says nothing of it.
             for rec in sorted(listed, key=lambda r: (r.created_at or ZERO_TIME, r.id), reverse=True):
@@ -239,7 +245,7 @@ def create_app(
                     continue
                 if "kind" in query and rec.kind != query["kind"]:
                     continue
-                view = job_view(rec, now)
+                view = job_view(rec, now, replaced.get(rec.id))
                 if "pipeline" in query and (view["pipeline"] or {}).get("name") != query["pipeline"]:
                     continue
                 chosen.append(view)
@@ -282,6 +288,9 @@ def create_app(
                 raise Invalid(f"unknown field {unknown[0]!r} (an action takes only by)")
             who = _by(request, body)
             result = await run_in_threadpool(do, request.path_params["job_id"], who)
+            if isinstance(result, tuple):  # the action says how it went: a retry made its job, or found it
+                result, answered = result
+                return JSONResponse(result, status_code=answered)
             return JSONResponse(result, status_code=status)
 
         return endpoint
@@ -294,11 +303,14 @@ def create_app(
         rec = store.cancel(job_id, by)  # what `jobctl cancel` calls
         return job_view(rec, store.now())
 
-    def again(job_id: str, _by: str) -> dict[str, Any]:
-        # `jobctl retry --with-dependents`: a pipeline resumes from its failed stage.
-        pairs = retry(store, job_id, with_dependents=True)
+    def again(job_id: str, by: str) -> tuple[dict[str, Any], int]:
+        # `jobctl retry --with-dependents`: a pipeline resumes from its failed stage. A job retried
+        # already answers 200 with its replacement, made by whichever request the store let through.
+        answers = retry(store, job_id, with_dependents=True, by=by)
         now = store.now()
-        return {"jobs": [job_view(store.load(new_id), now) for new_id, _old in pairs]}
+        views = [job_view(store.load(answer.new), now) for answer in answers]
+        made = [answer.new for answer in answers if answer.created]
+        return {"jobs": views, "created": made}, 201 if answers[0].created else 200
 
     async def events(request: Request) -> Response:
         if streams[0] >= MAX_STREAMS:

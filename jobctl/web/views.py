@@ -13,10 +13,10 @@ from datetime import datetime
 from typing import Any
 
 from ..errors import JobError
-from ..lifecycle import retry_of_link
+from ..lifecycle import RETRYABLE, doomed_by, replacements, retry_of_link
 from ..record import ZERO_TIME, Record, format_time, held, is_zero
 from ..results import has_result, result_of
-from ..schedule import after_of, not_before, pipeline_of, pipeline_stages, shown_attempt
+from ..schedule import after_of, not_before, pipeline_of, pipeline_stages, pipeline_state, shown_attempt
 
 __all__ = ["STEPS", "step", "job_view", "pipeline_view", "pipeline_names", "changed_views"]
 
@@ -51,8 +51,15 @@ def _json(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
-def job_view(rec: Record, now: datetime) -> dict[str, Any]:
-    """The ``job`` object of the HTTP API: what a page shows of one job."""
+def job_view(rec: Record, now: datetime, replaced_by: str | None = None) -> dict[str, Any]:
+    """The ``job`` object of the HTTP API: what a page shows of one job.
+
+    ``replaced_by``: the id of the job a retry made of this one, when there
+    is one (:func:`jobctl.lifecycle.replacements`). ``retryable`` says
+    whether a retry of this very job would make a new one: it has ended
+    ``failed`` or ``cancelled``, has no replacement yet, and was not
+    cancelled because a dependency ended (``cancelled_for``: retry that one).
+    """
     try:
         membership = pipeline_of(rec)
         after = after_of(rec)
@@ -60,6 +67,7 @@ def job_view(rec: Record, now: datetime) -> dict[str, Any]:
         start = not_before(rec)
     except JobError:  # malformed scheduling data: shown as absent, never a failed request
         membership, after, attempt, start = None, [], 1, None
+    doomed = doomed_by(rec)
     return {
         "id": rec.id,
         "kind": rec.kind,
@@ -79,6 +87,9 @@ def job_view(rec: Record, now: datetime) -> dict[str, Any]:
         "epoch": rec.lease.epoch,
         "held": held(rec.lease, now),
         "retry_of": retry_of_link(rec),
+        "replaced_by": replaced_by,
+        "cancelled_for": doomed,
+        "retryable": rec.state in RETRYABLE and replaced_by is None and doomed is None,
         "not_before": _time(start),
         "created_at": _time(rec.created_at),
         "updated_at": _time(rec.updated_at),
@@ -86,12 +97,17 @@ def job_view(rec: Record, now: datetime) -> dict[str, Any]:
 
 
 def pipeline_view(records: Iterable[Record], name: str, now: datetime) -> dict[str, Any] | None:
-    """Pipeline ``name``: its stages in order (:func:`jobctl.schedule.pipeline_stages`), or None if it has none."""
+    """Pipeline ``name``: its state and its stages in order, or None if it has none.
+
+    Each stage is its newest run (:func:`jobctl.schedule.pipeline_stages`);
+    ``history`` names the runs it replaces, newest first.
+    """
     stages = pipeline_stages(records, name, now)
     if not stages:
         return None
     return {
         "name": name,
+        "state": pipeline_state(stages, now),
         "stages": [
             {
                 "stage": stage.stage,
@@ -100,6 +116,7 @@ def pipeline_view(records: Iterable[Record], name: str, now: datetime) -> dict[s
                 "detail": stage.detail,
                 "after": stage.after,
                 "job": job_view(stage.record, now),
+                "history": [{"id": run.id, "state": run.state, "error": run.error} for run in stage.history],
             }
             for stage in stages
         ],
@@ -132,8 +149,10 @@ def changed_views(
     """
     now_seen: dict[str, str] = {}
     changed: list[dict[str, Any]] = []
-    for rec in records:
-        view = job_view(rec, now)
+    listed = list(records)
+    replaced = replacements(listed)
+    for rec in listed:
+        view = job_view(rec, now, replaced.get(rec.id))
         text = json.dumps(view, sort_keys=True)
         now_seen[rec.id] = text
         if seen.get(rec.id) != text:

@@ -73,6 +73,8 @@ def test_the_exit_code_page_matches_the_program() -> None:
         errors.EXIT_WRITE_FAILED: "write_failed",
         errors.NoStore.exit_code: errors.NoStore.verdict,
         errors.NoResult.exit_code: errors.NoResult.verdict,
+        errors.Retried.exit_code: errors.Retried.verdict,
+        errors.CancelledByDependency.exit_code: errors.CancelledByDependency.verdict,
         cli_main.EXIT_DRAIN_INCOMPLETE: "drain_incomplete",
     }
     for cls in set(errors.VERDICTS.values()):

@@ -221,6 +221,7 @@ def test_pipeline_shows_its_stages_in_order(store: FileStore, root: Path) -> Non
     submit(store, ["true"], pipeline="other")
     before = invoke(root, "pipeline", "nightly").stdout.splitlines()
     assert before == [
+        "pipeline nightly waiting",
         f"fetch waiting {fetch} ready; no worker has taken it yet",
         f"left waiting {left} for {fetch} (pending)",
         f"right waiting {right} for {fetch} (pending)",
@@ -229,6 +230,7 @@ def test_pipeline_shows_its_stages_in_order(store: FileStore, root: Path) -> Non
     invoke(root, "worker", "--drain", "--poll-interval", "0.05")
     after = invoke(root, "pipeline", "nightly").stdout.splitlines()
     assert after == [
+        "pipeline nightly failed",
         f"fetch done {fetch}",
         f"left failed {left} attempt 1: exit status 1",
         f"right done {right}",
@@ -238,12 +240,14 @@ def test_pipeline_shows_its_stages_in_order(store: FileStore, root: Path) -> Non
     assert rows[3] == {
         "v": 1,
         "pipeline": "nightly",
+        "pipeline_state": "failed",
         "stage": "join",
         "id": join,
         "status": "cancelled",
         "state": "cancelled",
         "detail": f"cancelled: dependency {left} ended failed",
         "after": [left, right],
+        "history": [],
     }
     assert invoke(root, "pipeline", "nosuch").exit_code == NotFound.exit_code
 
