@@ -503,36 +503,38 @@ class Stage:
     detail: str
     after: list[str] = field(default_factory=list)
     history: list[Record] = field(default_factory=list)
+    #: For a waiting stage, what it waits for first (:func:`blocked_by`): ``held``, ``waiting``, ``doomed``, or "".
+    waits: str = ""
 
 
 #: A pipeline's overall state (:func:`pipeline_state`), the first that holds in this order.
 PIPELINE_STATES = ("running", "waiting_for_approval", "retry_scheduled", "failed", "waiting", "complete")
 
 
-def _stage_status(rec: Record, states: Mapping[str, str], now: datetime) -> tuple[str, str]:
+def _stage_status(rec: Record, states: Mapping[str, str], now: datetime) -> tuple[str, str, str]:
     from .record import held
 
     if rec.state == "complete":
-        return "done", ""
+        return "done", "", ""
     if rec.state in ("failed", "cancelled"):
-        return rec.state, rec.error
+        return rec.state, rec.error, ""
     if held(rec.lease, now):
-        return "running", f"by {rec.lease.owner}, epoch {rec.lease.epoch}"
+        return "running", f"by {rec.lease.owner}, epoch {rec.lease.epoch}", ""
     if rec.state == "transferred":
-        return "running", "transferred; the external system finishes it"
+        return "running", "transferred; the external system finishes it", ""
     if rec.state == "running":
-        return "running", f"lease of {rec.lease.owner or 'its holder'} lapsed; the next worker adopts it"
+        return "running", f"lease of {rec.lease.owner or 'its holder'} lapsed; the next worker adopts it", ""
     try:
         why, detail = blocked_by(rec, states, now)
     except Invalid as exc:
-        return "waiting", f"unreadable scheduling metadata: {exc.message}"
+        return "waiting", f"unreadable scheduling metadata: {exc.message}", "waiting"
     if why == "held":
-        return "waiting", f"for approval (jobctl approve {rec.id})"
+        return "waiting", f"for approval (jobctl approve {rec.id})", why
     if why == "doomed":
-        return "waiting", f"to be cancelled: {detail}"
+        return "waiting", f"to be cancelled: {detail}", why
     if why == "waiting":
-        return "waiting", detail.removeprefix("waiting ")
-    return "waiting", "ready; no worker has taken it yet"
+        return "waiting", detail.removeprefix("waiting "), why
+    return "waiting", "ready; no worker has taken it yet", why
 
 
 def _newest_runs(members: Mapping[str, Record]) -> dict[str, list[Record]]:
@@ -598,16 +600,16 @@ def pipeline_stages(records: Iterable[Record], name: str, now: datetime) -> list
         pending.remove(first)
     out = []
     for job_id in placed:
-        status, detail = _stage_status(members[job_id], states, now)
-        out.append(Stage(members[job_id], stages[job_id], status, detail, deps[job_id], runs[job_id]))
+        status, detail, waits = _stage_status(members[job_id], states, now)
+        out.append(Stage(members[job_id], stages[job_id], status, detail, deps[job_id], runs[job_id], waits))
     return out
 
 
 def pipeline_state(stages: Iterable[Stage], now: datetime) -> str:
     """A pipeline's state from its stages (:data:`PIPELINE_STATES`, the first that holds).
 
-    ``running``: a stage runs. ``waiting_for_approval``: a stage is held for
-    approval. ``retry_scheduled``: a stage failed an attempt and waits for
+    ``running``: a stage runs. ``waiting_for_approval``: a stage waits for
+    its approval and nothing else. ``retry_scheduled``: a stage failed an attempt and waits for
     its next one. ``failed``: a stage's newest run ended ``failed`` or
     ``cancelled``. ``waiting``: a stage has not started. ``complete``: every
     stage is done.
@@ -617,7 +619,7 @@ def pipeline_state(stages: Iterable[Stage], now: datetime) -> str:
         rec = stage.record
         if stage.status == "running":
             seen.add("running")
-        elif stage.status == "waiting" and rec.want == "pause":
+        elif stage.waits == "held":
             seen.add("waiting_for_approval")
         elif stage.status == "waiting" and _retry_due(rec, now):
             seen.add("retry_scheduled")

@@ -150,3 +150,36 @@ def test_the_page_shows_a_pipeline_follows_it_and_approves_a_held_stage(
         for stage in ("script_generation", "voice_synthesis", "image_generation", "video_generation", "compositing")
     )
     assert browser.evaluate("document.getElementById('message').hidden") is True  # no refusal was shown
+
+
+def test_the_page_offers_retry_where_the_cause_is_and_shows_each_stage_once(
+    start: Callable[..., Server], browser: Browser
+) -> None:
+    server = start()
+    store = server.store
+    fetch = submit(server, "fetch", "nightly")
+    report = submit(server, "report", "nightly", (fetch,))
+    epoch = store.claim(fetch, "worker-1", 60).lease.epoch
+    store.finish(fetch, epoch, "failed", error="attempt 1: exit status 2")
+    server.jobctl("worker", "--drain", "--handler", "report=true")  # cancels report: its dependency failed
+    assert store.load(report).error == f"cancelled: dependency {fetch} ended failed"
+
+    browser.open(server.url + "/")
+    browser.wait_for("document.querySelector('[data-pipeline=\"nightly\"]')?.dataset.state === 'failed'", "failed")
+    buttons = "[...document.querySelectorAll('.step button')].map(b => b.closest('[data-job]').dataset.job)"
+    assert browser.evaluate(buttons) == [fetch]  # no Retry on the stage cancelled for its dependency
+    pointer = f"document.querySelector('.step[data-job=\"{report}\"] [data-cancelled-for]')?.dataset.cancelledFor"
+    assert browser.evaluate(pointer) == fetch
+
+    browser.evaluate(f"document.querySelector('.step[data-job=\"{fetch}\"] button[data-action=retry]').click()")
+    browser.wait_for("document.querySelector('[data-pipeline=\"nightly\"]')?.dataset.state === 'waiting'", "the retry")
+    new_fetch, new_report = (
+        rec.id for rec in sorted(store.list(), key=lambda r: r.created_at) if rec.id not in (fetch, report)
+    )
+    browser.wait_for(f"({STEPS_JS % 'nightly'}) === 'fetch=pending report=pending'", "one card a stage")
+    shown = "[...document.querySelectorAll('[data-pipeline=\"nightly\"] .step')].map(s => s.dataset.job)"
+    assert browser.evaluate(shown) == [new_fetch, new_report]  # the newest runs, not beside the old ones
+    row = f"document.querySelector('#jobs tr[data-job=\"{fetch}\"]')"
+    assert browser.evaluate(f"{row}.querySelector('[data-replaced-by]').dataset.replacedBy") == new_fetch
+    assert browser.evaluate(f"{row}.querySelector('button')") is None  # retried: no second Retry
+    assert browser.evaluate("document.getElementById('message').hidden") is True

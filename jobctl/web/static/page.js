@@ -58,7 +58,10 @@ function controls(job) {
   };
   if (job.step === "held") { button("approve", "Approve"); button("cancel", "Reject"); }
   else if (job.step === "pending" || job.step === "running") button("cancel", "Cancel");
-  else if (job.step === "failed" || job.step === "cancelled") button("retry", "Retry");
+  else if (job.retryable) button("retry", "Retry");
+  // A job retried already shows its replacement; one cancelled for a dependency, where to retry.
+  else if (job.replaced_by) box.append(el("span", { class: "detail", "data-replaced-by": job.replaced_by }, `retried as ${job.replaced_by}`));
+  else if (job.cancelled_for) box.append(el("span", { class: "detail", "data-cancelled-for": job.cancelled_for }, `retry ${job.cancelled_for} instead`));
   return box.childElementCount ? box : null;
 }
 
@@ -89,12 +92,13 @@ function stepView(stage) {
     job.error ? el("div", { class: "error" }, job.error) : null,
     result(job),
     el("div", { class: "id" }, job.id),
+    stage.history.length ? el("div", { class: "detail history" }, `earlier runs: ${stage.history.map((run) => `${run.id} (${run.state})`).join(", ")}`) : null,
     controls(job));
 }
 
 function pipelineView(pipeline) {
-  return el("article", { class: "pipeline", "data-pipeline": pipeline.name },
-    el("h3", {}, pipeline.name),
+  return el("article", { class: "pipeline", "data-pipeline": pipeline.name, "data-state": pipeline.state },
+    el("h3", {}, pipeline.name, " ", el("span", { class: "badge state" }, pipeline.state.replaceAll("_", " "))),
     el("ol", { class: "steps" }, ...pipeline.stages.map(stepView)));
 }
 
