@@ -62,6 +62,9 @@ class NewJob:
     :class:`NewJob` objects of the same :class:`Result`. ``retries`` (a
     count from the default schedule) replaces the parent's retry policy,
     which it otherwise inherits. ``id`` replaces the derived one (exists-ok all the same).
+    ``hold`` makes it a gate, as ``jobctl submit --hold``: it waits for an
+    approval (``jobctl approve``) once its dependencies complete, and so
+    does every retry of it. ``total`` and ``requires`` are ``submit``'s.
     """
 
     def __init__(
@@ -73,6 +76,9 @@ class NewJob:
         stage: str | None = None,
         retries: int | None = None,
         id: str | None = None,  # the record's own word for it; the builtin is not needed here
+        hold: bool = False,
+        total: int = 0,
+        requires: Iterable[str] = (),
     ) -> None:
         if not isinstance(kind, str) or not kind:
             raise Invalid(f"a next job's kind must be a non-empty string, not {kind!r}")
@@ -82,6 +88,17 @@ class NewJob:
         self.stage = stage
         self.retries = retries
         self.id = id
+        if not isinstance(hold, bool):
+            raise Invalid(f"a next job's hold must be True or False, not {hold!r}")
+        self.hold = hold
+        from . import limits
+
+        if isinstance(total, bool) or not isinstance(total, int) or not limits.DONE.holds(total):
+            raise Invalid(f"a next job's total must be a whole number ({limits.DONE.text()}), not {total!r}")
+        self.total = total
+        self.requires = list(requires)
+        if not all(isinstance(r, str) and r.strip() for r in self.requires):
+            raise Invalid(f"a next job's requires must be non-empty strings, not {self.requires!r}")
 
     def __repr__(self) -> str:
         return f"NewJob({self.kind!r}, after={len(self.after)})"
@@ -239,12 +256,16 @@ def submit_next(store: Any, parent: Record, next_jobs: Sequence[NewJob]) -> list
     inherited = schedule.retry_of(parent)
     for job in order:
         rec = Record(id=ids[id(job)], kind=job.kind, spec=job.spec)
+        rec.progress.total = job.total
+        rec.requires = list(job.requires)
         schedule.plan(
             rec,
             retries=job.retries,
             after=[parent.id, *deps[id(job)]],
             pipeline=membership[0] if membership else None,
             stage=job.stage,
+            hold=job.hold,
+            by=f"job {parent.id}",
         )
         if job.retries is None and inherited is not None and inherited.intervals:
             rec.extensions[schedule.RETRY] = schedule.Retry(

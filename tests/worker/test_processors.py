@@ -15,7 +15,7 @@ import pytest
 from workertools import wait_until
 
 import jobctl
-from jobctl import FileStore, Record, results, runner, schedule
+from jobctl import FileStore, Record, lifecycle, results, runner, schedule
 from jobctl.errors import Invalid, StaleEpoch
 from jobctl.keeper import Keeper
 from jobctl.processor import FunctionWork, NewJob, next_id, submit_next
@@ -116,6 +116,47 @@ def test_next_jobs_get_derived_ids_wait_for_the_parent_and_each_other_and_join_i
     assert schedule.after_of(store.load(ids["video"])) == [parent, ids["voice"], ids["image"]]
     order = [kind for kind, _ in seen]
     assert order[-1] == "video" and sorted(order) == ["image", "video", "voice"]
+
+
+def test_a_processor_makes_a_gate_that_waits_for_its_approval_and_stays_one_on_retry(store: Any) -> None:
+    worker = app(store)
+    ran: list[str] = []
+
+    @worker.processor("render")
+    def render(j: jobctl.Job) -> jobctl.Result:
+        return jobctl.Result(next_jobs=[NewJob("publish", {"to": "site"}, hold=True, total=5, requires=["cdn"])])
+
+    @worker.processor("publish")
+    def publish(j: jobctl.Job) -> None:
+        ran.append(j.id)
+        raise jobctl.NotRetryable("the site is down")
+
+    parent = job(store, "render", pipeline="p")
+    worker.drain()
+    gate = store.load(next_id(store.load(parent), 0, "publish"))
+    assert (gate.state, gate.want, gate.progress.total, gate.requires) == ("pending", "pause", 5, ["cdn"])
+    assert gate.intent is not None and gate.intent.by == f"job {parent}"
+    assert gate.extensions[schedule.APPROVAL] == {"required": True} and ran == []
+    store.set_intent(gate.id, "run", "alice")  # the approval
+    worker.drain()
+    assert ran == [gate.id] and store.load(gate.id).state == "failed"
+    again = lifecycle.retry(store, gate.id, by="bob")[0].new
+    assert store.load(again).want == "pause"  # failed after its approval: a new approval is needed
+    worker.drain()
+    assert ran == [gate.id]
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"hold": "yes"}, "hold must be True or False"),
+        ({"total": -1}, "total must be"),
+        ({"requires": [""]}, "requires"),
+    ],
+)
+def test_a_next_jobs_gate_total_and_requires_are_checked(options: dict[str, Any], says: str) -> None:
+    with pytest.raises(Invalid, match=says):
+        NewJob("publish", **options)
 
 
 def test_submitting_the_next_jobs_again_finds_the_same_ids_and_changes_nothing(store: Any) -> None:
