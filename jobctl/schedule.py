@@ -211,10 +211,15 @@ def plan(
     ``retries`` alone takes that many intervals from the default schedule
     (repeating its last entry); ``intervals`` alone gives one retry per
     interval; both: ``retries`` intervals, the given list extended by its
-    last entry. Neither: no retries, unless ``no_retry_on`` or ``start_after``
-    need the key.
+    last entry. Neither: one retry per interval of ``JOB_RETRY_INTERVALS``
+    when it is set (a configured schedule is meant to be used), else no
+    retries, unless ``no_retry_on`` or ``start_after`` need the key.
+    ``retries=0`` opts out of a configured schedule.
     """
     chosen: list[float] | None = None
+    env = os.environ if env is None else env
+    if intervals is None and retries is None and env.get("JOB_RETRY_INTERVALS", "").strip():
+        intervals = default_intervals(env)
     if intervals is not None:
         chosen = list(intervals)
         if not chosen and retries:

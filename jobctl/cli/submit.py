@@ -113,7 +113,10 @@ def _env_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
     "--retries",
     type=count(limits.RETRIES),
     metavar="N",
-    help=f"Retry a failed run this many times, jobctl run / jobctl worker ({limits.RETRIES.text()}).",
+    help=(
+        f"Retry a failed run this many times, jobctl run / jobctl worker ({limits.RETRIES.text()}). "
+        "[default: one a $JOB_RETRY_INTERVALS interval when set, else 0]"
+    ),
 )
 @click.option(
     "--retry-intervals",
@@ -234,7 +237,8 @@ def submit(
             raise Invalid(f"--requires {requires!r} names an empty capability (give names separated by single commas)")
         rec.requires = names
     scheduled = any(value is not None for value in (retries, retry_intervals, no_retry_on, pipeline, stage, not_before))
-    if scheduled or after or hold:
+    configured = bool(os.environ.get("JOB_RETRY_INTERVALS", "").strip())  # a schedule to use (schedule.plan)
+    if scheduled or after or hold or configured:
         from .. import schedule
 
         schedule.plan(

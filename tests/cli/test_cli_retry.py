@@ -179,3 +179,24 @@ def test_a_stage_cancelled_for_its_dependency_is_refused_naming_the_root(jobctl:
     again = jobctl("retry", build)  # it has its replacement now: named, nothing made
     assert again.code == Retried.exit_code and again.lines == [f"{_runs_of(where, build)[0]} {build}"]
     assert [len(_runs_of(where, job)) for job in (fetch, build, publish)] == [1, 1, 1]
+
+
+# -- the guide's retry rule ----------------------------------------------------------------------
+
+
+def test_a_configured_retry_schedule_gives_one_retry_per_interval(jobctl: Jobctl, where: Store) -> None:
+    from jobctl.schedule import retry_of
+
+    env = {"JOB_RETRY_INTERVALS": "0,0"}
+    job = jobctl("submit", "--", "false", env=env).text.strip()
+    policy = retry_of(where.load(job))
+    assert policy is not None and policy.intervals == [0, 0]
+    jobctl.env.update(env)
+    _drain(jobctl)
+    assert where.load(job).error.startswith("attempt 3: ")  # the first attempt and two retries
+    out = jobctl("submit", "--retries", "0", "--", "false", env=env).text.strip()
+    assert retry_of(where.load(out)).intervals == []  # type: ignore[union-attr]  # opted out
+    given = jobctl("submit", "--retry-intervals", "5", "--", "false", env=env).text.strip()
+    assert retry_of(where.load(given)).intervals == [5]  # type: ignore[union-attr]
+    plain = jobctl("submit", "--", "false", env={"JOB_RETRY_INTERVALS": None}).text.strip()
+    assert retry_of(where.load(plain)) is None  # nothing configured: no retries
