@@ -16,7 +16,7 @@ from ..errors import JobError
 from ..lifecycle import RETRYABLE, doomed_by, replacements, retry_of_link
 from ..record import ZERO_TIME, Record, format_time, held, is_zero
 from ..results import has_result, result_of
-from ..schedule import after_of, not_before, pipeline_of, pipeline_stages, pipeline_state, shown_attempt
+from ..schedule import after_of, not_before, pipeline_of, pipeline_stages, pipeline_state, retry_of, shown_attempt
 
 __all__ = ["STEPS", "step", "job_view", "pipeline_view", "pipeline_names", "changed_views"]
 
@@ -68,6 +68,19 @@ def job_view(rec: Record, now: datetime, replaced_by: str | None = None) -> dict
     except JobError:  # malformed scheduling data: shown as absent, never a failed request
         membership, after, attempt, start = None, [], 1, None
     doomed = doomed_by(rec)
+    try:
+        policy = retry_of(rec)
+    except JobError:
+        policy = None
+    failures = policy.failures if policy is not None else 0
+    # A job between two attempts, or running a later one: its error is the last failed attempt's (its
+    # progress too, until the next attempt starts), not the job's as it stands.
+    waiting_retry = not rec.terminal and failures > 0
+    previous = None
+    if waiting_retry:
+        previous = {"attempt": failures, "error": rec.error}
+        if rec.state == "pending":
+            previous.update(done=rec.progress.done, total=rec.progress.total)
     return {
         "id": rec.id,
         "kind": rec.kind,
@@ -90,7 +103,9 @@ def job_view(rec: Record, now: datetime, replaced_by: str | None = None) -> dict
         "replaced_by": replaced_by,
         "cancelled_for": doomed,
         "retryable": rec.state in RETRYABLE and replaced_by is None and doomed is None,
-        "not_before": _time(start),
+        "not_before": None if rec.terminal else _time(start),
+        "next_attempt_at": _time(start) if waiting_retry and start is not None and now < start else None,
+        "previous_attempt": previous,
         "created_at": _time(rec.created_at),
         "updated_at": _time(rec.updated_at),
     }

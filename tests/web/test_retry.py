@@ -10,7 +10,7 @@ import pytest
 from webtools import Reply, Server
 
 from jobctl import Store
-from jobctl.schedule import retry_of_link
+from jobctl.schedule import not_before, retry_of_link
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -148,3 +148,21 @@ def test_a_pipeline_shows_each_stage_once_and_its_state(served: tuple[Server, St
     server.post(f"/api/jobs/{again}/approve")
     server.jobctl("run", again, "--", "true")
     assert _stages(server)[0] == "complete"
+
+
+def test_a_retry_wait_says_when_and_the_failed_attempt_is_the_previous_one(served: tuple[Server, Store]) -> None:
+    server, store = served
+    body = {"kind": "fetch", "pipeline": "w", "retry_intervals": [3600], "total": 10}
+    job = server.post("/api/jobs", body).body["id"]
+    assert server.jobctl("run", job, "--", "sh", "-c", 'jobctl progress "$JOB_ID" --done 4; exit 3', check=False)
+    waiting = server.get(f"/api/jobs/{job}").body
+    assert waiting["state"] == "pending" and waiting["next_attempt_at"] is not None
+    assert waiting["next_attempt_at"] == waiting["not_before"]
+    assert waiting["previous_attempt"] == {"attempt": 1, "error": "attempt 1: exit status 3", "done": 4, "total": 10}
+    assert server.get("/api/pipelines/w").body["state"] == "retry_scheduled"
+    server.jobctl("run", job, "--", "sh", "-c", "exit 4", check=False)  # by hand, before its time: the last attempt
+    ended = server.get(f"/api/jobs/{job}").body
+    assert ended["state"] == "failed" and not_before(store.load(job)) is not None  # the record still holds it
+    assert (ended["not_before"], ended["next_attempt_at"], ended["previous_attempt"]) == (None, None, None)
+    assert ended["error"] == "attempt 2: exit status 4"
+    assert server.get("/api/pipelines/w").body["state"] == "failed"

@@ -82,14 +82,25 @@ function waits(stage) {
   return stage.detail.startsWith("for ") ? `waits ${stage.detail}` : stage.detail;
 }
 
+function between(job) {
+  // Between two attempts, what the record says of progress is the failed attempt's, not a current one's.
+  return job.previous_attempt && job.state === "pending";
+}
+
+function failure(job) {
+  if (job.previous_attempt) return el("div", { class: "error previous", "data-previous": job.previous_attempt.attempt }, `previous: ${job.previous_attempt.error}`);
+  return job.error ? el("div", { class: "error" }, job.error) : null;
+}
+
 function stepView(stage) {
   const job = stage.job;
   return el("li", { class: "step", "data-job": job.id, "data-stage": stage.stage, "data-step": stage.step },
     el("div", { class: "name" }, stage.stage, " ", el("span", { class: "badge", "data-step": stage.step }, stage.step)),
-    progress(job),
+    between(job) ? null : progress(job),
     job.attempt > 1 ? el("div", { class: "detail" }, `attempt ${job.attempt}`) : null,
+    job.next_attempt_at ? el("div", { class: "detail", "data-next-attempt": job.next_attempt_at }, `next attempt at ${job.next_attempt_at}`) : null,
     stage.detail && !job.error ? el("div", { class: "detail" }, waits(stage)) : null,
-    job.error ? el("div", { class: "error" }, job.error) : null,
+    failure(job),
     result(job),
     el("div", { class: "id" }, job.id),
     stage.history.length ? el("div", { class: "detail history" }, `earlier runs: ${stage.history.map((run) => `${run.id} (${run.state})`).join(", ")}`) : null,
@@ -107,9 +118,9 @@ function jobRow(job) {
     el("td", { class: "id" }, job.id),
     el("td", {}, job.kind, job.pipeline ? el("div", { class: "detail" }, `${job.pipeline.name} / ${job.pipeline.stage}`) : null),
     el("td", {}, el("span", { class: "badge", "data-step": job.step }, job.step)),
-    el("td", {}, progress(job) || "-"),
+    el("td", {}, (!between(job) && progress(job)) || "-"),
     el("td", {}, String(job.attempt)),
-    el("td", { class: "error" }, job.error),
+    el("td", {}, failure(job)),
     el("td", {}, result(job)),
     el("td", {}, controls(job)));
 }
