@@ -86,6 +86,7 @@ def children(pid: int) -> list[int]:
 
 
 def guardian_of(worker: int) -> int:
+    """The worker's guardian process; 0 while it has none (yet)."""
     for pid in children(worker):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as fh:
@@ -93,7 +94,7 @@ def guardian_of(worker: int) -> int:
                     return pid
         except (FileNotFoundError, ProcessLookupError):
             pass
-    raise LookupError(f"worker {worker} has no guardian")
+    return 0
 
 
 def end(proc: subprocess.Popen[bytes]) -> None:
@@ -114,7 +115,7 @@ def trial(store: Store, root: str, place: Path, ttl: float, n: int) -> dict[str,
     second: subprocess.Popen[bytes] | None = None
     try:
         epoch, pid = wait(lambda: steps(path)[:1], 30, "the first run's first step")[0]
-        guardian = guardian_of(first.pid)
+        guardian = wait(lambda: guardian_of(first.pid), 5, "the guardian")
         pidfd = os.pidfd_open(pid)
         # The whole tree, the job's group first: nothing of it may act while the rest is stopped.
         os.killpg(pid, signal.SIGSTOP)
@@ -148,7 +149,12 @@ def trial(store: Store, root: str, place: Path, ttl: float, n: int) -> dict[str,
 
 def campaign(root: str, place: Path, trials: int, ttl: float) -> dict[str, Any]:
     store = open_store(root)
-    runs = [trial(store, root, place, ttl, n) for n in range(trials)]
+    try:
+        runs = [trial(store, root, place, ttl, n) for n in range(trials)]
+    finally:
+        close = getattr(store, "close", None)
+        if close is not None:
+            close()
     windows = sorted(r["window_ms"] for r in runs)
     return {
         "trials": trials,
