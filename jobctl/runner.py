@@ -49,13 +49,13 @@ not inside ``work/<id>``).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import json
 import math
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -65,9 +65,11 @@ from dataclasses import dataclass, field
 from typing import IO, Any, Protocol
 
 from . import fsio
+from .children import describe_status, exited, feed, killpg, pidfd, sigkilled, write_all
 from .errors import Invalid, JobError, LeaseExpired, NotFound
 from .jobenv import JobEnvironment
 from .keeper import Keeper, KeeperStore, Lookout, Outcome, Work
+from .prctl import PR_SET_PDEATHSIG, PRCTL, seal
 from .record import Record, format_time
 from .schedule import attempt as attempt_of
 from .store.base import LeaseSource
@@ -361,24 +363,6 @@ def checkpoint_env(rec: Record) -> str:
 
 # -- starting the child ---------------------------------------------------------
 
-_PR_SET_PDEATHSIG = 1
-
-
-def _load_prctl() -> Callable[..., int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        # The process's own symbols, libc's among them: find_library would run ldconfig to name it.
-        fn = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    fn.restype = ctypes.c_int
-    return fn
-
-
-_PRCTL = _load_prctl()
-
 
 def _child_setup(parent: int) -> Callable[[], None]:
     """What runs in the child between fork and exec.
@@ -389,13 +373,13 @@ def _child_setup(parent: int) -> Callable[[], None]:
     died between fork and prctl, the child must not start at all. Everything
     used here is resolved in the parent beforehand.
     """
-    prctl = _PRCTL
+    prctl = PRCTL
     kill = int(signal.SIGKILL)
 
     def setup() -> None:
         os.setpgid(0, 0)
         if prctl is not None:
-            prctl(_PR_SET_PDEATHSIG, kill, 0, 0, 0)
+            prctl(PR_SET_PDEATHSIG, kill, 0, 0, 0)
             if os.getppid() != parent:
                 os._exit(128 + kill)
 
@@ -403,7 +387,15 @@ def _child_setup(parent: int) -> Callable[[], None]:
 
 
 _GUARDIAN = r"""
-import os, select, signal, sys, time
+import ctypes, os, select, signal, sys, time
+# Non-dumpable first (jobctl.prctl): from here on no other process of this user -- a job -- reads this
+# one's memory, environment or descriptors. Until now there was nothing to read: it started with no
+# secret in its environment (its supervisor's comes on stdin), and its stdin is a socket, which no
+# process can open through /proc.
+try:
+    ctypes.CDLL(None).prctl(4, *(ctypes.c_ulong(0),) * 4)  # PR_SET_DUMPABLE, 0
+except (OSError, AttributeError):
+    pass
 for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU):
     signal.signal(sig, signal.SIG_IGN)
 INF = float("inf")
@@ -580,6 +572,14 @@ def rows_wanted():
 live = {}
 def handle(line):
     op, fields = line[:1], line[1:].split()
+    if op == b"E":
+        # The supervisor's environment, for a database's client library (a password, a .pgpass under HOME).
+        import json
+        try:
+            os.environ.update(json.loads(bytes.fromhex(line[1:].decode())))
+        except (ValueError, TypeError):
+            pass
+        return
     try:
         pid = int(fields[0])
         at = float(fields[1]) if op != b"-" else 0.0
@@ -606,7 +606,27 @@ def handle(line):
     elif op == b"-":
         live.pop(pid, None)
 rest = b""
-while True:
+def settle():
+    # Every message that came first (a group whose "-PID" is written may be reaped, its id reused), then a
+    # kill of every group whose time has come. False: end of file, the supervisor is gone.
+    global rest
+    while select.select([0], [], [], 0)[0]:
+        chunk = os.read(0, 65536)
+        if not chunk:
+            return False
+        *lines, rest = (rest + chunk).split(b"\n")
+        for line in lines:
+            handle(line)
+    now = time.monotonic()
+    for pid, g in list(live.items()):
+        if min(g[0], g[5]) <= now:
+            kill(pid)
+            del live[pid]
+    return True
+# Each wake settles first, before any record is read: one after this process was stopped (its host, its
+# container or its whole tree frozen past the lease) kills a lapsed group before that group's own wake
+# has done more than it must.
+while settle():
     now = time.monotonic()
     for g in live.values():
         if g[6] > now:
@@ -636,23 +656,8 @@ while True:
             # of that clock moves it too): a recall made behind a stopped supervisor's back shortens it here too.
             g[5] = -INF if seen[0] != g[2] else now + (seen[1] - wall) - g[3]
         g[6] = now + g[4]
-    # Every message that came first: a group whose "-PID" is written may be reaped, its id reused.
-    eof = False
-    while select.select([0], [], [], 0)[0]:
-        chunk = os.read(0, 65536)
-        if not chunk:
-            eof = True
-            break
-        *lines, rest = (rest + chunk).split(b"\n")
-        for line in lines:
-            handle(line)
-    if eof:
+    if not settle():
         break
-    now = time.monotonic()
-    for pid, g in list(live.items()):
-        if min(g[0], g[5]) <= now:
-            kill(pid)
-            del live[pid]
     if ROWS:
         rows_wanted()
     wake = min((min(g[0], g[5], g[6]) for g in live.values()), default=None)
@@ -707,7 +712,7 @@ class Guardian:
     signals and lives in its own session, so neither a Ctrl-C nor a Ctrl-Z
     meant for the worker reaches it. ``time.monotonic`` is ``CLOCK_MONOTONIC``
     on Linux, one clock for every process of the machine, so the times mean
-    the same on both sides of the pipe.
+    the same on both sides of the socket.
 
     What the supervisor reports is not all a stopped supervisor misses: a
     recall made meanwhile lowers the lease's end in the record [JOB-R3], and
@@ -738,13 +743,22 @@ class Guardian:
     parse only for a record not laid out as jobctl writes them). A record it
     cannot read leaves the last time it read, and the reported one, in force.
 
-    Lines on the pipe: ``+PID AT`` (a new group, to be gone by AT), ``+PID AT
-    EPOCH MARGIN EVERY WHERE`` (the same, and read the record at WHERE, in hex:
-    a path, or a NUL and the row's URL, id and query as JSON, every EVERY
-    seconds: the lease of EPOCH ends MARGIN seconds before its ``expires_at``),
-    ``=PID AT`` (a renewal or a recall moved AT), ``-PID`` (reaped by its
-    supervisor; never signal that id again). The guardian
-    takes in every message waiting before it kills anything. If the guardian
+    Lines on its stdin (a socket): ``EHEX`` (first: the supervisor's
+    environment as JSON, in hex), ``+PID AT`` (a new group, to be gone by AT),
+    ``+PID AT EPOCH MARGIN EVERY WHERE`` (the same, and read the record at
+    WHERE, in hex: a path, or a NUL and the row's URL, id and query as JSON,
+    every EVERY seconds: the lease of EPOCH ends MARGIN seconds before its
+    ``expires_at``), ``=PID AT`` (a renewal or a recall moved AT), ``-PID``
+    (reaped by its supervisor; never signal that id again). The guardian
+    takes in every message waiting before it kills anything, and on every
+    wake it kills what is due by the times it knows before it reads any
+    record: woken after a stop of its own (a frozen host or container, the
+    whole tree stopped past the lease), the lapsed group goes first.
+
+    Secrets: the guardian makes itself non-dumpable (:mod:`jobctl.prctl`)
+    before it reads anything, and starts with only what a job would get of
+    the environment (:func:`_guardian_env`); the whole environment (which a
+    database's client library may need) follows on the socket. If the guardian
     process dies, the next message starts a new one and replays every
     registration first. The first registration starts the first one: a worker
     pass that runs nothing starts no process at all.
@@ -756,20 +770,39 @@ class Guardian:
         self._live: dict[int, tuple[float, str]] = {}
         self._closed = False
         self.proc: subprocess.Popen[bytes] | None = None
+        self._sock: socket.socket | None = None
         self._fd = -1
         #: Why the last guardian process could not be started (None: it was, or none was needed yet).
         self.failure: str | None = None
 
     def _spawn(self) -> None:
-        proc = subprocess.Popen(
-            # The path entries after the script are where it finds psycopg for a lease in a database row.
-            [sys.executable, "-I", "-S", "-c", _GUARDIAN, *(p for p in sys.path if p)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        assert proc.stdin is not None
-        self.proc, self._fd = proc, proc.stdin.fileno()
+        # Its stdin is a socket: a pipe could be opened through /proc/<pid>/fd/0 by a job in the moment
+        # before the guardian seals itself (jobctl.prctl), and read; a socket cannot be opened so.
+        ours, theirs = socket.socketpair()
+        try:
+            proc = subprocess.Popen(
+                # The path entries after the script are where it finds psycopg for a lease in a database row.
+                [sys.executable, "-I", "-S", "-c", _GUARDIAN, *(p for p in sys.path if p)],
+                stdin=theirs.fileno(),
+                stdout=subprocess.DEVNULL,
+                start_new_session=True,
+                env=_guardian_env(os.environ),
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self.proc, self._sock, self._fd = proc, ours, ours.fileno()
+        # The whole environment comes now, on the socket: read only once the guardian is sealed.
+        write_all(self._fd, b"E" + json.dumps(dict(os.environ)).encode().hex().encode() + b"\n")
+
+    def _hang_up(self) -> None:
+        """Close our end of the guardian's stdin: it reads end of file, kills what it guards and exits."""
+        if self._sock is not None:
+            with contextlib.suppress(OSError):
+                self._sock.close()
+            self._sock = None
 
     def _send(self, line: str) -> bool:
         """Write one message (lock held); on a dead guardian start another and replay. False: nobody guards."""
@@ -777,14 +810,12 @@ class Guardian:
         for _ in range(2):
             if self._fd >= 0:
                 try:
-                    _write_all(self._fd, data)
+                    write_all(self._fd, data)
                     return True
                 except OSError:
                     self._fd = -1
+                    self._hang_up()
                     if self.proc is not None:
-                        with contextlib.suppress(OSError):
-                            assert self.proc.stdin is not None
-                            self.proc.stdin.close()
                         self.proc.poll()  # reap it if it is gone
             if not self._live:
                 return True  # nothing to guard: the next registration starts one
@@ -808,7 +839,7 @@ class Guardian:
             if isinstance(source, str):
                 where = os.fsencode(os.path.abspath(source))  # the guardian's cwd is not ours to rely on
             else:
-                # A row: NUL first, which no path holds. The URL may carry a password: this pipe is
+                # A row: NUL first, which no path holds. The URL may carry a password: this socket is
                 # the guardian's alone, never its command line.
                 row = {"url": source.url, "id": source.job_id, "query": source.query}
                 where = b"\0" + json.dumps(row).encode()
@@ -838,20 +869,25 @@ class Guardian:
         with self._lock:
             self._closed = True
             self._fd = -1
+            self._hang_up()
             proc = self.proc
         if proc is None:
             return
-        if proc.stdin is not None:
-            with contextlib.suppress(OSError):
-                proc.stdin.close()
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(10)
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
+def _guardian_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """What the guardian starts with: what a job would get by default, and the loader's library path.
+
+    Nothing a job could not read anyway (until the guardian is sealed, a job
+    of the same user could): the rest comes on its stdin. ``LD_LIBRARY_PATH``
+    because the interpreter itself may need it to start.
+    """
+    env = JobEnvironment().base(environ)
+    if "LD_LIBRARY_PATH" in environ:
+        env["LD_LIBRARY_PATH"] = environ["LD_LIBRARY_PATH"]
+    return env
 
 
 #: What a child runs first: wait for the supervisor's go on stdin, then become the job's command.
@@ -920,70 +956,6 @@ def _read_every(ttl: float) -> float:
     the guardian's margin is honoured even while the supervisor is stopped.
     """
     return min(ttl / 10, 0.25)
-
-
-def _feed(fd: int, left: memoryview) -> memoryview:
-    """Write what the pipe takes now; what is left (empty when done, or when the child closed its stdin)."""
-    while left:
-        try:
-            left = left[os.write(fd, left) :]
-        except BlockingIOError:
-            return left
-        except OSError:
-            return left[:0]
-    return left
-
-
-def _killpg(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except ProcessLookupError:
-        pass
-    except PermissionError:
-        # A member changed its credentials (setuid); the rest still get it.
-        pass
-
-
-def _exited(pid: int) -> bool:
-    """Whether the child has exited, without reaping it.
-
-    Not reaping keeps the zombie's pid, which is also the process group's id,
-    from being reused while the group is still being signalled.
-    """
-    try:
-        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
-        return True
-    return info is not None and info.si_pid == pid
-
-
-def _sigkilled(pid: int) -> bool:
-    """Whether the exited child was ended by SIGKILL, without reaping it."""
-    try:
-        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
-        return False
-    return info is not None and info.si_code == os.CLD_KILLED and info.si_status == signal.SIGKILL
-
-
-def _pidfd(pid: int) -> int | None:
-    opener = getattr(os, "pidfd_open", None)
-    if opener is None:
-        return None
-    try:
-        return int(opener(pid))
-    except OSError:
-        return None
-
-
-def _describe_status(code: int) -> str:
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return f"killed by {name}"
-    return f"exit status {code}"
 
 
 # -- the run --------------------------------------------------------------------
@@ -1084,6 +1056,9 @@ class ChildWork(Work):
         command = self.command
         log = self._logfile = self._open_log(keeper)
         out.log = None if log is None else log.name
+        # Before any code of the job can run: it runs as this process's user, who could otherwise read
+        # this process's environment, memory and descriptors through /proc (jobctl.prctl).
+        seal()
         if self._guardian is None:
             self._guardian = Guardian()  # its process starts with the child it guards
             self._own_guardian = True
@@ -1181,7 +1156,7 @@ class ChildWork(Work):
         guarded = guardian.watch(proc.pid, expiry - margin, record)
         if not guarded or time.monotonic() >= expiry - _own_margin(self._ttl):
             os.close(go_w)  # end of file: the child exits without running anything
-            _killpg(proc.pid, signal.SIGKILL)
+            killpg(proc.pid, signal.SIGKILL)
             guardian.forget(proc.pid)
             proc.wait()
             if tee_r is not None:
@@ -1290,7 +1265,7 @@ class ChildWork(Work):
 
     def register(self, poller: select.poll) -> float:
         assert self._proc is not None
-        self._pidfd = _pidfd(self._proc.pid)
+        self._pidfd = pidfd(self._proc.pid)
         if self._pidfd is not None:
             poller.register(self._pidfd, select.POLLIN)
         if self._tee_r is not None:
@@ -1306,7 +1281,7 @@ class ChildWork(Work):
         if fd == self._tee_r:
             self._pump(fd)
         elif fd == self._spec_fd:
-            self._spec_left = _feed(fd, self._spec_left)
+            self._spec_left = feed(fd, self._spec_left)
             if not self._spec_left:
                 self._poller.unregister(fd)
                 os.close(fd)
@@ -1314,18 +1289,18 @@ class ChildWork(Work):
 
     def done(self) -> bool:
         assert self._proc is not None
-        return _exited(self._proc.pid)
+        return exited(self._proc.pid)
 
     def stop(self, when: float, now: float) -> None:
         assert self._proc is not None
         pid = self._proc.pid
         if when <= now:
-            _killpg(pid, signal.SIGKILL)
+            killpg(pid, signal.SIGKILL)
             self._kill_at = math.inf
             self._sent_term = True
             return
         if not self._sent_term:
-            _killpg(pid, signal.SIGTERM)
+            killpg(pid, signal.SIGTERM)
             self._sent_term = True
         self._kill_at = min(self._kill_at, when)
 
@@ -1346,14 +1321,14 @@ class ChildWork(Work):
             stop_for = ("timeout", f"timed out after {self.command.timeout:g} s")
             self._timeout_at = math.inf
         if now >= self._kill_at:
-            _killpg(self._proc.pid, signal.SIGKILL)
+            killpg(self._proc.pid, signal.SIGKILL)
             self._kill_at = math.inf
         return stop_for
 
     def killed_unasked(self) -> bool:
         # SIGKILLed, and not by the keeper: most likely by the guardian.
         assert self._proc is not None
-        return _sigkilled(self._proc.pid)
+        return sigkilled(self._proc.pid)
 
     def end(self, out: Outcome, disposition: str, detail: str, fenced: JobError | None) -> None:
         proc = self._proc
@@ -1361,7 +1336,7 @@ class ChildWork(Work):
         pid = proc.pid
         # The leader is a zombie: its pid (the group's id) cannot be reused
         # yet. Nothing the job started outlives it.
-        _killpg(pid, signal.SIGKILL)
+        killpg(pid, signal.SIGKILL)
         self._guardian.forget(pid)
         code = proc.wait()
         if self._pidfd is not None:
@@ -1374,12 +1349,12 @@ class ChildWork(Work):
             self._pump(self._tee_r)
         out.exit_code = code
         if fenced is not None:
-            self._footer(f"{_describe_status(code)}; {fenced.verdict}: {fenced.message}")
+            self._footer(f"{describe_status(code)}; {fenced.verdict}: {fenced.message}")
         else:
-            self._footer(_describe_status(code) + (f" ({disposition}: {detail})" if disposition else ""))
+            self._footer(describe_status(code) + (f" ({disposition}: {detail})" if disposition else ""))
         self.succeeded = code == 0
         if not self.succeeded:
-            out.error = _describe_status(code)
+            out.error = describe_status(code)
         self._close()  # before the final write, as ever: its latency is not the record's
 
     def after(self, out: Outcome) -> None:

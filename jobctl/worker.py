@@ -58,6 +58,7 @@ from .board import UNREADABLE, Board
 from .errors import JobError
 from .jobenv import JobEnvironment
 from .keeper import Keeper, Lookout
+from .prctl import seal
 from .record import TERMINAL, Record, format_time, held
 from .runner import Guardian, Outcome, Processor, Run, processors
 from .schedule import after_of, attempt, not_before, pipeline_of
@@ -259,6 +260,8 @@ class Worker:
         """Run until stopped (``loop``), after one pass (``once``), or when idle (``drain``). Call it once."""
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}")
+        # Non-dumpable before any work starts: what a job (or a processor) starts runs as this user (jobctl.prctl).
+        seal()
         board = Board(self.store, self.kinds, notices=self.notices)
         self._states = board.states
         self._guardian = Guardian()
