@@ -74,7 +74,10 @@ def _env_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
 @click.option(
     "--kind",
     type=TEXT,
-    help="What the job is: who can read its spec (printable text). [default: shell with -- CMD; else required]",
+    help=(
+        "What the job is: who can read its spec (printable text; shell only spelt so). "
+        "[default: shell with -- CMD; else required]"
+    ),
 )
 @click.option(
     "--spec",
@@ -190,7 +193,7 @@ def submit(
       jobctl submit --id "backup-$(date +%F)" --exists-ok -- ./backup.sh
       id=$(jobctl submit --kind backup --hold) && jobctl approve "$id"
     """
-    from ..shell import SHELL
+    from ..shell import SHELL, check_kind
 
     if stage and not pipeline:
         raise click.UsageError("--stage needs --pipeline")
@@ -218,9 +221,7 @@ def submit(
         raise click.UsageError("give --kind (or a command after --)")
     elif env_pairs:
         raise click.UsageError("--env goes with a command after --")
-    if not kind.isprintable():
-        # A newline or escape in a kind would split or colour every line that shows the job (render.word).
-        raise Invalid(f"--kind {kind!r} holds a character that is not printable (a control character or separator)")
+    check_kind(kind, "--kind")  # the rule POST /api/jobs applies too
     # Only a --spec not given at all is {}: an empty file or stdin is JSON that does not parse, as a checkpoint's.
     body_text = "{}" if spec is None else spec
     rec = Record(id=job_id or "", kind=kind, spec=raw_json(body_text, "--spec"), progress=Progress(total=total))

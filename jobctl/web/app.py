@@ -13,7 +13,8 @@ call), retry with :func:`jobctl.lifecycle.retry` (``jobctl retry``).
 from __future__ import annotations
 
 import hmac
-import json
+import os
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from importlib import resources
 from typing import Any
@@ -26,6 +27,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response, Stream
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from .. import wire
 from ..errors import Exists, Invalid, JobError, NoStore, NotFound, WriteFailed
 from ..lifecycle import retry
 from ..record import STATES, ZERO_TIME
@@ -64,9 +66,23 @@ def _error(status: int, verdict: str, message: str, headers: dict[str, str] | No
     return JSONResponse({"error": verdict, "message": message}, status_code=status, headers=headers)
 
 
+#: An absolute path in a message: after a space, a quote, a bracket or ``=``, or at the start.
+_PATH = re.compile(r"""(?:(?<=[\s'"(=])|^)/[^\s'"(),;]*""")
+
+
+def _public(message: str) -> str:
+    """``message`` with every absolute path cut to its last name: a client learns no server path.
+
+    A refusal's text comes from the library, which names paths for the
+    operator's terminal (``cannot create /srv/store/jobs/ID.json.lock``);
+    over HTTP the name within the store is enough.
+    """
+    return _PATH.sub(lambda m: "…/" + m.group(0).rstrip("/").rsplit("/", 1)[-1], message)
+
+
 def _refusal(exc: JobError) -> JSONResponse:
     status = 503 if isinstance(exc, (WriteFailed, NoStore)) else STATUS.get(exc.verdict, 409)
-    return _error(status, exc.verdict, " ".join(str(exc).split()) or exc.verdict.replace("_", " "))
+    return _error(status, exc.verdict, _public(" ".join(str(exc).split())) or exc.verdict.replace("_", " "))
 
 
 def _by(request: Request, body: Any) -> str:
@@ -126,7 +142,11 @@ class _Guard:
             )
             if not any(hmac.compare_digest(self.token, c.encode()) for c in (bearer, cookie, query) if c):
                 return _error(
-                    401, "unauthorized", "this server wants its token", {"WWW-Authenticate": 'Bearer realm="jobctl"'}
+                    401,
+                    "unauthorized",
+                    "this server wants its token: send the header Authorization: Bearer TOKEN "
+                    "(a browser opens /?token=TOKEN once)",
+                    {"WWW-Authenticate": 'Bearer realm="jobctl"'},
                 )
         if request.method == "POST":
             kind = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
@@ -182,10 +202,12 @@ def create_app(
             if required:
                 raise Invalid("the body must be a JSON object")
             return {}
+        # The record codec's own parser: nesting deeper than wire.MAX_DEPTH is refused before anything
+        # recurses into it, as are an escaped lone surrogate, NaN and a member named twice (as `submit --spec`).
         try:
-            return json.loads(data.decode("utf-8"), parse_constant=_no_constant)
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise Invalid(f"the body is not JSON: {exc}") from None
+            return wire.parse_value(wire.utf8_text(bytes(data), "the body"))
+        except Invalid as exc:
+            raise Invalid(f"the body is not JSON: {exc.message}") from None
 
     def job_or_404(job_id: str) -> dict[str, Any]:
         return job_view(store.load(job_id), store.now())
@@ -247,7 +269,7 @@ def create_app(
                     break
             return {
                 "jobs": chosen,
-                "unreadable": [{"id": job_id, "error": str(exc)} for job_id, exc in listed.unreadable],
+                "unreadable": [{"id": job_id, "error": _public(str(exc))} for job_id, exc in listed.unreadable],
             }
 
         return JSONResponse(await run_in_threadpool(work))
@@ -350,12 +372,12 @@ def create_app(
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         verdict = {404: "not_found", 405: "invalid", 413: "too_large"}.get(exc.status_code, "refused")
-        return _error(exc.status_code, verdict, str(exc.detail), dict(exc.headers or {}))
+        return _error(exc.status_code, verdict, _public(str(exc.detail)), dict(exc.headers or {}))
 
     async def unreadable(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, OSError)
-        where = f"{exc.filename}: " if exc.filename else ""
-        return _error(503, "refused", f"the store cannot be read: {where}{exc.strerror or exc}")
+        where = f"{os.path.basename(str(exc.filename))}: " if exc.filename else ""  # no server path
+        return _error(503, "refused", _public(f"the store cannot be read: {where}{exc.strerror or exc}"))
 
     async def broken(request: Request, exc: Exception) -> Response:
         return _error(500, "internal", f"{type(exc).__name__} (the server's log has the traceback)")
@@ -380,7 +402,3 @@ def create_app(
     )
     app.add_middleware(_Guard, token=token, hosts=hosts)
     return app
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")

@@ -93,16 +93,19 @@ def record_from(body: Any, now: datetime, by: str, *, allow_shell: bool = False)
     unless ``allow_shell`` (``jobctl serve --allow-shell``): whoever may reach
     the API could otherwise run anything there.
     """
-    from ..shell import SHELL
+    from ..shell import SHELL, check_kind
 
     if not isinstance(body, dict):
         raise Invalid("the body must be a JSON object")
     unknown = sorted(set(body) - set(FIELDS))
     if unknown:
         raise Invalid(f"unknown field {unknown[0]!r} (fields: {', '.join(FIELDS)})")
-    kind = _text(body, "kind")
+    kind = body.get("kind")
     if kind is None:
         raise Invalid("kind is required")
+    if not isinstance(kind, str):
+        raise Invalid("kind must be a string")
+    check_kind(kind)  # the rule `jobctl submit --kind` applies
     if kind == SHELL and not allow_shell:
         raise Invalid(f"kind {SHELL} is not taken over HTTP here (jobctl serve --allow-shell)")
     job_id = _text(body, "id")

@@ -1,0 +1,113 @@
+"""The HTTP API's refusals and details, on a real ``jobctl serve`` over each store (docs/reference/http.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from webtools import Server, serve_env, start_server, stop
+
+from jobctl import FileStore, open_store
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(params=["file", "postgres"])
+def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[..., Server]]:
+    """``served(*args, **env)``: a ``jobctl serve`` on a fresh store of each kind; stopped, and checked quiet."""
+    running: list[Server] = []
+
+    def launch(*args: str, **env: str) -> Server:
+        root = tmp_path / f"store{len(running)}"
+        if request.param == "file":
+            store = FileStore(root)
+        else:
+            from jobctl.store import postgres
+
+            url = request.getfixturevalue("pg_url")
+            postgres.init(url)
+            env = {"JOB_STORE": url, **env}
+            store = open_store(url)
+            request.addfinalizer(store.close)
+        proc, url_served = start_server(root, *args, **env)
+        server = Server(proc, url_served, store, serve_env(root, **env))  # type: ignore[arg-type]
+        running.append(server)
+        return server
+
+    yield launch
+    for server in running:
+        err = stop(server.proc)
+        assert server.proc.returncode == -signal.SIGTERM, err
+        assert "Traceback" not in err, err
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b'{"kind": "k", "spec": ' + b"[" * 1000 + b"]" * 1000 + b"}", "nesting deeper than 64"),
+        (b'{"kind": "k", "spec": ' + b"{" * 200_000, "nesting deeper than 64"),  # never closed, never recursed into
+        (b'{"kind": "k", "spec": {"text": "\\ud800"}}', "escaped lone surrogate"),
+        (b'{"kind": "k", "kind": "k"}', "duplicate member name 'kind'"),
+        (b'{"kind": "k", "id": "' + b"x" * 300 + b'"}', "longer than 200 bytes"),
+        (b'{"kind": "Shell"}', "kind 'Shell' is not shell"),
+        (b'{"kind": " shell "}', "kind ' shell ' is not shell"),
+        (b'{"kind": "SH ELL"}', "kind 'SH ELL' is not shell"),
+        (b'{"kind": "a\\nb"}', "not printable"),
+        (b'{"kind": "  "}', "kind is blank"),
+        (b'{"kind": 7}', "kind must be a string"),
+    ],
+)
+def test_a_hostile_body_is_refused_422_before_anything_is_written(
+    served: Callable[..., Server], data: bytes, message: str
+) -> None:
+    server = served("--allow-shell")  # even so: a shell look-alike is no shell job
+    reply = server.call("POST", "/api/jobs", data=data)
+    assert reply.status == 422, reply.body
+    assert reply.body["error"] == "invalid" and message in reply.body["message"], reply.body
+    assert server.store.ids() == []
+
+
+def test_the_cli_applies_the_same_rules(served: Callable[..., Server]) -> None:
+    server = served()
+    for args, message in [
+        (["--kind", "Shell"], "--kind 'Shell' is not shell"),
+        (["--kind", "shell "], "--kind 'shell ' is not shell"),
+        (["--kind", "k", "--id", "x" * 300], "longer than 200 bytes"),
+        (["--kind", "k", "--spec", '{"text": "\\ud800"}'], "escaped lone surrogate"),
+    ]:
+        ran = server.jobctl("submit", *args, check=False)
+        assert ran.returncode == 9, ran.stderr  # invalid
+        assert ran.stderr.count("\n") == 1 and message in ran.stderr, ran.stderr
+    assert server.store.ids() == []
+
+
+def test_no_answer_names_a_server_path(start: Callable[..., Server], tmp_path: Path) -> None:
+    server = start()
+    jobs = Path(server.store.root) / "jobs"
+    os.symlink("/etc/passwd", jobs / "planted.json")  # a second user's link in the shared directory
+    (jobs / "hollow.json").mkdir()
+    root = str(Path(server.store.root).resolve())
+    answers = [
+        server.get("/api/jobs/planted"),
+        server.get("/api/jobs/hollow"),
+        server.get("/api/jobs"),
+        server.post("/api/jobs/planted/cancel"),
+        server.post("/api/jobs", {"kind": "k", "id": "y" * 300}),
+    ]
+    for reply in answers:
+        text = json.dumps(reply.body)
+        assert str(tmp_path) not in text and root not in text and "/etc" not in text, text
+    assert answers[0].status == 422 and "planted.json is a symbolic link" in answers[0].body["message"]
+    assert answers[2].status == 200 and {u["id"] for u in answers[2].body["unreadable"]} == {"planted", "hollow"}
+
+
+def test_the_401_says_how_to_send_the_token(start: Callable[..., Server]) -> None:
+    server = start(JOBCTL_TOKEN="s3cret")
+    reply = server.get("/api/jobs")
+    assert reply.status == 401
+    assert "Authorization: Bearer TOKEN" in reply.body["message"] and "/?token=TOKEN" in reply.body["message"]
+    assert "s3cret" not in json.dumps(reply.body)
