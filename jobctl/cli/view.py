@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from operator import itemgetter
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import click
 
@@ -18,7 +18,6 @@ from ..summary import settle as summary_settle
 from . import render
 from .main import (
     EXIT_FAILURE,
-    STATE_CHOICE,
     STATES_HELP,
     TEXT,
     JobCommand,
@@ -29,7 +28,7 @@ from .main import (
     pass_state,
 )
 
-__all__ = ["show", "result", "list_jobs", "orphans"]
+__all__ = ["show", "result", "list_jobs", "orphans", "STATE_LIST", "chosen_states", "pipeline_filter"]
 
 
 def _dependency_states(state: State, rec: Record) -> dict[str, str]:
@@ -149,6 +148,53 @@ def _print_records(
         click.get_current_context().exit(EXIT_FAILURE)
 
 
+if TYPE_CHECKING:  # click 8.5 types ParamType by what it returns; older clicks are not generic
+    _SetType = click.ParamType[frozenset[str]]
+else:
+    _SetType = click.ParamType
+
+
+class _StateList(_SetType):
+    """``--state running,pending``: a comma-separated list of states (:func:`jobctl.filters.parse_states`).
+
+    The option stays repeatable; :func:`chosen_states` joins the lists. A
+    word that is not a state is a usage error (exit 2), as it always was.
+    """
+
+    name = "state"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> frozenset[str]:
+        if isinstance(value, frozenset):
+            return value
+        from .. import filters
+
+        try:
+            return filters.parse_states(str(value), "--state")
+        except JobError as exc:
+            self.fail(exc.message, param, ctx)
+
+    def shell_complete(self, ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+        from click.shell_completion import CompletionItem
+
+        from ..record import STATES
+
+        done, _, last = incomplete.rpartition(",")
+        head = f"{done}," if done else ""
+        return [CompletionItem(head + name) for name in STATES if name.startswith(last)]
+
+
+#: The type of a ``--state`` filter (``list``, ``watch``).
+STATE_LIST = _StateList()
+
+
+def chosen_states(lists: Iterable[frozenset[str]]) -> tuple[str, ...]:
+    """The states of every ``--state`` given, in the order of :data:`jobctl.record.STATES` (none: no filter)."""
+    from ..record import STATES
+
+    wanted = set().union(*lists)
+    return tuple(name for name in STATES if name in wanted)
+
+
 def pipeline_filter(name: str | None) -> Callable[[Record], bool]:
     """``--pipeline NAME``: whether a record belongs to pipeline NAME (a malformed membership does not)."""
 
@@ -172,9 +218,9 @@ def pipeline_filter(name: str | None) -> Callable[[Record], bool]:
     "--state",
     "states",
     multiple=True,
-    type=STATE_CHOICE,
-    metavar="STATE",
-    help=f"Only jobs in STATE: {STATES_HELP} (repeatable).",
+    type=STATE_LIST,
+    metavar="STATE[,STATE…]",
+    help=f"Only jobs in these states: {STATES_HELP} (a comma list, or repeat the option).",
 )
 @click.option("--active", is_flag=True, help="Only jobs that have not ended (running, pending, held).")
 @click.option("--pipeline", type=TEXT, metavar="NAME", help="Only jobs of pipeline NAME.")
@@ -187,7 +233,7 @@ def pipeline_filter(name: str | None) -> Callable[[Record], bool]:
 def list_jobs(
     state: State,
     kind: tuple[str, ...],
-    states: tuple[str, ...],
+    states: Any,
     active: bool,
     pipeline: str | None,
     owner: str | None,
@@ -213,9 +259,11 @@ def list_jobs(
     \b
     Examples:
       jobctl list --state running --kind download
+      jobctl list --state running,pending
       jobctl list --active --newest --limit 20
       jobctl list --json | jq -r 'select(.orphan) | .id'
     """
+    states = chosen_states(states)
     store = state.store()
     now = store.now()
     belongs = pipeline_filter(pipeline)

@@ -29,8 +29,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .. import wire
 from ..errors import Exists, Invalid, JobError, NoStore, NotFound, WriteFailed
+from ..filters import parse_states
 from ..lifecycle import retry
-from ..record import STATES, ZERO_TIME
+from ..record import ZERO_TIME
 from ..store.base import Store
 from .events import Feed
 from .submission import idempotent_id, record_from
@@ -246,10 +247,7 @@ def create_app(
         if not limit_text.isdigit() or not 1 <= int(limit_text) <= 10000:
             raise Invalid(f"limit {limit_text!r} is not a whole number 1..10000")
         limit = int(limit_text)
-        states = set(filter(None, query.get("state", "").split(",")))
-        odd = sorted(states - set(STATES))
-        if odd:
-            raise Invalid(f"state {odd[0]!r} is not one of {', '.join(STATES)}")
+        states = parse_states(query["state"]) if "state" in query else frozenset()  # as `jobctl list --state`
 
         def work() -> dict[str, Any]:
             listed = store.list()
