@@ -13,6 +13,7 @@ from ..errors import JobError
 from ..record import TERMINAL, Record, encode
 from ..store.base import Listing
 from ..store.file import collector_paused, is_orphan, summary_of
+from ..submitter import submitter_of
 from ..summary import Summary, micros, moment
 from ..summary import settle as summary_settle
 from . import render
@@ -225,6 +226,7 @@ def pipeline_filter(name: str | None) -> Callable[[Record], bool]:
 @click.option("--active", is_flag=True, help="Only jobs that have not ended (running, pending, held).")
 @click.option("--pipeline", type=TEXT, metavar="NAME", help="Only jobs of pipeline NAME.")
 @click.option("--owner", type=TEXT, help="Only jobs whose lease names this owner.")
+@click.option("--by", type=TEXT, metavar="NAME", help="Only jobs submitted by NAME (submit --by).")
 @click.option("--orphans", "only_orphans", is_flag=True, help="Only jobs nobody holds that a worker may adopt.")
 @click.option("--newest", is_flag=True, help="Newest first within each group.")
 @click.option("--limit", type=click.IntRange(min=1), metavar="N", help="At most N rows (the first N in this order).")
@@ -237,6 +239,7 @@ def list_jobs(
     active: bool,
     pipeline: str | None,
     owner: str | None,
+    by: str | None,
     only_orphans: bool,
     newest: bool,
     limit: int | None,
@@ -260,6 +263,7 @@ def list_jobs(
     Examples:
       jobctl list --state running --kind download
       jobctl list --state running,pending
+      jobctl list --by alice --state failed
       jobctl list --active --newest --limit 20
       jobctl list --json | jq -r 'select(.orphan) | .id'
     """
@@ -275,6 +279,7 @@ def list_jobs(
             and (not active or not rec.terminal)
             and belongs(rec)
             and (owner is None or rec.lease.owner == owner)
+            and (by is None or submitter_of(rec) == by)
             and (not only_orphans or is_orphan(rec, now))
         )
 
@@ -284,7 +289,9 @@ def list_jobs(
     # A listing holds a summary of every record until it writes them, and makes no reference cycle:
     # the collector's passes over them would be a tenth of a cold listing of 100,000, for nothing.
     with collector_paused():
-        _list_piped(state, wanted, kind, states, owner, pipeline, active or only_orphans, newest, limit)
+        # A summary knows neither pipeline nor submitter: --pipeline and --by read the records.
+        whole = pipeline is not None or by is not None
+        _list_piped(state, wanted, kind, states, owner, whole, active or only_orphans, newest, limit)
 
 
 #: The listing order of ended jobs, (created, id), of a Summary (a tuple: its fields by index).
@@ -388,7 +395,7 @@ def _list_piped(
     kind: tuple[str, ...],
     states: tuple[str, ...],
     owner: str | None,
-    pipeline: str | None,
+    whole: bool,
     open_only: bool,
     newest: bool,
     limit: int | None,
@@ -424,7 +431,7 @@ def _list_piped(
         return _Shown(render.json_line(render.job_json(rec, now, None, flag)), brief, flag)
 
     def summarised(item: Summary) -> bool:
-        """``wanted`` for a finished record known by its summary (no pipeline filter: that takes the record)."""
+        """``wanted`` for a finished record known by its summary (never with ``whole``: those take the record)."""
         return (
             (not kind or item.kind in kind)
             and (not states or item.state in states)
@@ -451,7 +458,7 @@ def _list_piped(
         else:
             ended.append(brief)
 
-    briefly = not state.json and pipeline is None  # a line that a summary serves
+    briefly = not state.json and not whole  # a line that a summary serves
     opened = store.list_open(finished=keep if wants_ended else None, briefly=briefly)
     every = opened.states  # what dependencies are in, for the JSON
     unreadable = {job_id: exc for job_id, exc in opened.unreadable}
@@ -470,7 +477,7 @@ def _list_piped(
                 lines.out(render.list_line(rec))
         left = None if limit is None else limit - len(chosen)
         if wants_ended and (left is None or left > 0):
-            # Ended jobs: a summary serves unless the JSON or --pipeline needs the whole record.
+            # Ended jobs: a summary serves unless the JSON or a filter (--pipeline, --by) needs the whole record.
             skip = {rec.id for rec in opened} | set(unreadable)  # in the snapshot of the active ones
             scanned: list[tuple[str, JobError]] = []
             for item in store.scan(scanned, summaries=briefly, taken=taken, opened=opened):

@@ -33,6 +33,7 @@ from ..filters import parse_states
 from ..lifecycle import retry
 from ..record import ZERO_TIME
 from ..store.base import Store
+from ..submitter import submitter_of
 from .events import Feed
 from .submission import idempotent_id, record_from
 from .views import job_view, pipeline_names, pipeline_view
@@ -240,9 +241,9 @@ def create_app(
 
     async def listing(request: Request) -> Response:
         query = request.query_params
-        unknown = sorted(set(query) - {"state", "kind", "pipeline", "limit"})
+        unknown = sorted(set(query) - {"state", "kind", "pipeline", "by", "limit"})
         if unknown:
-            raise Invalid(f"unknown parameter {unknown[0]!r} (state, kind, pipeline, limit)")
+            raise Invalid(f"unknown parameter {unknown[0]!r} (state, kind, pipeline, by, limit)")
         limit_text = query.get("limit", "100")
         if not limit_text.isdigit() or not 1 <= int(limit_text) <= 10000:
             raise Invalid(f"limit {limit_text!r} is not a whole number 1..10000")
@@ -258,6 +259,8 @@ def create_app(
                 if states and rec.state not in states:
                     continue
                 if "kind" in query and rec.kind != query["kind"]:
+                    continue
+                if "by" in query and submitter_of(rec) != query["by"]:
                     continue
                 view = job_view(rec, now)
                 if "pipeline" in query and (view["pipeline"] or {}).get("name") != query["pipeline"]:

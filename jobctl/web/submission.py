@@ -17,6 +17,7 @@ from typing import Any
 from .. import ids, limits
 from ..errors import Invalid
 from ..record import Progress, Record, parse_time
+from ..submitter import set_submitter
 from ..wire import Raw
 
 __all__ = ["FIELDS", "IDEMPOTENCY_KEY_MAX", "record_from", "idempotent_id"]
@@ -141,7 +142,8 @@ def record_from(body: Any, now: datetime, by: str, *, allow_shell: bool = False)
         raise Invalid("stage needs pipeline")
     from ..schedule import plan
 
-    return plan(
+    who = _text(body, "by") or by
+    rec = plan(
         rec,
         retries=_whole(body, "retries", limits.RETRIES),
         intervals=intervals,
@@ -151,5 +153,6 @@ def record_from(body: Any, now: datetime, by: str, *, allow_shell: bool = False)
         stage=stage,
         start_after=_start_after(body.get("not_before"), now),
         hold=hold,
-        by=_text(body, "by") or by,
+        by=who,
     )
+    return set_submitter(rec, who)  # as `jobctl submit --by`: the submitter, and the hold's name

@@ -67,3 +67,36 @@ def test_the_parser_is_the_one_the_api_uses() -> None:
     assert filters.parse_states(" running ,pending") == {"running", "pending"}
     with pytest.raises(Invalid, match="'Running' is not one of"):
         filters.parse_states("Running")
+
+
+def test_who_submitted_is_kept_shown_and_chosen_by(jobctl: Jobctl, env: dict[str, str]) -> None:
+    by_env = {**env, "USER": "bob"}
+    alice = submit(jobctl, env, "--by", "alice")
+    held = submit(jobctl, env, "--by", "carol", "--hold")  # an old script's --hold --by: the hold's name
+    bob = submit(jobctl, by_env)
+    host = jobctl("submit", "--kind", "k", env=by_env).text.strip()
+    shown = json.loads(jobctl("show", "--json", alice, env=env).text)
+    assert shown["submitted_by"] == "alice"
+    record = json.loads(jobctl("show", held, env=env).text)  # the record's own bytes
+    assert record["extensions"]["jobctl.run/submitted-by@1"] == {"by": "carol"}
+    assert record["intent"]["want"] == "pause" and record["intent"]["by"] == "carol"
+    default = json.loads(jobctl("show", "--json", bob, env=env).text)["submitted_by"]
+    assert default.startswith("bob@") and len(default) > len("bob@")
+    assert listed(jobctl, env, "--by", "alice") == [alice]
+    assert listed(jobctl, env, "--by", default) == sorted([bob, host])
+    assert jobctl("cancel", alice, env=env).code == 0  # an ended job: a summary would not know its submitter
+    plain = jobctl("list", "--by", "alice", env=env)
+    assert [line.split()[0] for line in plain.text.splitlines()] == [alice]
+    assert listed(jobctl, env, "--by", "nobody") == []
+
+
+@pytest.mark.parametrize(
+    ("given", "code", "message"),
+    [("a\nb", 9, "--by 'a\\nb' holds a character that is not printable"), ("x" * 201, 9, "longer than 200")],
+)
+def test_a_submitter_that_is_no_name_is_refused(
+    jobctl: Jobctl, env: dict[str, str], given: str, code: int, message: str
+) -> None:
+    ran = jobctl("submit", "--kind", "k", "--by", given, env=env)
+    assert ran.code == code and message in ran.err, ran.err
+    assert listed(jobctl, env) == []

@@ -111,3 +111,29 @@ def test_the_401_says_how_to_send_the_token(start: Callable[..., Server]) -> Non
     assert reply.status == 401
     assert "Authorization: Bearer TOKEN" in reply.body["message"] and "/?token=TOKEN" in reply.body["message"]
     assert "s3cret" not in json.dumps(reply.body)
+
+
+def test_who_submitted_is_kept_shown_and_chosen_by(served: Callable[..., Server]) -> None:
+    server = served()
+    alice = server.post("/api/jobs", {"kind": "k", "by": "alice"})
+    held = server.post("/api/jobs", {"kind": "k", "by": "carol", "hold": True})
+    anonymous = server.post("/api/jobs", {"kind": "k"})
+    assert (alice.status, alice.body["submitted_by"]) == (201, "alice")
+    assert anonymous.body["submitted_by"] == "http@127.0.0.1"
+    rec = server.store.load(held.body["id"])
+    assert rec.extensions["jobctl.run/submitted-by@1"] == {"by": "carol"} and rec.intent.by == "carol"
+    assert server.get(f"/api/jobs/{held.body['id']}").body["submitted_by"] == "carol"
+    chosen = server.get("/api/jobs?by=alice&state=pending")
+    assert [job["id"] for job in chosen.body["jobs"]] == [alice.body["id"]]
+    assert server.get("/api/jobs?by=nobody").body["jobs"] == []
+    cli = json.loads(server.jobctl("list", "--json", "--by", "carol").stdout)  # the CLI reads what HTTP wrote
+    assert cli["id"] == held.body["id"] and cli["submitted_by"] == "carol"
+
+
+@pytest.mark.parametrize(
+    ("by", "message"), [("a\nb", "holds a character that is not printable"), ("x" * 201, "longer than 200")]
+)
+def test_a_submitter_that_is_no_name_is_refused(refusing_server: Server, by: str, message: str) -> None:
+    reply = refusing_server.post("/api/jobs", {"kind": "k", "by": by})
+    assert reply.status == 422 and message in reply.body["message"], reply.body
+    assert refusing_server.store.ids() == []
