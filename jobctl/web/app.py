@@ -35,6 +35,7 @@ from ..record import ZERO_TIME
 from ..store.base import Store
 from ..submitter import submitter_of
 from .events import Feed
+from .logs import parse_tail_query, tail
 from .submission import idempotent_id, record_from
 from .views import job_view, pipeline_names, pipeline_view
 
@@ -275,6 +276,10 @@ def create_app(
 
         return JSONResponse(await run_in_threadpool(work))
 
+    async def logs(request: Request) -> Response:
+        attempt, limit = parse_tail_query(dict(request.query_params))
+        return JSONResponse(await run_in_threadpool(tail, store, request.path_params["job_id"], attempt, limit))
+
     async def pipelines(request: Request) -> Response:
         def work() -> dict[str, Any]:
             listed = list(store.list())
@@ -390,6 +395,7 @@ def create_app(
         Route("/api/jobs", submit, methods=["POST"]),
         Route("/api/jobs", listing, methods=["GET"]),
         Route("/api/jobs/{job_id:str}", show, methods=["GET"]),
+        Route("/api/jobs/{job_id:str}/logs", logs, methods=["GET"]),
         Route("/api/jobs/{job_id:str}/approve", action(approve), methods=["POST"]),
         Route("/api/jobs/{job_id:str}/cancel", action(cancel), methods=["POST"]),
         Route("/api/jobs/{job_id:str}/retry", action(again, 201), methods=["POST"]),

@@ -137,3 +137,63 @@ def test_a_submitter_that_is_no_name_is_refused(refusing_server: Server, by: str
     reply = refusing_server.post("/api/jobs", {"kind": "k", "by": by})
     assert reply.status == 422 and message in reply.body["message"], reply.body
     assert refusing_server.store.ids() == []
+
+
+SCRIPT = (
+    'i=0; while [ $i -lt 3000 ]; do echo "line $i of the output"; i=$((i+1)); done; echo "boom: disk full" >&2; exit 3'
+)
+
+
+def failed_job(server: Server, job_id: str) -> None:
+    """``job_id`` submitted and run once by ``jobctl run``, failing after 3,000 lines (about 70 KB) of output."""
+    server.jobctl("submit", "--kind", "k", "--id", job_id)
+    ran = server.jobctl("run", job_id, "--", "sh", "-c", SCRIPT, check=False)
+    assert ran.returncode != 0, ran.stderr
+    assert server.get(f"/api/jobs/{job_id}").body["state"] == "failed"
+
+
+def test_the_end_of_a_failed_attempts_log_is_served_bounded(served: Callable[..., Server], tmp_path: Path) -> None:
+    server = served(HOME=str(tmp_path / "home"))  # a database store's logs are under ~/.abstraction/work
+    failed_job(server, "render-1")
+    reply = server.get("/api/jobs/render-1/logs")
+    assert reply.status == 200, reply.body
+    body = reply.body
+    assert (body["id"], body["attempt"], body["attempts"], body["truncated"]) == ("render-1", 1, [1], True)
+    assert body["size"] > 60_000 and len(body["text"].encode()) <= 16 * 1024
+    assert body["text"].startswith("line ") and "boom: disk full" in body["text"]  # whole lines, the last ones
+    assert "line 2999 of the output\n" in body["text"] and "line 100 of the output" not in body["text"]
+    small = server.get("/api/jobs/render-1/logs?attempt=1&bytes=200").body
+    assert len(small["text"].encode()) <= 200 and small["truncated"]
+    whole = server.get("/api/jobs/render-1/logs?bytes=262144").body
+    assert not whole["truncated"] and whole["text"].startswith("---") and len(whole["text"]) == whole["size"]
+    for query, status, message in [
+        ("?attempt=2", 404, "no log of attempt 2"),
+        ("?attempt=0", 422, "attempt '0' is not a whole number"),
+        ("?attempt=x", 422, "attempt 'x'"),
+        ("?bytes=262145", 422, "bytes '262145' is not a whole number 1..262144"),
+        ("?bytes=0", 422, "bytes '0'"),
+        ("?lines=5", 422, "unknown parameter 'lines'"),
+    ]:
+        refused = server.get(f"/api/jobs/render-1/logs{query}")
+        assert (refused.status, refused.body["error"]) == (status, "not_found" if status == 404 else "invalid")
+        assert message in refused.body["message"], refused.body
+    assert server.get("/api/jobs/no-such-job/logs").status == 404
+    fresh = server.post("/api/jobs", {"kind": "k"}).body["id"]
+    none = server.get(f"/api/jobs/{fresh}/logs")
+    assert none.status == 404 and "no log of any attempt" in none.body["message"]
+
+
+def test_a_link_planted_at_the_log_directory_is_not_followed(start: Callable[..., Server], tmp_path: Path) -> None:
+    server = start()
+    failed_job(server, "render-2")
+    logs = Path(server.store.root) / "work" / ".jobctl" / "logs"
+    secret = tmp_path / "elsewhere"
+    secret.mkdir()
+    (secret / "attempt-1.log").write_text("a secret outside the store\n")
+    os.rename(logs / "render-2", tmp_path / "moved")
+    os.symlink(secret, logs / "render-2")
+    reply = server.get("/api/jobs/render-2/logs")
+    assert (reply.status, reply.body["error"]) == (422, "invalid"), reply.body
+    assert "render-2 is a symbolic link" in reply.body["message"]
+    text = json.dumps(reply.body)
+    assert "secret outside" not in text and str(tmp_path) not in text, text
