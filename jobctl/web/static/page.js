@@ -74,6 +74,27 @@ function result(job) {
     el("pre", {}, JSON.stringify(job.result, null, 2)));
 }
 
+function failure(job) {
+  // Why it ended, in three lines at most (CSS clamps it: a long error must not grow the card); "more"
+  // opens the whole text and the end of its last attempt's output, read when first opened.
+  if (!job.error) return null;
+  const log = el("pre", { class: "log" });
+  const more = el("details", { class: "more" }, el("summary", {}, "more"),
+    el("pre", { class: "full-error" }, job.error), log);
+  more.addEventListener("toggle", () => {
+    if (!more.open || log.dataset.state) return;
+    log.dataset.state = "loading";
+    api(`api/jobs/${encodeURIComponent(job.id)}/logs?bytes=4096`).then((tail) => {
+      log.dataset.state = "loaded";
+      log.textContent = `output of attempt ${tail.attempt}${tail.truncated ? ", its end" : ""}:\n${tail.text}`;
+    }, (error) => {
+      log.dataset.state = "none";
+      log.textContent = `no output: ${error.message}`;
+    });
+  });
+  return el("div", { class: "failure" }, el("div", { class: "error" }, job.error), more);
+}
+
 function waits(stage) {
   // The pipeline view says "for <id> (running)" of a waiting stage: say who waits.
   return stage.detail.startsWith("for ") ? `waits ${stage.detail}` : stage.detail;
@@ -86,7 +107,7 @@ function stepView(stage) {
     progress(job),
     job.attempt > 1 ? el("div", { class: "detail" }, `attempt ${job.attempt}`) : null,
     stage.detail && !job.error ? el("div", { class: "detail" }, waits(stage)) : null,
-    job.error ? el("div", { class: "error" }, job.error) : null,
+    failure(job),
     result(job),
     el("div", { class: "id" }, job.id),
     controls(job));
@@ -105,7 +126,7 @@ function jobRow(job) {
     el("td", {}, el("span", { class: "badge", "data-step": job.step }, job.step)),
     el("td", {}, progress(job) || "-"),
     el("td", {}, String(job.attempt)),
-    el("td", { class: "error" }, job.error),
+    el("td", {}, failure(job)),
     el("td", {}, result(job)),
     el("td", {}, controls(job)));
 }
