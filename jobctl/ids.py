@@ -8,7 +8,11 @@ import time
 
 from .errors import Invalid
 
-__all__ = ["mint", "check", "safe"]
+__all__ = ["mint", "check", "safe", "MAX_BYTES"]
+
+#: The longest id, in UTF-8 bytes: ``<id>.json.<10 hex>.tmp``, the longest name made of one, stays
+#: within the 255 bytes a file name may have, so an id too long is a refusal, not an I/O error.
+MAX_BYTES = 200
 
 # No leading dot, no separator, no control character, something visible.
 _SAFE = re.compile(r"[^./\\\s\x00-\x1f\x7f-\x9f][^/\\\x00-\x1f\x7f-\x9f]*\Z")
@@ -36,12 +40,17 @@ def check(job_id: object) -> str:
     """Return ``job_id`` if it is safe to turn into ``jobs/<id>.json``, else refuse.
 
     Upstream validates nothing on read; we refuse, before touching the
-    filesystem, any id that is not a string, is blank, holds a separator, NUL
-    or another control character, is ``.``/``..`` or starts with a dot. Every
-    id the upstream implementations mint passes, so this cannot break interop.
+    filesystem, any id that is not a string, is blank, is longer than
+    :data:`MAX_BYTES`, holds a separator, NUL or another control character,
+    is ``.``/``..`` or starts with a dot. Every id the upstream
+    implementations mint (34 characters) passes, so this cannot break interop.
     """
     if not isinstance(job_id, str):
         raise Invalid(f"job id must be a string, not {type(job_id).__name__}")
+    if _SAFE.match(job_id) and len(job_id) <= MAX_BYTES // 4:  # at most 4 bytes a character
+        return job_id
+    if len(job_id.encode("utf-8", "surrogatepass")) > MAX_BYTES:
+        raise Invalid(f"job id {job_id[:40]!r}... is longer than {MAX_BYTES} bytes")
     if _SAFE.match(job_id):
         return job_id
     if not job_id.strip():

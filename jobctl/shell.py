@@ -14,10 +14,28 @@ from typing import Any, NamedTuple
 
 from .errors import Invalid
 
-__all__ = ["SHELL", "ShellSpec", "parse"]
+__all__ = ["SHELL", "ShellSpec", "parse", "check_kind"]
 
 #: The kind jobctl runs without any set-up.
 SHELL = "shell"
+
+
+def check_kind(kind: str, what: str = "kind") -> str:
+    """``kind`` if a submission may name it, else ``invalid`` naming ``what``: one rule for the CLI and HTTP.
+
+    Refused: a blank kind; a character that is not printable (a newline or
+    escape would split or colour every line that shows the job); and
+    ``shell`` spelt otherwise (``Shell``, `` shell``, ``sh ell``). No worker
+    runs such a job as a shell job, so it would wait for ever, and over HTTP
+    it would pass for something other than the one kind ``--allow-shell`` guards.
+    """
+    if not kind.strip():
+        raise Invalid(f"{what} is blank")
+    if not kind.isprintable():
+        raise Invalid(f"{what} {kind!r} holds a character that is not printable (a control character or separator)")
+    if kind != SHELL and "".join(kind.split()).casefold() == SHELL:
+        raise Invalid(f"{what} {kind!r} is not {SHELL}: spell it {SHELL}, lower case, with no spaces")
+    return kind
 
 
 class ShellSpec(NamedTuple):

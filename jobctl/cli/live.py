@@ -37,6 +37,7 @@ from .main import (
     pass_state,
     seconds,
 )
+from .view import STATE_LIST
 
 __all__ = ["watch", "wait", "wait_code"]
 
@@ -51,9 +52,9 @@ REDRAW_SECONDS = 1.0
     "--state",
     "states",
     multiple=True,
-    type=STATE_CHOICE,
-    metavar="STATE",
-    help=f"Only jobs in STATE: {STATES_HELP} (repeatable).",
+    type=STATE_LIST,
+    metavar="STATE[,STATE…]",
+    help=f"Only jobs in these states: {STATES_HELP} (a comma list, or repeat the option).",
 )
 @click.option("--pipeline", type=TEXT, metavar="NAME", help="Only jobs of pipeline NAME.")
 @click.option("--active", is_flag=True, help="Only jobs that have not ended (running, pending, held).")
@@ -72,7 +73,7 @@ def watch(
     state: State,
     ids: tuple[str, ...],
     kinds: tuple[str, ...],
-    states: tuple[str, ...],
+    states: Any,
     pipeline: str | None,
     active: bool,
     quiet_after: float | None,
@@ -98,8 +99,9 @@ def watch(
       jobctl watch --pipeline nightly
       jobctl watch "$ID" --quiet-after 300 --exit-on-quiet && echo "stalled for 5 minutes"
     """
-    from .view import pipeline_filter
+    from .view import chosen_states, pipeline_filter
 
+    states = chosen_states(states)
     if exit_on_quiet and quiet_after is None:
         raise click.UsageError("--exit-on-quiet needs --quiet-after")
     store = state.store()

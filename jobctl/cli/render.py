@@ -288,8 +288,10 @@ def scheduling(rec: Record, states: Mapping[str, str] | None, now: datetime) -> 
     every other record.
     """
     from .. import schedule  # only views that show scheduling pay for it
+    from ..submitter import submitter_of
 
     info: dict[str, Any] = {"attempt": 1, "not_before": None, "after": [], "pipeline": None, "stage": None}
+    info["submitted_by"] = submitter_of(rec)
     try:
         info["attempt"] = schedule.shown_attempt(rec)
         # An ended job starts no further attempt: a not-before time left over
@@ -700,6 +702,8 @@ def print_job(
 
     row("id", rec.id)
     row("kind", rec.kind)
+    if info["submitted_by"]:
+        row("submitted by", info["submitted_by"])
     row("state", _state(rec))
     row("progress", _bar(rec))
     lease = rec.lease

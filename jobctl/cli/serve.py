@@ -7,7 +7,7 @@ import sys
 import click
 
 from ..errors import Refused
-from .main import TEXT, JobCommand, State, pass_state, store_option
+from .main import EXIT_FAILURE, TEXT, JobCommand, State, pass_state, store_option
 
 __all__ = ["serve"]
 
@@ -40,8 +40,10 @@ def serve(state: State, listen: str, token: str | None, allow_shell: bool) -> No
     them; / is a page that shows the pipelines' stages as they change.
 
     It listens on loopback unless told otherwise; any other address is
-    refused (a usage error) without a token. Shell jobs are refused over
-    HTTP unless --allow-shell. Needs the web extra: pip install 'jobctl[web]'.
+    refused (a usage error) without a token. An address it cannot listen
+    on (another server has it, say) is one line naming it, exit 1. Shell
+    jobs are refused over HTTP unless --allow-shell. Needs the web extra:
+    pip install 'jobctl[web]'.
 
     \b
     Examples:
@@ -62,7 +64,11 @@ def serve(state: State, listen: str, token: str | None, allow_shell: bool) -> No
     if not token and not is_loopback(host):
         raise click.UsageError(f"--listen {listen} is not a loopback address: give --token or set JOBCTL_TOKEN")
     store = state.store()
-    sock = bind(host, port)
+    try:
+        sock = bind(host, port)
+    except OSError as exc:  # taken, or not an address of this machine: one line naming it, exit 1
+        click.echo(f"jobctl: cannot listen on {listen}: {exc.strerror or exc}", err=True)
+        click.get_current_context().exit(EXIT_FAILURE)
     try:
         run(store, sock, token, allow_shell, sys.stdout)
     finally:

@@ -11,8 +11,9 @@ import click
 from .. import limits
 from ..errors import Exists, Invalid
 from ..record import Progress, Record, parse_time
+from ..submitter import default_submitter, set_submitter
 from . import render
-from .main import JSON_TEXT, TEXT, JobCommand, State, common, count, default_by, not_utf8, pass_state, raw_json
+from .main import JSON_TEXT, TEXT, JobCommand, State, common, count, not_utf8, pass_state, raw_json
 
 __all__ = ["submit", "parse_when", "parse_duration"]
 
@@ -74,7 +75,10 @@ def _env_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
 @click.option(
     "--kind",
     type=TEXT,
-    help="What the job is: who can read its spec (printable text). [default: shell with -- CMD; else required]",
+    help=(
+        "What the job is: who can read its spec (printable text; shell only spelt so). "
+        "[default: shell with -- CMD; else required]"
+    ),
 )
 @click.option(
     "--spec",
@@ -140,7 +144,12 @@ def _env_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
     metavar="WHEN",
     help="Do not start before WHEN: RFC 3339, or a delay (90s, 15m, 2h; at most 3650d, else invalid).",
 )
-@click.option("--by", type=TEXT, help="Who holds it (with --hold). [default: jobctl@HOST:PID]")
+@click.option(
+    "--by",
+    type=TEXT,
+    metavar="NAME",
+    help="Who submits it, kept as its submitter (list --by finds it); with --hold, who holds it. [default: $USER@HOST]",
+)
 @common
 @pass_state
 def submit(
@@ -178,6 +187,11 @@ def submit(
     env an object of strings, timeout a positive number) and refused
     `invalid` (exit 9) rather than failing later in a worker.
 
+    The job keeps who submitted it (--by, else $USER@HOST) under jobctl's
+    extension key jobctl.run/submitted-by@1; show and list --json print it
+    as submitted_by, and list --by NAME chooses by it. A held job's hold is
+    in the same name.
+
     An --id that is already in the store is refused `exists` (exit 15);
     with --exists-ok its id is printed and the exit is 0, so a producer that
     runs twice enqueues the work once. The existing job is not compared
@@ -191,9 +205,9 @@ def submit(
       jobctl submit --kind download --spec '{"url": "https://example.com/a.iso"}'
       jobctl submit --kind report --spec @report.json --after "$FETCH_ID" --retries 3
       jobctl submit --id "backup-$(date +%F)" --exists-ok -- ./backup.sh
-      id=$(jobctl submit --kind backup --hold) && jobctl approve "$id"
+      id=$(jobctl submit --kind backup --hold --by alice) && jobctl approve "$id"
     """
-    from ..shell import SHELL
+    from ..shell import SHELL, check_kind
 
     if stage and not pipeline:
         raise click.UsageError("--stage needs --pipeline")
@@ -221,9 +235,7 @@ def submit(
         raise click.UsageError("give --kind (or a command after --)")
     elif env_pairs:
         raise click.UsageError("--env goes with a command after --")
-    if not kind.isprintable():
-        # A newline or escape in a kind would split or colour every line that shows the job (render.word).
-        raise Invalid(f"--kind {kind!r} holds a character that is not printable (a control character or separator)")
+    check_kind(kind, "--kind")  # the rule POST /api/jobs applies too
     # Only a --spec not given at all is {}: an empty file or stdin is JSON that does not parse, as a checkpoint's.
     body_text = "{}" if spec is None else spec
     rec = Record(id=job_id or "", kind=kind, spec=raw_json(body_text, "--spec"), progress=Progress(total=total))
@@ -236,6 +248,8 @@ def submit(
         if not all(name.strip() for name in names):
             raise Invalid(f"--requires {requires!r} names an empty capability (give names separated by single commas)")
         rec.requires = names
+    who = by or default_submitter()
+    set_submitter(rec, who, "--by")  # the hold's `by` too: one name says who asked
     scheduled = any(value is not None for value in (retries, retry_intervals, no_retry_on, pipeline, stage, not_before))
     configured = bool(os.environ.get("JOB_RETRY_INTERVALS", "").strip())  # a schedule to use (schedule.plan)
     if scheduled or after or hold or configured:
@@ -253,7 +267,7 @@ def submit(
             stage=stage,
             start_after=None if not_before is None else parse_when(not_before, state.now()),
             hold=hold,
-            by=by or default_by(),
+            by=who,
         )
     store = state.store(create=True)
     try:

@@ -64,17 +64,28 @@ def sweep(state: State, job_id: str | None) -> None:
 
     A writer killed between staging a record and renaming it over the old
     one leaves its temporary behind. Sweeping takes each record's lock, so it
-    never touches a write in progress.
+    never touches a write in progress. A record whose lock is refused (a
+    link planted at its name, say) is left as it is and the others swept:
+    `removed=N` is printed all the same, then one line a refusal on stderr,
+    and the exit code is the first refusal's (9, invalid, for a link).
 
     \b
     Example (cron, nightly):
       17 3 * * * jobctl sweep >/dev/null
     """
-    removed = state.store().sweep(job_id)
+    from ..errors import JobError
+    from .main import refusal_line
+
+    refused: list[JobError] = []
+    removed = state.store().sweep(job_id, refused)
     if state.json:
         render.out_json({"removed": removed})
     else:
         render.out(f"removed={removed}")
+    if refused:  # after the count: what was swept was swept; each refusal then one line, the first's exit code
+        for exc in refused[1:]:
+            click.echo(refusal_line(exc, "sweep"), err=True)
+        raise refused[0]
 
 
 def check_lock(jobs_dir: str) -> str:

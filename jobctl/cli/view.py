@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from operator import itemgetter
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import click
 
@@ -13,12 +13,12 @@ from ..errors import JobError
 from ..record import TERMINAL, Record, encode
 from ..store.base import Listing
 from ..store.file import collector_paused, is_orphan, summary_of
+from ..submitter import submitter_of
 from ..summary import Summary, micros, moment
 from ..summary import settle as summary_settle
 from . import render
 from .main import (
     EXIT_FAILURE,
-    STATE_CHOICE,
     STATES_HELP,
     TEXT,
     JobCommand,
@@ -29,7 +29,7 @@ from .main import (
     pass_state,
 )
 
-__all__ = ["show", "result", "list_jobs", "orphans"]
+__all__ = ["show", "result", "list_jobs", "orphans", "STATE_LIST", "chosen_states", "pipeline_filter"]
 
 
 def _dependency_states(state: State, rec: Record) -> dict[str, str]:
@@ -149,6 +149,53 @@ def _print_records(
         click.get_current_context().exit(EXIT_FAILURE)
 
 
+if TYPE_CHECKING:  # click 8.5 types ParamType by what it returns; older clicks are not generic
+    _SetType = click.ParamType[frozenset[str]]
+else:
+    _SetType = click.ParamType
+
+
+class _StateList(_SetType):
+    """``--state running,pending``: a comma-separated list of states (:func:`jobctl.filters.parse_states`).
+
+    The option stays repeatable; :func:`chosen_states` joins the lists. A
+    word that is not a state is a usage error (exit 2), as it always was.
+    """
+
+    name = "state"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> frozenset[str]:
+        if isinstance(value, frozenset):
+            return value
+        from .. import filters
+
+        try:
+            return filters.parse_states(str(value), "--state")
+        except JobError as exc:
+            self.fail(exc.message, param, ctx)
+
+    def shell_complete(self, ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+        from click.shell_completion import CompletionItem
+
+        from ..record import STATES
+
+        done, _, last = incomplete.rpartition(",")
+        head = f"{done}," if done else ""
+        return [CompletionItem(head + name) for name in STATES if name.startswith(last)]
+
+
+#: The type of a ``--state`` filter (``list``, ``watch``).
+STATE_LIST = _StateList()
+
+
+def chosen_states(lists: Iterable[frozenset[str]]) -> tuple[str, ...]:
+    """The states of every ``--state`` given, in the order of :data:`jobctl.record.STATES` (none: no filter)."""
+    from ..record import STATES
+
+    wanted = set().union(*lists)
+    return tuple(name for name in STATES if name in wanted)
+
+
 def pipeline_filter(name: str | None) -> Callable[[Record], bool]:
     """``--pipeline NAME``: whether a record belongs to pipeline NAME (a malformed membership does not)."""
 
@@ -172,13 +219,14 @@ def pipeline_filter(name: str | None) -> Callable[[Record], bool]:
     "--state",
     "states",
     multiple=True,
-    type=STATE_CHOICE,
-    metavar="STATE",
-    help=f"Only jobs in STATE: {STATES_HELP} (repeatable).",
+    type=STATE_LIST,
+    metavar="STATE[,STATE…]",
+    help=f"Only jobs in these states: {STATES_HELP} (a comma list, or repeat the option).",
 )
 @click.option("--active", is_flag=True, help="Only jobs that have not ended (running, pending, held).")
 @click.option("--pipeline", type=TEXT, metavar="NAME", help="Only jobs of pipeline NAME.")
 @click.option("--owner", type=TEXT, help="Only jobs whose lease names this owner.")
+@click.option("--by", type=TEXT, metavar="NAME", help="Only jobs submitted by NAME (submit --by).")
 @click.option("--orphans", "only_orphans", is_flag=True, help="Only jobs nobody holds that a worker may adopt.")
 @click.option("--newest", is_flag=True, help="Newest first within each group.")
 @click.option("--limit", type=click.IntRange(min=1), metavar="N", help="At most N rows (the first N in this order).")
@@ -187,10 +235,11 @@ def pipeline_filter(name: str | None) -> Callable[[Record], bool]:
 def list_jobs(
     state: State,
     kind: tuple[str, ...],
-    states: tuple[str, ...],
+    states: Any,
     active: bool,
     pipeline: str | None,
     owner: str | None,
+    by: str | None,
     only_orphans: bool,
     newest: bool,
     limit: int | None,
@@ -213,9 +262,12 @@ def list_jobs(
     \b
     Examples:
       jobctl list --state running --kind download
+      jobctl list --state running,pending
+      jobctl list --by alice --state failed
       jobctl list --active --newest --limit 20
       jobctl list --json | jq -r 'select(.orphan) | .id'
     """
+    states = chosen_states(states)
     store = state.store()
     now = store.now()
     belongs = pipeline_filter(pipeline)
@@ -227,6 +279,7 @@ def list_jobs(
             and (not active or not rec.terminal)
             and belongs(rec)
             and (owner is None or rec.lease.owner == owner)
+            and (by is None or submitter_of(rec) == by)
             and (not only_orphans or is_orphan(rec, now))
         )
 
@@ -236,7 +289,9 @@ def list_jobs(
     # A listing holds a summary of every record until it writes them, and makes no reference cycle:
     # the collector's passes over them would be a tenth of a cold listing of 100,000, for nothing.
     with collector_paused():
-        _list_piped(state, wanted, kind, states, owner, pipeline, active or only_orphans, newest, limit)
+        # A summary knows neither pipeline nor submitter: --pipeline and --by read the records.
+        whole = pipeline is not None or by is not None
+        _list_piped(state, wanted, kind, states, owner, whole, active or only_orphans, newest, limit)
 
 
 #: The listing order of ended jobs, (created, id), of a Summary (a tuple: its fields by index).
@@ -340,7 +395,7 @@ def _list_piped(
     kind: tuple[str, ...],
     states: tuple[str, ...],
     owner: str | None,
-    pipeline: str | None,
+    whole: bool,
     open_only: bool,
     newest: bool,
     limit: int | None,
@@ -376,7 +431,7 @@ def _list_piped(
         return _Shown(render.json_line(render.job_json(rec, now, None, flag)), brief, flag)
 
     def summarised(item: Summary) -> bool:
-        """``wanted`` for a finished record known by its summary (no pipeline filter: that takes the record)."""
+        """``wanted`` for a finished record known by its summary (never with ``whole``: those take the record)."""
         return (
             (not kind or item.kind in kind)
             and (not states or item.state in states)
@@ -403,7 +458,7 @@ def _list_piped(
         else:
             ended.append(brief)
 
-    briefly = not state.json and pipeline is None  # a line that a summary serves
+    briefly = not state.json and not whole  # a line that a summary serves
     opened = store.list_open(finished=keep if wants_ended else None, briefly=briefly)
     every = opened.states  # what dependencies are in, for the JSON
     unreadable = {job_id: exc for job_id, exc in opened.unreadable}
@@ -422,7 +477,7 @@ def _list_piped(
                 lines.out(render.list_line(rec))
         left = None if limit is None else limit - len(chosen)
         if wants_ended and (left is None or left > 0):
-            # Ended jobs: a summary serves unless the JSON or --pipeline needs the whole record.
+            # Ended jobs: a summary serves unless the JSON or a filter (--pipeline, --by) needs the whole record.
             skip = {rec.id for rec in opened} | set(unreadable)  # in the snapshot of the active ones
             scanned: list[tuple[str, JobError]] = []
             for item in store.scan(scanned, summaries=briefly, taken=taken, opened=opened):

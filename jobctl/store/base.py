@@ -25,6 +25,7 @@ __all__ = [
     "Listing",
     "OpenListing",
     "Unreadable",
+    "Refusals",
     "UNSET",
     "Skipped",
     "Records",
@@ -43,6 +44,9 @@ UNSET: Any = _Unset()
 
 #: Where a scan names the records it could not read: ``(id, verdict)`` pairs.
 Unreadable = list[tuple[str, JobError]]
+
+#: Where a sweep puts the refusals of the records it had to leave (their locks refused).
+Refusals = list[JobError]
 
 #: ``(id, verdict)`` pairs of jobs a pick passed over because it could not read them.
 Skipped = list[tuple[str, JobError]]
@@ -394,8 +398,14 @@ class Store(Protocol):
         """Ask for cancel, and cancel at once when nobody holds the job [JOB-S3] [JOB-S4]."""
         ...
 
-    def sweep(self, job_id: str | None = None) -> int:
-        """Remove stale staging temporaries; return how many."""
+    def sweep(self, job_id: str | None = None, refused: Refusals | None = None) -> int:
+        """Remove stale staging temporaries; return how many.
+
+        A record whose lock is refused (a link or an odd file at its lock's
+        name) is skipped and the others swept. Its refusal is appended to
+        ``refused`` when a list is given, so the caller still learns the
+        count; without one, the first refusal is raised after the sweep.
+        """
         ...
 
     def notices(self, *, news_only: bool = False) -> Notices | None:

@@ -40,7 +40,7 @@ from ..record import (
     summary_tuple,
 )
 from ..wire import lazy_pattern
-from .base import Listing, Notices, OpenListing, Records, Skipped, Unreadable
+from .base import Listing, Notices, OpenListing, Records, Refusals, Skipped, Unreadable
 from .contract import ContractStore
 
 if TYPE_CHECKING:  # the summary cache (hashlib and all) loads only when a listing asks for it
@@ -704,21 +704,19 @@ class FileStore(ContractStore):
         with self._jobs() as jobs:
             return lock.remove(jobs, ids.check(job_id) + ".json", ended, job_id)
 
-    def sweep(self, job_id: str | None = None) -> int:
+    def sweep(self, job_id: str | None = None, refused: Refusals | None = None) -> int:
         """Remove stale staging temporaries (of one record, or of all); return the count.
 
         A record whose lock is refused (a link or odd file at ``<id>.json.lock``)
-        is skipped, the others swept, and then the first refusal raised.
+        is skipped and the others swept; its refusal goes to ``refused``, or
+        without that list the first one is raised after the sweep.
         """
         with self._jobs() as jobs:
-            if job_id is not None:
-                return lock.sweep(jobs, ids.check(job_id) + ".json", job_id)
-            bases = set()
-            for entry in fsio.scan(jobs):
+            # Beside a name no record can have ("..json.x.tmp"): nobody's staging, and no lock made for it.
+            bases = {ids.check(job_id) + ".json"} if job_id is not None else set()
+            for entry in fsio.scan(jobs) if job_id is None else ():
                 m = _TEMP.match(entry.name)
                 if m and ids.safe(m.group(1)[:-5]):
-                    # A temporary beside a name no record can have ("..json.x.tmp") is nobody's
-                    # staging: sweeping it would take (and make) a lock ids.check never allows.
                     bases.add(m.group(1))
             removed = 0
             refusals: list[JobError] = []
@@ -727,7 +725,9 @@ class FileStore(ContractStore):
                     removed += lock.sweep(jobs, base, base[:-5])
                 except JobError as exc:
                     refusals.append(exc)  # a planted link at one lock must not stop the rest
-            if refusals:
+            if refused is not None:
+                refused.extend(refusals)
+            elif refusals:
                 raise refusals[0]
             return removed
 

@@ -13,7 +13,8 @@ call), retry with :func:`jobctl.lifecycle.retry` (``jobctl retry``).
 from __future__ import annotations
 
 import hmac
-import json
+import os
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from importlib import resources
 from typing import Any
@@ -26,11 +27,15 @@ from starlette.responses import JSONResponse, RedirectResponse, Response, Stream
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from .. import wire
 from ..errors import CancelledByDependency, Exists, Invalid, JobError, NoStore, NotFound, WriteFailed
+from ..filters import parse_states
 from ..lifecycle import replacement_of, replacements, retry
-from ..record import STATES, ZERO_TIME
+from ..record import ZERO_TIME
 from ..store.base import Store
+from ..submitter import submitter_of
 from .events import Feed
+from .logs import parse_tail_query, tail
 from .submission import idempotent_id, record_from
 from .views import job_view, pipeline_names, pipeline_view
 
@@ -65,11 +70,25 @@ def _error(status: int, verdict: str, message: str, headers: dict[str, str] | No
     return JSONResponse({"error": verdict, "message": message}, status_code=status, headers=headers)
 
 
+#: An absolute path in a message: after a space, a quote, a bracket or ``=``, or at the start.
+_PATH = re.compile(r"""(?:(?<=[\s'"(=])|^)/[^\s'"(),;]*""")
+
+
+def _public(message: str) -> str:
+    """``message`` with every absolute path cut to its last name: a client learns no server path.
+
+    A refusal's text comes from the library, which names paths for the
+    operator's terminal (``cannot create /srv/store/jobs/ID.json.lock``);
+    over HTTP the name within the store is enough.
+    """
+    return _PATH.sub(lambda m: "…/" + m.group(0).rstrip("/").rsplit("/", 1)[-1], message)
+
+
 def _refusal(exc: JobError) -> JSONResponse:
     status = 503 if isinstance(exc, (WriteFailed, NoStore)) else STATUS.get(exc.verdict, 409)
-    reply = _error(status, exc.verdict, " ".join(str(exc).split()) or exc.verdict.replace("_", " "))
+    reply = _error(status, exc.verdict, _public(" ".join(str(exc).split())) or exc.verdict.replace("_", " "))
     if isinstance(exc, CancelledByDependency):  # the job to retry instead, for a client to offer
-        reply = JSONResponse({"error": exc.verdict, "message": str(exc), "retry": exc.cause}, status_code=status)
+        reply = JSONResponse({"error": exc.verdict, "message": _public(str(exc)), "retry": exc.cause}, status_code=status)
     return reply
 
 
@@ -130,7 +149,11 @@ class _Guard:
             )
             if not any(hmac.compare_digest(self.token, c.encode()) for c in (bearer, cookie, query) if c):
                 return _error(
-                    401, "unauthorized", "this server wants its token", {"WWW-Authenticate": 'Bearer realm="jobctl"'}
+                    401,
+                    "unauthorized",
+                    "this server wants its token: send the header Authorization: Bearer TOKEN "
+                    "(a browser opens /?token=TOKEN once)",
+                    {"WWW-Authenticate": 'Bearer realm="jobctl"'},
                 )
         if request.method == "POST":
             kind = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
@@ -186,10 +209,12 @@ def create_app(
             if required:
                 raise Invalid("the body must be a JSON object")
             return {}
+        # The record codec's own parser: nesting deeper than wire.MAX_DEPTH is refused before anything
+        # recurses into it, as are an escaped lone surrogate, NaN and a member named twice (as `submit --spec`).
         try:
-            return json.loads(data.decode("utf-8"), parse_constant=_no_constant)
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise Invalid(f"the body is not JSON: {exc}") from None
+            return wire.parse_value(wire.utf8_text(bytes(data), "the body"))
+        except Invalid as exc:
+            raise Invalid(f"the body is not JSON: {exc.message}") from None
 
     def job_or_404(job_id: str) -> dict[str, Any]:
         rec = store.load(job_id)
@@ -222,17 +247,14 @@ def create_app(
 
     async def listing(request: Request) -> Response:
         query = request.query_params
-        unknown = sorted(set(query) - {"state", "kind", "pipeline", "limit"})
+        unknown = sorted(set(query) - {"state", "kind", "pipeline", "by", "limit"})
         if unknown:
-            raise Invalid(f"unknown parameter {unknown[0]!r} (state, kind, pipeline, limit)")
+            raise Invalid(f"unknown parameter {unknown[0]!r} (state, kind, pipeline, by, limit)")
         limit_text = query.get("limit", "100")
         if not limit_text.isdigit() or not 1 <= int(limit_text) <= 10000:
             raise Invalid(f"limit {limit_text!r} is not a whole number 1..10000")
         limit = int(limit_text)
-        states = set(filter(None, query.get("state", "").split(",")))
-        odd = sorted(states - set(STATES))
-        if odd:
-            raise Invalid(f"state {odd[0]!r} is not one of {', '.join(STATES)}")
+        states = parse_states(query["state"]) if "state" in query else frozenset()  # as `jobctl list --state`
 
         def work() -> dict[str, Any]:
             listed = store.list()
@@ -245,6 +267,8 @@ def create_app(
                     continue
                 if "kind" in query and rec.kind != query["kind"]:
                     continue
+                if "by" in query and submitter_of(rec) != query["by"]:
+                    continue
                 view = job_view(rec, now, replaced.get(rec.id))
                 if "pipeline" in query and (view["pipeline"] or {}).get("name") != query["pipeline"]:
                     continue
@@ -253,10 +277,14 @@ def create_app(
                     break
             return {
                 "jobs": chosen,
-                "unreadable": [{"id": job_id, "error": str(exc)} for job_id, exc in listed.unreadable],
+                "unreadable": [{"id": job_id, "error": _public(str(exc))} for job_id, exc in listed.unreadable],
             }
 
         return JSONResponse(await run_in_threadpool(work))
+
+    async def logs(request: Request) -> Response:
+        attempt, limit = parse_tail_query(dict(request.query_params))
+        return JSONResponse(await run_in_threadpool(tail, store, request.path_params["job_id"], attempt, limit))
 
     async def pipelines(request: Request) -> Response:
         def work() -> dict[str, Any]:
@@ -362,12 +390,12 @@ def create_app(
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         verdict = {404: "not_found", 405: "invalid", 413: "too_large"}.get(exc.status_code, "refused")
-        return _error(exc.status_code, verdict, str(exc.detail), dict(exc.headers or {}))
+        return _error(exc.status_code, verdict, _public(str(exc.detail)), dict(exc.headers or {}))
 
     async def unreadable(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, OSError)
-        where = f"{exc.filename}: " if exc.filename else ""
-        return _error(503, "refused", f"the store cannot be read: {where}{exc.strerror or exc}")
+        where = f"{os.path.basename(str(exc.filename))}: " if exc.filename else ""  # no server path
+        return _error(503, "refused", _public(f"the store cannot be read: {where}{exc.strerror or exc}"))
 
     async def broken(request: Request, exc: Exception) -> Response:
         return _error(500, "internal", f"{type(exc).__name__} (the server's log has the traceback)")
@@ -379,6 +407,7 @@ def create_app(
         Route("/api/jobs", submit, methods=["POST"]),
         Route("/api/jobs", listing, methods=["GET"]),
         Route("/api/jobs/{job_id:str}", show, methods=["GET"]),
+        Route("/api/jobs/{job_id:str}/logs", logs, methods=["GET"]),
         Route("/api/jobs/{job_id:str}/approve", action(approve), methods=["POST"]),
         Route("/api/jobs/{job_id:str}/cancel", action(cancel), methods=["POST"]),
         Route("/api/jobs/{job_id:str}/retry", action(again, 201), methods=["POST"]),
@@ -392,7 +421,3 @@ def create_app(
     )
     app.add_middleware(_Guard, token=token, hosts=hosts)
     return app
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")

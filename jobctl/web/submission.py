@@ -17,6 +17,7 @@ from typing import Any
 from .. import ids, limits
 from ..errors import Invalid
 from ..record import Progress, Record, parse_time
+from ..submitter import set_submitter
 from ..wire import Raw
 
 __all__ = ["FIELDS", "IDEMPOTENCY_KEY_MAX", "record_from", "idempotent_id"]
@@ -93,16 +94,19 @@ def record_from(body: Any, now: datetime, by: str, *, allow_shell: bool = False)
     unless ``allow_shell`` (``jobctl serve --allow-shell``): whoever may reach
     the API could otherwise run anything there.
     """
-    from ..shell import SHELL
+    from ..shell import SHELL, check_kind
 
     if not isinstance(body, dict):
         raise Invalid("the body must be a JSON object")
     unknown = sorted(set(body) - set(FIELDS))
     if unknown:
         raise Invalid(f"unknown field {unknown[0]!r} (fields: {', '.join(FIELDS)})")
-    kind = _text(body, "kind")
+    kind = body.get("kind")
     if kind is None:
         raise Invalid("kind is required")
+    if not isinstance(kind, str):
+        raise Invalid("kind must be a string")
+    check_kind(kind)  # the rule `jobctl submit --kind` applies
     if kind == SHELL and not allow_shell:
         raise Invalid(f"kind {SHELL} is not taken over HTTP here (jobctl serve --allow-shell)")
     job_id = _text(body, "id")
@@ -138,7 +142,8 @@ def record_from(body: Any, now: datetime, by: str, *, allow_shell: bool = False)
         raise Invalid("stage needs pipeline")
     from ..schedule import plan
 
-    return plan(
+    who = _text(body, "by") or by
+    rec = plan(
         rec,
         retries=_whole(body, "retries", limits.RETRIES),
         intervals=intervals,
@@ -148,5 +153,6 @@ def record_from(body: Any, now: datetime, by: str, *, allow_shell: bool = False)
         stage=stage,
         start_after=_start_after(body.get("not_before"), now),
         hold=hold,
-        by=_text(body, "by") or by,
+        by=who,
     )
+    return set_submitter(rec, who)  # as `jobctl submit --by`: the submitter, and the hold's name

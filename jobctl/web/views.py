@@ -17,6 +17,7 @@ from ..lifecycle import RETRYABLE, doomed_by, replacements, retry_of_link
 from ..record import ZERO_TIME, Record, format_time, held, is_zero
 from ..results import has_result, result_of
 from ..schedule import after_of, not_before, pipeline_of, pipeline_stages, pipeline_state, retry_of, shown_attempt
+from ..submitter import submitter_of
 
 __all__ = ["STEPS", "step", "job_view", "pipeline_view", "pipeline_names", "changed_views"]
 
@@ -84,6 +85,7 @@ def job_view(rec: Record, now: datetime, replaced_by: str | None = None) -> dict
     return {
         "id": rec.id,
         "kind": rec.kind,
+        "submitted_by": submitter_of(rec),
         "state": rec.state,
         "step": step(rec, now),
         "spec": _json(rec.opaque_text("spec")),

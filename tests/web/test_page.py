@@ -183,3 +183,42 @@ def test_the_page_offers_retry_where_the_cause_is_and_shows_each_stage_once(
     assert browser.evaluate(f"{row}.querySelector('[data-replaced-by]').dataset.replacedBy") == new_fetch
     assert browser.evaluate(f"{row}.querySelector('button')") is None  # retried: no second Retry
     assert browser.evaluate("document.getElementById('message').hidden") is True
+
+
+def test_a_long_error_keeps_its_card_small_and_more_shows_it_whole_with_the_output(
+    start: Callable[..., Server], browser: Browser
+) -> None:
+    server = start()
+    store = server.store
+    short = submit(server, "fetch", "failures")
+    long = submit(server, "render", "failures")
+    logged = submit(server, "encode", "failures")
+    for job_id, error in ((short, "attempt 1: exit status 2"), (long, "render: " + "the disk is full. " * 85)):
+        epoch = store.claim(job_id, "worker-1", 60).lease.epoch
+        store.finish(job_id, epoch, "failed", error=error)
+    assert len(store.load(long).error) > 1500
+    script = "echo encoding frame 7; echo 'encoder: out of memory' >&2; exit 3"
+    assert server.jobctl("run", logged, "--", "sh", "-c", script, check=False).returncode != 0
+
+    browser.open(server.url + "/")
+    card = "document.querySelector('.step[data-job=\"%s\"]')"
+    browser.wait_for(f"{card % logged}?.dataset.step === 'failed'", "the failed cards")
+    # Cards of a row stretch to the tallest: the long error's card bounds them all.
+    error_height = browser.evaluate(f"{card % long}.querySelector('.error').getBoundingClientRect().height")
+    card_height = browser.evaluate(f"{card % long}.getBoundingClientRect().height")
+    assert error_height < 60 and card_height < 260, (error_height, card_height)  # three lines of error at most
+    button = f"{card % long}.querySelector('button[data-action=retry]').getBoundingClientRect().bottom"
+    assert browser.evaluate(button) < browser.evaluate("window.innerHeight")  # its button stays on screen
+
+    browser.evaluate(f"{card % long}.querySelector('.more summary').click()")
+    whole = browser.wait_for(f"{card % long}.querySelector('.full-error').checkVisibility() && 1", "the whole error")
+    assert whole == 1
+    assert browser.evaluate(f"{card % long}.querySelector('.full-error').textContent") == store.load(long).error
+    browser.evaluate(f"{card % logged}.querySelector('.more summary').click()")
+    log = f"{card % logged}.querySelector('.log')"
+    browser.wait_for(f"{log}.dataset.state === 'loaded'", "the attempt's output")
+    text = browser.evaluate(f"{log}.textContent")
+    assert text.startswith("output of attempt 1:") and "encoding frame 7" in text and "out of memory" in text
+    none = f"{card % long}.querySelector('.log')"
+    browser.wait_for(f"{none}.dataset.state === 'none'", "no output for a job that never ran here")
+    assert "no log of any attempt" in browser.evaluate(f"{none}.textContent")

@@ -31,7 +31,7 @@ from ... import ids, limits
 from ...errors import Exists, Invalid, JobError, LockBusy, NotFound, Refused
 from ...record import STATES, Record, decode, known_models, prepare
 from ...summary import Summary
-from ..base import UNSET, Listing, Notices, OpenListing, Records, RowLease, Skipped, Unreadable, Verdicts
+from ..base import UNSET, Listing, Notices, OpenListing, Records, Refusals, RowLease, Skipped, Unreadable, Verdicts
 from ..contract import (
     Apply,
     ContractStore,
@@ -742,7 +742,7 @@ class PostgresStore(ContractStore):
         self._held.forget(job_id)
         return self.session.one(Q["remove"], {"id": job_id, "understood": self._models()}) is not None
 
-    def sweep(self, job_id: str | None = None) -> int:
+    def sweep(self, job_id: str | None = None, refused: Refusals | None = None) -> int:
         """Nothing to sweep: a statement leaves no staging temporaries behind."""
         if job_id is not None:
             ids.check(job_id)

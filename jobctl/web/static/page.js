@@ -88,8 +88,30 @@ function between(job) {
 }
 
 function failure(job) {
-  if (job.previous_attempt) return el("div", { class: "error previous", "data-previous": job.previous_attempt.attempt }, `previous: ${job.previous_attempt.error}`);
-  return job.error ? el("div", { class: "error" }, job.error) : null;
+  // Why it ended (or why its previous attempt failed), in three lines at most (CSS clamps it: a long
+  // error must not grow the card); "more" opens the whole text and the end of its last attempt's
+  // output, read when first opened.
+  const previous = job.previous_attempt;
+  const text = previous ? `previous: ${previous.error}` : job.error;
+  if (!text) return null;
+  const log = el("pre", { class: "log" });
+  const more = el("details", { class: "more" }, el("summary", {}, "more"),
+    el("pre", { class: "full-error" }, text), log);
+  more.addEventListener("toggle", () => {
+    if (!more.open || log.dataset.state) return;
+    log.dataset.state = "loading";
+    api(`api/jobs/${encodeURIComponent(job.id)}/logs?bytes=4096`).then((tail) => {
+      log.dataset.state = "loaded";
+      log.textContent = `output of attempt ${tail.attempt}${tail.truncated ? ", its end" : ""}:\n${tail.text}`;
+    }, (error) => {
+      log.dataset.state = "none";
+      log.textContent = `no output: ${error.message}`;
+    });
+  });
+  const line = previous
+    ? el("div", { class: "error previous", "data-previous": previous.attempt }, text)
+    : el("div", { class: "error" }, text);
+  return el("div", { class: "failure" }, line, more);
 }
 
 function stepView(stage) {
