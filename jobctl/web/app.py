@@ -88,7 +88,9 @@ def _refusal(exc: JobError) -> JSONResponse:
     status = 503 if isinstance(exc, (WriteFailed, NoStore)) else STATUS.get(exc.verdict, 409)
     reply = _error(status, exc.verdict, _public(" ".join(str(exc).split())) or exc.verdict.replace("_", " "))
     if isinstance(exc, CancelledByDependency):  # the job to retry instead, for a client to offer
-        reply = JSONResponse({"error": exc.verdict, "message": _public(str(exc)), "retry": exc.cause}, status_code=status)
+        reply = JSONResponse(
+            {"error": exc.verdict, "message": _public(str(exc)), "retry": exc.cause}, status_code=status
+        )
     return reply
 
 
