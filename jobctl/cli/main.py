@@ -31,6 +31,7 @@ from ..discovery import Unavailable
 from ..errors import EXIT_FAILURE, EXIT_USAGE, JobError
 from ..limits import Range
 from ..record import STATES
+from ..wire import JsonText, utf8_text
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from ..record import Record
@@ -57,6 +58,7 @@ __all__ = [
     "JSON_TEXT",
     "not_utf8",
     "json_text",
+    "json_given",
     "stdin_bytes",
     "SECONDS",
     "COUNT",
@@ -285,30 +287,29 @@ def stdin_bytes(what: str, instead: str) -> Any:
     return stream
 
 
-def json_text(text: str, what: str) -> str:
-    """JSON text given inline, as ``@FILE`` or as ``-`` (stdin), read; ``invalid`` naming ``what``.
+def json_given(text: str, what: str) -> JsonText:
+    """JSON text given inline, as ``@FILE`` or as ``-`` (stdin), read but not judged; ``invalid`` if unreadable.
 
-    Text that is not UTF-8 (inline, in the file or on stdin) is ``invalid``,
-    as a record's bytes are: JSON is UTF-8, and nothing is written in its place.
+    The store judges it as a step's content, after the record's own verdicts.
     """
     from ..errors import Invalid
 
-    where = ""
     if text == "-":
-        data = stdin_bytes(f"{what} -", "give the JSON inline or as @FILE").read()
-        text, where = data.decode("utf-8", "surrogateescape"), " (stdin)"
-    elif text.startswith("@"):
-        path, where = text[1:], f" ({text[1:]})"
+        return JsonText(stdin_bytes(f"{what} -", "give the JSON inline or as @FILE").read(), f"{what} (stdin)")
+    if text.startswith("@"):
         try:
-            with open(path, "rb") as fh:
-                text = fh.read().decode("utf-8", "surrogateescape")
+            with open(text[1:], "rb") as fh:
+                return JsonText(fh.read(), f"{what} ({text[1:]})")
         except OSError as exc:
             # One line, as for JSON that does not parse, not a screen of usage.
-            raise Invalid(f"{what}: cannot read {path}: {exc.strerror or exc}") from None
-    byte = not_utf8(text)
-    if byte is not None:
-        raise Invalid(f"{what}{where} is not UTF-8 (byte {byte})")
-    return text
+            raise Invalid(f"{what}: cannot read {text[1:]}: {exc.strerror or exc}") from None
+    return JsonText(text, what)
+
+
+def json_text(text: str, what: str) -> str:
+    """:func:`json_given`, judged UTF-8 now: text that is not is ``invalid``, as a record's bytes are."""
+    given = json_given(text, what)
+    return utf8_text(given.data, given.what)
 
 
 class _JsonText(_Text):
