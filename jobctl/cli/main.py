@@ -28,7 +28,7 @@ import click
 
 from .. import __version__, limits
 from ..discovery import Unavailable
-from ..errors import EXIT_FAILURE, EXIT_USAGE, JobError
+from ..errors import EXIT_FAILURE, EXIT_USAGE, Invalid, JobError
 from ..limits import Range
 from ..record import STATES
 from ..wire import JsonText, utf8_text
@@ -279,8 +279,6 @@ def stdin_bytes(what: str, instead: str) -> Any:
     """stdin's byte stream, or ``Invalid`` naming ``what`` when the process was started with it closed (``<&-``)."""
     stream = getattr(sys.stdin, "buffer", None)
     if stream is None:
-        from ..errors import Invalid
-
         exc = Invalid(f"{what}: stdin is closed, there is nothing to read")
         exc.hint = f"{instead}, or run it with stdin open"
         raise exc
@@ -292,8 +290,6 @@ def json_given(text: str, what: str) -> JsonText:
 
     The store judges it as a step's content, after the record's own verdicts.
     """
-    from ..errors import Invalid
-
     if text == "-":
         return JsonText(stdin_bytes(f"{what} -", "give the JSON inline or as @FILE").read(), f"{what} (stdin)")
     if text.startswith("@"):
@@ -391,7 +387,6 @@ COUNT = _Count()
 
 def raw_json(text: str, what: str) -> Any:
     """Validate JSON text and keep it token for token (an ``invalid`` refusal names ``what``)."""
-    from ..errors import Invalid
     from ..wire import Raw
 
     try:
