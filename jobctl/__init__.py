@@ -27,7 +27,7 @@ from .errors import (
     UnknownSchema,
 )
 from .record import Delegation, Envelope, Intent, Lease, Progress, Recall, Record, Step
-from .wire import Raw
+from .wire import JsonText, Raw
 
 if TYPE_CHECKING:
     from .app import Worker
@@ -71,6 +71,7 @@ __all__ = [
     "Delegation",
     "Envelope",
     "Raw",
+    "JsonText",
     "UNSET",
     "watch",
     "Watch",

@@ -31,7 +31,7 @@ from .record import MODELS, Record, held
 from .store.file import FileStore
 from .store.location import open_store
 from .watch import Watch
-from .wire import Raw
+from .wire import JsonText
 
 if TYPE_CHECKING:
     from .store.postgres import PostgresStore
@@ -245,7 +245,7 @@ class Driver:
                 if len(args) > 3:
                     text = " ".join(args[3:])
                     return self.run_op(
-                        args[0], lambda i: s.progress(i, self.epochs.get(args[1], 0), int(args[2]), Raw(text))
+                        args[0], lambda i: s.progress(i, self.epochs.get(args[1], 0), int(args[2]), JsonText(text))
                     )
                 return self.run_op(args[0], lambda i: s.progress(i, self.epochs.get(args[1], 0), int(args[2])))
             if op == "release":

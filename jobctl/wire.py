@@ -26,6 +26,7 @@ __all__ = [
     "lazy_pattern",
     "MAX_DEPTH",
     "Raw",
+    "JsonText",
     "escape",
     "compact",
     "indent",
@@ -418,6 +419,41 @@ class Raw:
 
     def __repr__(self) -> str:
         return f"Raw({self.text!r})"
+
+
+class JsonText:
+    """JSON text a store step is handed unjudged: judged by the step, in the contract's order.
+
+    A :class:`Raw` is judged when it is made, before any record is read; a
+    checkpoint given as ``JsonText`` is judged by ``progress`` or ``finish``
+    as the content of the mutation, after the record's own verdicts
+    (terminal, stale epoch, lapsed lease: DIGEST §5), so a malformed
+    checkpoint for a job that has ended is ``Terminal``, not ``Invalid``.
+    What the command line hands the store. ``what`` names the value in a
+    refusal (``--checkpoint``, ``CHECKPOINT (file.json)``).
+    """
+
+    __slots__ = ("data", "what")
+
+    def __init__(self, data: str | bytes, what: str = "checkpoint") -> None:
+        # A str may hold lone surrogates (argv, surrogateescape): kept as bytes no UTF-8 reader takes.
+        self.data = data if isinstance(data, bytes) else data.encode("utf-8", "surrogatepass")
+        self.what = what
+
+    def raw(self, job_id: str = "") -> Raw:
+        """The value as a :class:`Raw`; ``Invalid`` (naming ``what`` and ``job_id``) for text that is not JSON."""
+        named = f"job {job_id}: {self.what}" if job_id else self.what
+        try:
+            text = utf8_text(self.data, named)
+        except Invalid as exc:
+            raise Invalid(exc.message, job_id) from None
+        try:
+            return Raw(text)
+        except Invalid as exc:
+            raise Invalid(f"{named} is not JSON: {exc.message}", job_id) from None
+
+    def __repr__(self) -> str:
+        return f"JsonText({self.data!r}, {self.what!r})"
 
 
 def strict_equal(a: Any, b: Any) -> bool:

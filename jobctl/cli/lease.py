@@ -19,7 +19,6 @@ from ..record import Record
 from ..store.base import UNSET
 from . import render
 from .main import (
-    JSON_TEXT,
     PATH_TEXT,
     STATE_CHOICE,
     STATES_HELP,
@@ -32,9 +31,8 @@ from .main import (
     default_by,
     epoch_option,
     job_id_argument,
-    json_text,
+    json_given,
     pass_state,
-    raw_json,
     ttl_option,
 )
 
@@ -176,7 +174,9 @@ def claim(
     show_default=True,
     help=f"Work done, in the kind's own units ({limits.DONE.text()}).",
 )
-@click.option("--checkpoint", type=JSON_TEXT, help="What a successor needs to resume: JSON, @FILE or -.")
+@click.option(
+    "--checkpoint", type=PATH_TEXT, metavar="JSON", help="What a successor needs to resume: JSON, @FILE or -."
+)
 @common
 @pass_state
 def progress(state: State, job_id: str, epoch: int, done: int, checkpoint: str | None) -> None:
@@ -189,7 +189,8 @@ def progress(state: State, job_id: str, epoch: int, done: int, checkpoint: str |
     Example:
       jobctl progress "$JOB_ID" --epoch "$JOB_EPOCH" --done 4096 --checkpoint '{"offset": 4096}'
     """
-    value: Any = UNSET if checkpoint is None else raw_json(checkpoint, "--checkpoint")
+    # Read now, judged by the store after the record's verdicts (terminal, stale epoch, lapsed lease).
+    value: Any = UNSET if checkpoint is None else json_given(checkpoint, "--checkpoint")
     rec = state.store().progress(job_id, epoch, done, checkpoint=value)
     _emit(state, rec, render.progress_line(rec))
 
@@ -228,12 +229,12 @@ def checkpoint(state: State, args: tuple[str, ...], epoch: int, done: int | None
         raise click.UsageError(f"checkpoint does not know what to do with {args[2]!r}")
     if job_id == "":
         raise click.BadParameter("wants a value, not an empty string", param_hint="ID")
-    value = raw_json(json_text(PATH_TEXT.convert(text, None, None), "CHECKPOINT"), "CHECKPOINT")
+    value = json_given(PATH_TEXT.convert(text, None, None), "CHECKPOINT")
     store = state.store()
     if done is None:
 
         def put(rec: Record) -> None:
-            rec.checkpoint = value
+            rec.checkpoint = value.raw(job_id)  # the mutation's own error: after the record's verdicts
 
         rec = store.update(job_id, epoch, put)
     else:
@@ -298,7 +299,9 @@ def _need_state(ctx: click.Context, _param: click.Parameter, value: str | None) 
     help=f"The state to set: {STATES_HELP}. Required (upstream's jobctl defaults to transferred).",
 )
 @click.option("--error", type=TEXT, help="Why it failed, in the same write.")
-@click.option("--checkpoint", type=JSON_TEXT, help="The last checkpoint, in the same write: JSON, @FILE or -.")
+@click.option(
+    "--checkpoint", type=PATH_TEXT, metavar="JSON", help="The last checkpoint, in the same write: JSON, @FILE or -."
+)
 @click.option(
     "--done",
     type=count(limits.DONE),
@@ -331,6 +334,7 @@ def finish(
       jobctl finish --state complete --done 1048576
       jobctl finish "$JOB_ID" --epoch "$JOB_EPOCH" --state failed --error "exit 3 from rsync"
     """
-    value: Any = UNSET if checkpoint is None else raw_json(checkpoint, "--checkpoint")
+    # Read now, judged by the store after the record's verdicts (terminal, stale epoch, lapsed lease).
+    value: Any = UNSET if checkpoint is None else json_given(checkpoint, "--checkpoint")
     rec = state.store().finish(job_id, epoch, new_state, error=error, checkpoint=value, done=done)
     _emit(state, rec, render.state_line(rec))

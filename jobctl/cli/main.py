@@ -28,9 +28,10 @@ import click
 
 from .. import __version__, limits
 from ..discovery import Unavailable
-from ..errors import EXIT_FAILURE, EXIT_USAGE, JobError
+from ..errors import EXIT_FAILURE, EXIT_USAGE, Invalid, JobError
 from ..limits import Range
 from ..record import STATES
+from ..wire import JsonText, utf8_text
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from ..record import Record
@@ -57,6 +58,7 @@ __all__ = [
     "JSON_TEXT",
     "not_utf8",
     "json_text",
+    "json_given",
     "stdin_bytes",
     "SECONDS",
     "COUNT",
@@ -277,38 +279,33 @@ def stdin_bytes(what: str, instead: str) -> Any:
     """stdin's byte stream, or ``Invalid`` naming ``what`` when the process was started with it closed (``<&-``)."""
     stream = getattr(sys.stdin, "buffer", None)
     if stream is None:
-        from ..errors import Invalid
-
         exc = Invalid(f"{what}: stdin is closed, there is nothing to read")
         exc.hint = f"{instead}, or run it with stdin open"
         raise exc
     return stream
 
 
-def json_text(text: str, what: str) -> str:
-    """JSON text given inline, as ``@FILE`` or as ``-`` (stdin), read; ``invalid`` naming ``what``.
+def json_given(text: str, what: str) -> JsonText:
+    """JSON text given inline, as ``@FILE`` or as ``-`` (stdin), read but not judged; ``invalid`` if unreadable.
 
-    Text that is not UTF-8 (inline, in the file or on stdin) is ``invalid``,
-    as a record's bytes are: JSON is UTF-8, and nothing is written in its place.
+    The store judges it as a step's content, after the record's own verdicts.
     """
-    from ..errors import Invalid
-
-    where = ""
     if text == "-":
-        data = stdin_bytes(f"{what} -", "give the JSON inline or as @FILE").read()
-        text, where = data.decode("utf-8", "surrogateescape"), " (stdin)"
-    elif text.startswith("@"):
-        path, where = text[1:], f" ({text[1:]})"
+        return JsonText(stdin_bytes(f"{what} -", "give the JSON inline or as @FILE").read(), f"{what} (stdin)")
+    if text.startswith("@"):
         try:
-            with open(path, "rb") as fh:
-                text = fh.read().decode("utf-8", "surrogateescape")
+            with open(text[1:], "rb") as fh:
+                return JsonText(fh.read(), f"{what} ({text[1:]})")
         except OSError as exc:
             # One line, as for JSON that does not parse, not a screen of usage.
-            raise Invalid(f"{what}: cannot read {path}: {exc.strerror or exc}") from None
-    byte = not_utf8(text)
-    if byte is not None:
-        raise Invalid(f"{what}{where} is not UTF-8 (byte {byte})")
-    return text
+            raise Invalid(f"{what}: cannot read {text[1:]}: {exc.strerror or exc}") from None
+    return JsonText(text, what)
+
+
+def json_text(text: str, what: str) -> str:
+    """:func:`json_given`, judged UTF-8 now: text that is not is ``invalid``, as a record's bytes are."""
+    given = json_given(text, what)
+    return utf8_text(given.data, given.what)
 
 
 class _JsonText(_Text):
@@ -390,7 +387,6 @@ COUNT = _Count()
 
 def raw_json(text: str, what: str) -> Any:
     """Validate JSON text and keep it token for token (an ``invalid`` refusal names ``what``)."""
-    from ..errors import Invalid
     from ..wire import Raw
 
     try:

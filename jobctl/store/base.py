@@ -378,7 +378,12 @@ class Store(Protocol):
         ...
 
     def progress(self, job_id: str, epoch: int, done: int, checkpoint: Any = UNSET) -> Record:
-        """Record work done and, optionally, what a successor needs; as ``update``."""
+        """Record work done and, optionally, what a successor needs; as ``update``.
+
+        A checkpoint or ``done`` that cannot be written is the mutation's own
+        error: ``Invalid`` only after ``Terminal``, ``StaleEpoch`` and
+        ``LeaseExpired`` (a :class:`jobctl.wire.JsonText` is parsed then too).
+        """
         ...
 
     def finish(
@@ -391,7 +396,11 @@ class Store(Protocol):
         checkpoint: Any = UNSET,
         done: int | None = None,
     ) -> Record:
-        """Set the state with error, checkpoint and done in the same write [JOB-T4]; as ``update``."""
+        """Set the state with error, checkpoint and done in the same write [JOB-T4]; as ``update``.
+
+        A state word that is none, then content that cannot be written, are
+        ``Invalid`` after the record's own verdicts, as for ``progress``.
+        """
         ...
 
     def cancel(self, job_id: str, by: str, ttl_seconds: float = 15.0) -> Record:

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from .. import ids, limits
 from ..errors import Invalid, JobError, LeaseExpired, LeaseHeld, Refused, StaleEpoch, Terminal
 from ..record import STATES, WANTS, Intent, Lease, Recall, Record, decode, encode, given_checkpoint, held
-from ..wire import Raw
+from ..wire import JsonText, Raw
 from .base import UNSET, Skipped, Verdicts
 
 __all__ = [
@@ -27,6 +28,9 @@ __all__ = [
     "verdict",
     "refusal",
     "Apply",
+    "Content",
+    "NO_CONTENT",
+    "content",
     "claiming",
     "renewing",
     "holding",
@@ -206,9 +210,8 @@ class ContractStore:
         return self._as_holder(job_id, epoch, updating(job_id, mutate), fresh=True)
 
     def progress(self, job_id: str, epoch: int, done: int, checkpoint: Any = UNSET) -> Record:
-        """Record how far the holder got, and optionally what a successor needs."""
-        _done(done, job_id)
-        return self._as_holder(job_id, epoch, progressing(done, _given(checkpoint, job_id)))
+        """Record how far the holder got, and optionally what a successor needs (judged as :func:`content`)."""
+        return self._as_holder(job_id, epoch, progressing(job_id, content(job_id, checkpoint, done)))
 
     def finish(
         self,
@@ -220,10 +223,8 @@ class ContractStore:
         checkpoint: Any = UNSET,
         done: int | None = None,
     ) -> Record:
-        """Set the state; error, checkpoint and done travel in the same write [JOB-T4]."""
-        if done is not None:
-            _done(done, job_id)
-        return self._as_holder(job_id, epoch, finishing(state, error, _given(checkpoint, job_id), done))
+        """Set the state; error, checkpoint and done travel in the same write [JOB-T4] (judged as :func:`content`)."""
+        return self._as_holder(job_id, epoch, finishing(job_id, state, error, content(job_id, checkpoint, _left(done))))
 
     def claim_each(self, job_ids: Sequence[str], owner: str, ttl_seconds: float) -> Verdicts:
         """Claim each job as ``claim(..., wait=False)`` would: a record or its refusal each, in order.
@@ -278,20 +279,54 @@ class ContractStore:
         return self.finish(job_id, mine.lease.epoch, "cancelled")
 
 
-def _given(checkpoint: Any, job_id: str) -> Any:
-    """The checkpoint ``progress``/``finish`` write: as :func:`jobctl.record.given_checkpoint` says, in any store.
+@dataclass(frozen=True)
+class Content:
+    """What ``progress``/``finish`` write beside the state: ``done`` and the checkpoint, judged.
 
-    ``UNSET`` (leave it), ``None`` (no checkpoint), or a :class:`Raw` of its
-    text: the value is written as given, never matched against the spelling
-    it replaces. Refused (``Invalid``) before anything is read.
+    ``checkpoint`` is ``UNSET`` (leave it), ``None`` (no checkpoint), or a
+    :class:`Raw` of its text, written as given, never matched against the
+    spelling it replaces; ``ranged`` says whether it carries verified ranges
+    (the model a write carries on). ``refusal`` is why the content cannot be
+    written: it is the mutation's own error, which the contract checks after
+    terminal, stale epoch and lapsed lease (DIGEST §5), so it is raised by
+    the rules (:meth:`judged`) on the record as found, never before it is
+    read. A backend that cannot hand such content to its statement takes the
+    rules' path (a locked read) instead; its happy path is unchanged.
     """
-    return _given_ranged(checkpoint, job_id)[0]
+
+    done: int | None = None
+    checkpoint: Any = UNSET
+    ranged: bool = False
+    refusal: str = ""
+
+    def judged(self, job_id: str) -> None:
+        """``Invalid`` for content that cannot be written; nothing for content that can."""
+        if self.refusal:
+            raise Invalid(self.refusal, job_id)
+
+
+def content(job_id: str, checkpoint: Any = UNSET, done: Any = UNSET) -> Content:
+    """The :class:`Content` of a holder's write: ``done`` and the checkpoint (``UNSET``: leave it), judged.
+
+    The checkpoint as :func:`jobctl.record.given_checkpoint` says, in any
+    store; a :class:`jobctl.wire.JsonText` is parsed here. Nothing is raised:
+    a refusal is kept for the rules to raise in the contract's order.
+    """
+    try:
+        if done is not UNSET:
+            _done(done, job_id)
+        given, ranged = _given_ranged(checkpoint, job_id)
+    except Invalid as exc:
+        return Content(refusal=exc.message)
+    return Content(None if done is UNSET else done, given, ranged)
 
 
 def _given_ranged(checkpoint: Any, job_id: str) -> tuple[Any, bool]:
-    """:func:`_given`, and whether the checkpoint carries verified ranges (the model a write carries on)."""
+    """The checkpoint as it will be written, and whether it carries verified ranges; ``Invalid`` naming the job."""
     if checkpoint is UNSET:
         return UNSET, False
+    if isinstance(checkpoint, JsonText):
+        checkpoint = checkpoint.raw(job_id)
     try:
         text, ranged = given_checkpoint(checkpoint)
     except Invalid as exc:
@@ -435,31 +470,42 @@ def updating(job_id: str, mutate: Callable[[Record], object]) -> Apply:
     return apply
 
 
-def progressing(done: int, given: Any) -> Apply:
-    """Progress's effect: ``done`` as of now, and the checkpoint when one is given (:func:`_given`)."""
+def progressing(job_id: str, given: Content) -> Apply:
+    """Progress's effect: ``done`` as of now, and the checkpoint when one is given; malformed content ``Invalid``."""
 
     def apply(rec: Record, now: datetime) -> None:
-        rec.progress.done = done
+        given.judged(job_id)
+        if given.done is not None:  # always, for progress: content() judged the one it was given
+            rec.progress.done = given.done
         rec.progress.updated_at = now
-        if given is not UNSET:
-            rec.checkpoint = given
+        if given.checkpoint is not UNSET:
+            rec.checkpoint = given.checkpoint
 
     return apply
 
 
-def finishing(state: str, error: str | None, given: Any, done: int | None) -> Apply:
-    """Finish's effect: the state, with error, checkpoint and done when given [JOB-T4]; a bad state word ``Invalid``."""
+#: A finish that writes nothing beside the state and the error.
+NO_CONTENT = Content()
+
+
+def finishing(job_id: str, state: str, error: str | None, given: Content = NO_CONTENT) -> Apply:
+    """Finish's effect: the state, with error, checkpoint and done when given [JOB-T4].
+
+    A bad state word, then malformed content, ``Invalid``: the mutation's own
+    errors, after the record's verdicts.
+    """
 
     def apply(rec: Record, now: datetime) -> None:
         if state not in STATES:
             raise Invalid(f"{state!r} is not a state ({', '.join(STATES)})")
+        given.judged(job_id)
         rec.state = state
         if error is not None:
             rec.error = error
-        if given is not UNSET:
-            rec.checkpoint = given
-        if done is not None:
-            rec.progress.done = done
+        if given.checkpoint is not UNSET:
+            rec.checkpoint = given.checkpoint
+        if given.done is not None:
+            rec.progress.done = given.done
             rec.progress.updated_at = now
 
     return apply
@@ -519,6 +565,11 @@ def refusal(exc: JobError | OSError, job_id: str) -> JobError:
     if not exc.job_id:
         exc.job_id = job_id
     return exc
+
+
+def _left(done: int | None) -> Any:
+    """``finish``'s ``done``: None leaves it as it is."""
+    return UNSET if done is None else done
 
 
 def _done(done: Any, job_id: str) -> None:

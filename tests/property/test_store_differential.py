@@ -3,12 +3,15 @@
 Hypothesis drives random sequences of operations -- several owners,
 expiring leases, intent and recall, dependencies, retries and their
 not-before times, pipelines, malformed scheduling data, upstream records
-imported as their bytes, terminal states, bad epochs and bad words --
+imported as their bytes, terminal states, bad epochs and bad words,
+malformed checkpoints and counts (judged after the record's verdicts) --
 against a :class:`jobctl.FileStore` and a :class:`PostgresStore` on one
 clock. Every operation must get the same answer from both: the same verdict
 with the same message, or the same record back (its canonical bytes). After
 every step both stores hold the same jobs with the same bytes (what
-``jobctl export`` writes), and the same orphans.
+``jobctl export`` writes), and the same orphans. A holder's write answers
+the record's own verdict (terminal, stale epoch, lapsed lease: DIGEST §5)
+whenever the record has one, whatever it was given to write.
 
 The PostgreSQL store does each step in one statement whose WHERE clause is
 the contract's precondition, and names a refusal by running the file
@@ -43,8 +46,8 @@ from hypothesis.stateful import (
 import jobctl
 from jobctl import ids, replay, schedule
 from jobctl.errors import JobError
-from jobctl.record import RETRY, encode
-from jobctl.wire import Raw
+from jobctl.record import RETRY, encode, held
+from jobctl.wire import JsonText, Raw
 
 OWNERS = ["alpha", "beta", "gamma"]
 KINDS = ["fetch", "convert"]
@@ -63,6 +66,11 @@ checkpoints = st.sampled_from(
         Raw('{"verified": [[4, 8], [0, 4], [10, 12]], "etag": "x"}'),
         Raw('{"sha": "abc"}'),
         "null-json",
+        # Malformed: refused invalid, but only once terminal, stale epoch and lapsed lease are ruled out.
+        {"x": float("nan")},
+        JsonText(b'{"a": NaN}'),
+        JsonText(b'"\xff"', "--checkpoint"),
+        {"verified": [[4, 2]]},
     ]
 )
 
@@ -117,6 +125,25 @@ class SideBySide(RuleBasedStateMachine):
                 if line.startswith("epoch="):
                     self.epochs[(owner, job_id)] = int(line[6:])
                     self.holders[job_id] = owner
+
+    def first(self, job_id: str, epoch: int) -> str | None:
+        """The record's own verdict for a holder's write at ``epoch``, in the contract's order; None if it has none."""
+        try:
+            rec = self.file.load(job_id)
+        except JobError:
+            return None
+        if rec.terminal:
+            return "terminal"
+        if rec.lease.epoch != epoch:
+            return "stale_epoch"
+        return None if held(rec.lease, self.clock.now) else "lease_expired"
+
+    def holders_write(self, what: str, job_id: str, epoch: int, call: Callable[[Any], Any]) -> None:
+        """:meth:`both`, and the answer is the record's verdict whenever it has one (before the content's)."""
+        first = self.first(job_id, epoch)
+        answer = self.both(what, call)
+        if first is not None:
+            assert answer[0] == first, f"{what}: {answer!r}, but the record says {first}"
 
     def epoch(self, owner: str, job_id: str, skew: int) -> int:
         """The epoch ``owner`` presents: the last it obtained (0 if none), or one off; mostly its last claimer's."""
@@ -275,12 +302,14 @@ class SideBySide(RuleBasedStateMachine):
     # -- the holder's writes ------------------------------------------------------------------------
 
     @precondition(lambda self: self.ids)
-    @rule(ix=jobs_ix, owner=owners, skew=skews, done=st.integers(min_value=0, max_value=9), cp=checkpoints)
+    @rule(ix=jobs_ix, owner=owners, skew=skews, done=st.integers(min_value=-1, max_value=9), cp=checkpoints)
     def progress(self, ix: int, owner: str, skew: int, done: int, cp: Any) -> None:
         job_id = self.pick(ix)
         epoch = self.epoch(owner, job_id, skew)
         given = _checkpoint(cp)
-        self.both(f"progress {job_id} at {epoch}", lambda s: s.progress(job_id, epoch, done, given))
+        self.holders_write(
+            f"progress {job_id} at {epoch}", job_id, epoch, lambda s: s.progress(job_id, epoch, done, given)
+        )
 
     @precondition(lambda self: self.ids)
     @rule(
@@ -290,7 +319,7 @@ class SideBySide(RuleBasedStateMachine):
         state=st.sampled_from(STATES),
         error=st.sampled_from([None, "", "exit 3"]),
         cp=st.one_of(st.just("unset"), checkpoints),
-        done=st.sampled_from([None, 4]),
+        done=st.sampled_from([None, 4, -1]),
     )
     def finish(self, ix: int, owner: str, skew: int, state: str, error: str | None, cp: Any, done: int | None) -> None:
         job_id = self.pick(ix)
@@ -298,7 +327,11 @@ class SideBySide(RuleBasedStateMachine):
         kwargs: dict[str, Any] = {"error": error, "done": done}
         if cp != "unset":
             kwargs["checkpoint"] = _checkpoint(cp)
-        self.both(f"finish {job_id} {state} at {epoch}", lambda s: s.finish(job_id, epoch, state, **kwargs))
+
+        def call(s: Any) -> Any:
+            return s.finish(job_id, epoch, state, **kwargs)
+
+        self.holders_write(f"finish {job_id} {state} at {epoch}", job_id, epoch, call)
 
     @precondition(lambda self: self.ids)
     @rule(ix=jobs_ix, owner=owners, skew=skews, what=st.sampled_from(["error", "extension", "fail-retry"]))

@@ -244,9 +244,14 @@ def _time(when: datetime | None) -> datetime:
     return ZERO_TIME if when is None else when
 
 
+def fits(value: str) -> bool:
+    """Whether a text column can keep ``value``: PostgreSQL's text cannot hold U+0000."""
+    return "\x00" not in value
+
+
 def text_fit(value: str, what: str, job_id: str = "") -> str:
     """``value``, or ``Invalid`` when it holds U+0000: PostgreSQL's text cannot, and the record's field is text."""
-    if "\x00" in value:
+    if not fits(value):
         raise Invalid(f"{what} holds the character U+0000, which a PostgreSQL store cannot keep", job_id)
     return value
 

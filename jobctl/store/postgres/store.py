@@ -33,15 +33,17 @@ from ...record import STATES, Record, decode, known_models, prepare
 from ...summary import Summary
 from ..base import UNSET, Listing, Notices, OpenListing, Records, Refusals, RowLease, Skipped, Unreadable, Verdicts
 from ..contract import (
+    NO_CONTENT,
     Apply,
+    Content,
     ContractStore,
     _claim_terms,
-    _done,
     _epoch,
-    _given_ranged,
+    _left,
     _recall_terms,
     _want,
     claiming,
+    content,
     finishing,
     holding,
     intending,
@@ -370,11 +372,13 @@ class PostgresStore(ContractStore):
         return self._step(job_id, "release", {"epoch": epoch}, holding(job_id, epoch, releasing))
 
     def progress(self, job_id: str, epoch: int, done: int, checkpoint: Any = UNSET) -> Record:
-        _done(done, job_id)
         _epoch(epoch)
-        given, ranged = _given_ranged(checkpoint, job_id)
-        params = {"epoch": epoch, "done": done, **row.checkpoint_params(given, ranged)}
-        return self._step(job_id, "progress", params, holding(job_id, epoch, progressing(done, given)))
+        given = content(job_id, checkpoint, done)
+        rules = holding(job_id, epoch, progressing(job_id, given))
+        if given.refusal:  # no statement can take it: the rules refuse it in the contract's order, the record's first
+            return self._write(job_id, rules)
+        params = {"epoch": epoch, "done": done, **row.checkpoint_params(given.checkpoint, given.ranged)}
+        return self._step(job_id, "progress", params, rules)
 
     def finish(
         self,
@@ -386,12 +390,10 @@ class PostgresStore(ContractStore):
         checkpoint: Any = UNSET,
         done: int | None = None,
     ) -> Record:
-        if done is not None:
-            _done(done, job_id)
         _epoch(epoch)
-        given, ranged = _given_ranged(checkpoint, job_id)
-        rules = holding(job_id, epoch, finishing(state, error, given, done))
-        params = _finish_terms(job_id, epoch, state, error, (given, ranged), done)
+        given = content(job_id, checkpoint, _left(done))
+        rules = holding(job_id, epoch, finishing(job_id, state, error, given))
+        params = _finish_terms(epoch, state, error, given)
         if params is None:
             return self._write(job_id, rules)  # the rules refuse it in their order (terminal first)
         return self._step(job_id, "finish", params, rules)
@@ -457,7 +459,7 @@ class PostgresStore(ContractStore):
                 ttl = _claim_terms(next_id, owner, ttl_seconds, self.max_ttl)
                 claim = {"owner": row.text_fit(owner, "owner", next_id), "ttl": row.interval(ttl)}
                 self._stepping(next_id, claim)
-                finish = _finish_terms(job_id, epoch, state, error, (UNSET, False), None)
+                finish = _finish_terms(epoch, state, error, NO_CONTENT)
                 if finish is not None:
                     self._stepping(job_id, finish)
             except JobError:  # terms the steps refuse, each in its own words
@@ -469,7 +471,7 @@ class PostgresStore(ContractStore):
             return super().finish_and_claim(
                 job_id, epoch, state, error=error, next_id=next_id, owner=owner, ttl_seconds=ttl_seconds
             )
-        rules = holding(job_id, epoch, finishing(state, error, UNSET, None))
+        rules = holding(job_id, epoch, finishing(job_id, state, error))
         done = verdict(job_id, self._concluded, job_id, "finish", got[0], rules, held, None, wait=True)
         rules = claiming(next_id, owner, ttl)
         return done, verdict(next_id, self._concluded, next_id, "claim", got[1], rules, None, None, wait=False)
@@ -486,20 +488,19 @@ class PostgresStore(ContractStore):
 
     def set_intent(self, job_id: str, want: str, by: str = "") -> Record:
         _want(want, job_id)
-        params = {"want": want, "by": row.text_fit(by or "", "intent.by", job_id)}
-        return self._step(job_id, "set_intent", params, intending(job_id, want, by))
+        rules = intending(job_id, want, by)
+        if not row.fits(by or ""):  # text a column cannot keep: refused as the rules write it, after terminal
+            return self._write(job_id, rules)
+        return self._step(job_id, "set_intent", {"want": want, "by": by or ""}, rules)
 
     def recall(self, job_id: str, epoch: int, reason: str, by: str = "", grace: float = 30.0) -> Record:
         window = _recall_terms(job_id, epoch, reason, grace)
         rules = recalling(job_id, epoch, reason, by, window)
-        if window > limits.YEAR * 100:  # past what an interval (or a datetime) may hold: the rules refuse it
+        if window > limits.YEAR * 100 or not (row.fits(reason) and row.fits(by or "")):
+            # Past what an interval (or a datetime) may hold, or text a column cannot keep: the rules
+            # refuse it as they write it, after the record's verdicts.
             return self._write(job_id, rules)
-        params = {
-            "epoch": epoch,
-            "reason": row.text_fit(reason, "reason", job_id),
-            "by": row.text_fit(by or "", "lease.recall.by", job_id),
-            "grace": row.interval(window),
-        }
+        params = {"epoch": epoch, "reason": reason, "by": by or "", "grace": row.interval(window)}
         return self._step(job_id, "recall", params, rules)
 
     @retried
@@ -763,15 +764,16 @@ def _first(got: Row) -> Any:
     return got[0]
 
 
-def _finish_terms(
-    job_id: str, epoch: int, state: str, error: Any, given: tuple[Any, bool], done: int | None
-) -> dict[str, Any] | None:
-    """The ``finish`` statement's terms; None for a state or an error it cannot take (the rules word the refusal)."""
-    if state not in STATES or (error is not None and not isinstance(error, str)):
+def _finish_terms(epoch: int, state: str, error: Any, given: Content) -> dict[str, Any] | None:
+    """The ``finish`` statement's terms; None for a state, an error or content it cannot take.
+
+    The rules then word the refusal, in the contract's order: the record's
+    verdicts (terminal, stale epoch, lapsed lease) before the mutation's own.
+    """
+    if state not in STATES or given.refusal or (error is not None and not (isinstance(error, str) and row.fits(error))):
         return None
-    params = {"epoch": epoch, "state": state, "done": done, **row.checkpoint_params(*given)}
-    params["error"] = None if error is None else row.text_fit(error, "error", job_id)
-    return params
+    params = {"epoch": epoch, "state": state, "done": given.done, "error": error}
+    return {**params, **row.checkpoint_params(given.checkpoint, given.ranged)}
 
 
 class _States(Mapping[str, str]):
