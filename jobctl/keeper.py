@@ -54,6 +54,7 @@ from .errors import Invalid, JobError, LeaseExpired, Refused, StaleEpoch
 from .record import Record
 from .schedule import attempt as attempt_of
 from .schedule import not_before, record_failure
+from .store.contract import cancelled_words
 
 if TYPE_CHECKING:
     from .store.base import LeaseSource, Notices
@@ -596,7 +597,7 @@ class Keeper:
                 return  # the work finished the job itself; let it end
             if rec.want == "cancel":
                 by = rec.intent.by if rec.intent is not None else ""
-                begin("cancel", f"cancelled at the request of {by}" if by else "cancelled on request", None)
+                begin("cancel", cancelled_words(by), None)
             elif rec.want == "pause":
                 begin("pause", "paused on request", None)
             if rec.lease.expires_at is not None:
@@ -789,7 +790,7 @@ class Ending:
         if not reason:
             current = rec if rec is not None else self.rec
             by = current.intent.by if current.intent is not None else ""
-            reason = f"cancelled at the request of {by}" if by else "cancelled on request"
+            reason = cancelled_words(by)
         out.error = reason
         return self.finish(out, "cancelled")
 

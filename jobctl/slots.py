@@ -38,7 +38,7 @@ from .record import Record
 from .runner import Outcome, Run, RunStore
 from .schedule import blocked_by
 from .store.base import Verdicts
-from .store.contract import refusal
+from .store.contract import cancelled_words, refusal
 
 if TYPE_CHECKING:
     from .keeper import Keeper
@@ -374,6 +374,11 @@ class Slots:
             return None
         if why == "waiting":
             self._let_go(rec, claimed)
+            return None
+        if claimed.want == "cancel":  # asked to stop before it started [JOB-I8]: ended here, never started
+            by = claimed.intent.by if claimed.intent is not None else ""
+            final, event = self._cancel(claimed, cancelled_words(by))
+            self._post(Report(rec.id, record=final, event=event))
             return None
         started = self._start(claimed, at, self._successor)
         with self.lock:

@@ -143,9 +143,10 @@ def recall(state: State, job_id: str, epoch: int | None, reason: str, grace: flo
 @click.command(cls=JobCommand, short_help="Stop a job: now if nobody holds it, else ask its holder.")
 @job_id_argument
 @by_option
+@click.option("--reason", type=TEXT, default="", help="Why: written in the error of a job this cancel ends.")
 @common
 @pass_state
-def cancel(state: State, job_id: str, by: str | None) -> None:
+def cancel(state: State, job_id: str, by: str | None, reason: str) -> None:
     """Cancel job ID and print its state.
 
     If nobody holds it, it is cancelled at once. If somebody does, the intent
@@ -153,9 +154,14 @@ def cancel(state: State, job_id: str, by: str | None) -> None:
     state printed is then still the holder's. Cancelling a cancelled job is
     not an error.
 
+    A job this command ends has the error `cancelled at the request of BY`,
+    then `: REASON` with --reason. A job held for approval (submit --hold) is
+    claimed before its intent is set, so no worker starts it in between.
+
     \b
-    Example:
+    Examples:
       jobctl cancel 1787202430967-a752f9a9c2c77b123ffd
+      jobctl cancel "$ID" --by alice --reason "wrong voice"
     """
-    rec = state.store().cancel(job_id, by or default_by())
+    rec = state.store().cancel(job_id, by or default_by(), reason=reason)
     _emit(state, rec, render.cancel_line(rec))

@@ -403,8 +403,12 @@ class Store(Protocol):
         """
         ...
 
-    def cancel(self, job_id: str, by: str, ttl_seconds: float = 15.0) -> Record:
-        """Ask for cancel, and cancel at once when nobody holds the job [JOB-S3] [JOB-S4]."""
+    def cancel(self, job_id: str, by: str, ttl_seconds: float = 15.0, reason: str = "") -> Record:
+        """Ask for cancel, and cancel at once when nobody holds the job [JOB-S3] [JOB-S4].
+
+        A job ended here says who asked and ``reason`` in its error; a held
+        job (waiting for approval) is never made runnable on the way.
+        """
         ...
 
     def sweep(self, job_id: str | None = None, refused: Refusals | None = None) -> int:

@@ -25,6 +25,7 @@ from .base import UNSET, Skipped, Verdicts
 
 __all__ = [
     "ContractStore",
+    "cancelled_words",
     "verdict",
     "refusal",
     "Apply",
@@ -261,22 +262,73 @@ class ContractStore:
         window = _recall_terms(job_id, epoch, reason, grace)
         return self._write(job_id, recalling(job_id, epoch, reason, by, window))
 
-    def cancel(self, job_id: str, by: str, ttl_seconds: float = 15.0) -> Record:
+    def cancel(self, job_id: str, by: str, ttl_seconds: float = 15.0, reason: str = "") -> Record:
         """Ask for a stop and, when nobody holds the job, stop it now [JOB-S3] [JOB-S4].
 
         An already cancelled job is a success (a double click); another
         terminal state is ``Terminal``. When somebody holds the lease the
-        intent is recorded and its holder is expected to honour it.
+        intent is recorded and its holder is expected to honour it, naming
+        ``by`` in the error it ends the job with. A job this call ends says
+        :func:`cancelled_words` (``by`` and ``reason``) in its error.
+
+        A held job (intent ``pause``: waiting for approval) is claimed first
+        and only then given its cancel intent: no worker adopts a paused
+        job, so none can start it between the two writes (the intent first,
+        as for a job that may run, would make it runnable for that moment).
+        Should this process die between the claim and the intent, the lease
+        lapses on a job still paused, and its adopter gives it back unrun.
         """
+        reason = _cancel_reason(reason, job_id)
         rec = self.load(job_id)
         if rec.state == "cancelled":
             return rec
-        self.set_intent(job_id, "cancel", by)
+        if rec.want == "pause" and not held(rec.lease, self.now()):
+            try:
+                mine = self.claim(job_id, by, ttl_seconds)
+            except (LeaseHeld, Terminal):
+                return self._cancel_asked(job_id, by)
+            self.set_intent(job_id, "cancel", by)
+        else:
+            self.set_intent(job_id, "cancel", by)
+            try:
+                mine = self.claim(job_id, by, ttl_seconds)
+            except (LeaseHeld, Terminal):
+                return self.load(job_id)
+        return self.finish(job_id, mine.lease.epoch, "cancelled", error=cancelled_words(by, reason))
+
+    def _cancel_asked(self, job_id: str, by: str) -> Record:
+        """The cancel intent on a job another claimed first (its holder honours it); an ended job as it ended."""
         try:
-            mine = self.claim(job_id, by, ttl_seconds)
-        except (LeaseHeld, Terminal):
-            return self.load(job_id)
-        return self.finish(job_id, mine.lease.epoch, "cancelled")
+            self.set_intent(job_id, "cancel", by)
+        except Terminal:
+            rec = self.load(job_id)
+            if rec.state != "cancelled":
+                raise
+            return rec
+        return self.load(job_id)
+
+
+#: The longest reason a cancel takes, in characters: it ends up in the record's error.
+MAX_CANCEL_REASON = 1000
+
+
+def _cancel_reason(reason: Any, job_id: str) -> str:
+    """A cancel's reason, refused before anything is read: one line of printable text, not too long."""
+    if not isinstance(reason, str):
+        raise Invalid(f"job {job_id}: the cancel's reason must be text, not {type(reason).__name__}", job_id)
+    if len(reason) > MAX_CANCEL_REASON:
+        raise Invalid(
+            f"job {job_id}: the cancel's reason is {len(reason)} characters; at most {MAX_CANCEL_REASON}", job_id
+        )
+    if not reason.isprintable():
+        raise Invalid(f"job {job_id}: the cancel's reason holds a character that is not printable (a newline?)", job_id)
+    return reason.strip()
+
+
+def cancelled_words(by: str, reason: str = "") -> str:
+    """The error a job cancelled on request ends with: who asked (``by``) and, when given, why."""
+    words = f"cancelled at the request of {by}" if by.strip() else "cancelled on request"
+    return f"{words}: {reason}" if reason.strip() else words
 
 
 @dataclass(frozen=True)

@@ -105,6 +105,14 @@ def _by(request: Request, body: Any) -> str:
     return f"http@{client}"
 
 
+def _reason(body: dict[str, Any]) -> str:
+    """Why a cancel was asked for (``reason``, optional); the store judges its text (``Store.cancel``)."""
+    given = body.get("reason", "")
+    if not isinstance(given, str):
+        raise Invalid("reason must be a string")
+    return given
+
+
 class _Guard:
     """Token, Host and body-type checks in front of every request (docs/reference/http.md, "Access").
 
@@ -308,16 +316,22 @@ def create_app(
 
         return JSONResponse(await run_in_threadpool(work))
 
-    def action(do: Callable[[str, str], Any], status: int = 200) -> Callable[[Request], Awaitable[Response]]:
+    def action(
+        do: Callable[..., Any], status: int = 200, *, reasoned: bool = False
+    ) -> Callable[[Request], Awaitable[Response]]:
+        fields = {"by", "reason"} if reasoned else {"by"}
+
         async def endpoint(request: Request) -> Response:
             body = await body_of(request, required=False)
             if not isinstance(body, dict):
                 raise Invalid("the body must be a JSON object")
-            unknown = sorted(set(body) - {"by"})
+            unknown = sorted(set(body) - fields)
             if unknown:
-                raise Invalid(f"unknown field {unknown[0]!r} (an action takes only by)")
-            who = _by(request, body)
-            result = await run_in_threadpool(do, request.path_params["job_id"], who)
+                raise Invalid(f"unknown field {unknown[0]!r} (this action takes only {' and '.join(sorted(fields))})")
+            args: list[Any] = [request.path_params["job_id"], _by(request, body)]
+            if reasoned:
+                args.append(_reason(body))
+            result = await run_in_threadpool(do, *args)
             if isinstance(result, tuple):  # the action says how it went: a retry made its job, or found it
                 result, answered = result
                 return JSONResponse(result, status_code=answered)
@@ -329,8 +343,8 @@ def create_app(
         rec = store.set_intent(job_id, "run", by)  # what `jobctl approve` calls
         return job_view(rec, store.now())
 
-    def cancel(job_id: str, by: str) -> dict[str, Any]:
-        rec = store.cancel(job_id, by)  # what `jobctl cancel` calls
+    def cancel(job_id: str, by: str, reason: str) -> dict[str, Any]:
+        rec = store.cancel(job_id, by, reason=reason)  # what `jobctl cancel` calls
         return job_view(rec, store.now())
 
     def again(job_id: str, by: str) -> tuple[dict[str, Any], int]:
@@ -411,7 +425,7 @@ def create_app(
         Route("/api/jobs/{job_id:str}", show, methods=["GET"]),
         Route("/api/jobs/{job_id:str}/logs", logs, methods=["GET"]),
         Route("/api/jobs/{job_id:str}/approve", action(approve), methods=["POST"]),
-        Route("/api/jobs/{job_id:str}/cancel", action(cancel), methods=["POST"]),
+        Route("/api/jobs/{job_id:str}/cancel", action(cancel, reasoned=True), methods=["POST"]),
         Route("/api/jobs/{job_id:str}/retry", action(again, 201), methods=["POST"]),
         Route("/api/pipelines", pipelines, methods=["GET"]),
         Route("/api/pipelines/{name:str}", pipeline, methods=["GET"]),
