@@ -146,9 +146,13 @@ def test_the_stream_outlives_outages_says_each_once_and_sends_the_present_after(
     asyncio.run(scenario())
     # One line as each outage began, however many reads failed, and one as it ended; no traceback.
     assert len(lines) == 4, lines
-    assert lines[0] == lines[2] == (
-        "the change stream cannot read the store: postgresql://db/jobs: connection refused (no connection for 30 s);"
-        " trying again (pages say stale)"
+    assert (
+        lines[0]
+        == lines[2]
+        == (
+            "the change stream cannot read the store: postgresql://db/jobs: connection refused"
+            " (no connection for 30 s); trying again (pages say stale)"
+        )
     )
     for line in (lines[1], lines[3]):
         assert line.startswith("the change stream reads the store again (it could not for "), line

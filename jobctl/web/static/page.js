@@ -127,7 +127,7 @@ function reopen(root, open) {
 
 const known = { jobs: new Map(), pipelines: new Map() };
 
-function apply(data) {
+function applyEvent(data) {
   // One jobs event, as the stream sends it. A full one replaces everything; any other one
   // sets or deletes by key. Applying one twice, or an older one again, cannot add a row.
   if (data.full) { known.jobs = new Map(); known.pipelines = new Map(); }
@@ -204,7 +204,7 @@ function connect() {
     if (events !== stream) return;
     heard = Date.now();
     const data = JSON.parse(e.data);
-    apply(data);
+    applyEvent(data);
     if (data.full) {
       synced = true;
       document.body.dataset.loaded = String(Number(document.body.dataset.loaded || 0) + 1);
