@@ -75,6 +75,10 @@ def test_events_apply_by_key_whatever_their_repetition_or_order(
     assert table == [f"{report}=pending", f"{fetch}=done"] and len(cards) == 1
 
     # A full event replaces: what it does not hold is gone, whatever came before it.
+    ghost = {**jobs[alone], "id": "9999999999999-" + "0" * 20, "pipeline": {"name": "ghostly", "stage": "x"}}
+    ghostly = {**copy.deepcopy(nightly), "name": "ghostly"}
+    table, cards = give({"jobs": [ghost], "removed": [], "pipelines": [ghostly], "removed_pipelines": []})
+    assert table[0] == f"{ghost['id']}=pending" and sorted(c.split(":")[0] for c in cards) == ["ghostly", "nightly"]
     full = {"full": True, "jobs": [jobs[j] for j in newest_first], "pipelines": [nightly]}
     table, cards = give(delta, full)
     assert table == [f"{j}=pending" for j in newest_first]
