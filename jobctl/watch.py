@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Collection
 
 from . import ids
-from .errors import JobError, NotFound
+from .errors import JobError, NotFound, Refused
 from .notices import Changes
 from .record import Record
 from .store.base import Store
@@ -76,8 +76,11 @@ class Watch:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] | None = None,
         poll: float = POLL_SECONDS,
+        shown: Callable[[list[Record]], tuple[str, ...]] = fingerprint,
     ) -> None:
         self.store = store
+        #: What of a record counts as a change ([JOB-N1]'s :func:`fingerprint` unless given).
+        self.shown = shown
         self.kind = kind
         self.budget = max(0.0, float(budget))
         #: Seconds between reads without notices.
@@ -160,6 +163,11 @@ class Watch:
                 rec: Record | JobError | None = self.store.load(job_id)
             except NotFound:
                 rec = None  # gone again since the notice
+            except Refused:
+                # The store did not answer (a database away past its patience): nothing is known of
+                # the record, and it is not taken for unreadable. The full read says what holds, or raises.
+                self._poll()
+                return
             except JobError as exc:
                 rec = exc  # cannot be read now: named, as a listing names it
             except OSError:
@@ -177,7 +185,7 @@ class Watch:
                     bisect.insort(self._ids, job_id)
                     shown = True
                 elif not shown:
-                    shown = fingerprint([old]) != fingerprint([rec])
+                    shown = self.shown([old]) != self.shown([rec])
                 self._by_id[job_id] = rec
                 self._listed = False
             else:
@@ -211,7 +219,7 @@ class Watch:
         # A record becoming unreadable (or readable again) is news too: its kind is unknown.
         if self._view is None:
             unreadable = tuple(f"{job_id}|unreadable" for job_id, _ in self.unreadable)
-            self._view = fingerprint(self._current()) + unreadable
+            self._view = self.shown(self._current()) + unreadable
         return self._view
 
     def next(self, timeout: float | None = None) -> Notice | None:

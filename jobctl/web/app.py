@@ -205,6 +205,7 @@ def create_app(
     """
     files = _page_files()
     streams = [0]
+    feed = Feed(store)  # one watch of the store, shared by every open GET /api/events
 
     async def body_of(request: Request, required: bool) -> Any:
         length = request.headers.get("content-length")
@@ -360,11 +361,11 @@ def create_app(
         if streams[0] >= MAX_STREAMS:
             return _error(503, "refused", f"{MAX_STREAMS} change streams are open already")
         streams[0] += 1
-        feed = Feed(store)
+        sub = feed.subscribe()
 
         async def stream() -> Any:
             try:
-                async for text in feed.events():
+                async for text in sub.events():
                     yield text
             finally:
                 streams[0] -= 1

@@ -19,7 +19,7 @@ from ..results import has_result, result_of
 from ..schedule import after_of, not_before, pipeline_of, pipeline_stages, pipeline_state, retry_of, shown_attempt
 from ..submitter import submitter_of
 
-__all__ = ["STEPS", "step", "job_view", "pipeline_view", "pipeline_names", "changed_views"]
+__all__ = ["STEPS", "step", "job_view", "pipeline_view", "pipeline_names", "changed_views", "changed_pipelines"]
 
 #: What a step indicator shows for a job, in the order a pipeline moves through them.
 STEPS = ("pending", "held", "running", "done", "failed", "cancelled")
@@ -173,6 +173,51 @@ def changed_views(
         text = json.dumps(view, sort_keys=True)
         now_seen[rec.id] = text
         if seen.get(rec.id) != text:
+            changed.append(view)
+    gone = sorted(set(seen) - set(now_seen))
+    return now_seen, changed, gone
+
+
+def changed_pipelines(
+    seen: Mapping[str, str], records: Iterable[Record], now: datetime
+) -> tuple[dict[str, str], list[dict[str, Any]], list[str]]:
+    """As :func:`changed_views`, of pipelines: ``(what is seen now, the pipelines whose view changed, the names gone)``.
+
+    Each view is :func:`pipeline_view`'s over the whole store, made from the
+    pipeline's own jobs and the jobs they wait for (whose states a stage's
+    detail names), so that one read costs what the store holds, not that
+    times the number of pipelines.
+    """
+    listed = list(records)
+    by_id = {rec.id: rec for rec in listed}
+    groups: dict[str, list[Record]] = {}
+    for rec in listed:
+        try:
+            membership = pipeline_of(rec)
+        except JobError:
+            continue
+        if membership is not None:
+            groups.setdefault(membership[0], []).append(rec)
+    now_seen: dict[str, str] = {}
+    changed: list[dict[str, Any]] = []
+    for name, members in groups.items():
+        near = {rec.id for rec in members}
+        waited = []
+        for rec in members:
+            try:
+                deps = after_of(rec)
+            except JobError:
+                continue
+            for dep in deps:
+                if dep not in near and dep in by_id:
+                    near.add(dep)
+                    waited.append(by_id[dep])
+        view = pipeline_view(members + waited, name, now)
+        if view is None:
+            continue
+        text = json.dumps(view, sort_keys=True)
+        now_seen[name] = text
+        if seen.get(name) != text:
             changed.append(view)
     gone = sorted(set(seen) - set(now_seen))
     return now_seen, changed, gone

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -12,6 +13,7 @@ import pytest
 # As tests/cli: --import-mode=importlib puts no test directory on sys.path.
 sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
 
+from devtools import Browser, find_chromium
 from webtools import Server, serve_env, start_server, stop
 
 from jobctl import FileStore
@@ -51,3 +53,19 @@ def refusing_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server
     yield Server(proc, url, store, serve_env(root))
     err = stop(proc)
     assert "Traceback" not in err, err
+
+
+@pytest.fixture
+def chromium(tmp_path: Path) -> Iterator[Browser]:
+    """A headless chromium; skipped without one, except under ``CI=true``, where it fails (as test_page.py)."""
+    binary = find_chromium()
+    if binary is None:
+        reason = "no chromium (apt-get install chromium)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the browser test is mandatory in CI: {reason}", pytrace=False)
+        pytest.skip(reason)
+    browser = Browser(binary, tmp_path / "profile")
+    try:
+        yield browser
+    finally:
+        browser.close()

@@ -145,8 +145,8 @@ def test_retry_resubmits_a_failed_stage_and_the_stages_it_cancelled(server: Serv
     assert again.status == 409 and again.body["error"] == "refused"  # a complete job is not retried
 
 
-def read_event(stream: Any) -> dict[str, Any]:
-    """The next ``jobs`` event of a Server-Sent Events stream (comments and ``retry:`` skipped)."""
+def read_event(stream: Any, wanted: str = "jobs") -> dict[str, Any]:
+    """The next ``wanted`` event of a Server-Sent Events stream (comments, ``retry:`` and other events skipped)."""
     name, data = "", []
     while True:
         line = stream.readline().decode()
@@ -157,17 +157,20 @@ def read_event(stream: Any) -> dict[str, Any]:
         elif line.startswith("data:"):
             data.append(line[5:].strip())
         elif line == "" and data:
-            assert name == "jobs"
+            assert name in ("jobs", "status"), name
             event: dict[str, Any] = json.loads("\n".join(data))
-            return event
+            if name == wanted:
+                return event
+            name, data = "", []
 
 
 def test_the_event_stream_delivers_a_change(server: Server) -> None:
     job_id = server.post("/api/jobs", {"kind": "render", "total": 10}).body["id"]
     with urllib.request.urlopen(server.url + "/api/events", timeout=30) as stream:
         assert stream.headers["content-type"].startswith("text/event-stream")
-        first = read_event(stream)  # the present, first
-        assert [j["id"] for j in first["jobs"]] == [job_id] and first["removed"] == []
+        first = read_event(stream)  # the present, first, whole
+        assert [j["id"] for j in first["jobs"]] == [job_id] and first["full"] is True
+        assert read_event(stream, "status") == {"state": "live", "since": None, "every": 15.0}
         epoch = server.store.claim(job_id, "w", 30).lease.epoch
         server.store.progress(job_id, epoch, 4)
         seen = read_event(stream)

@@ -14,7 +14,7 @@ from webtools import serve_env
 from jobctl import FileStore, Invalid, Record
 from jobctl.schedule import plan
 from jobctl.web.submission import idempotent_id, record_from
-from jobctl.web.views import changed_views, job_view, step
+from jobctl.web.views import changed_pipelines, changed_views, job_view, pipeline_names, pipeline_view, step
 
 NOW = datetime(2030, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
 
@@ -104,3 +104,32 @@ def test_the_stream_sends_a_job_again_only_when_its_view_moved(tmp_path: Path) -
     store.remove(b)
     seen, changed, gone = changed_views(seen, store.list(), NOW)
     assert changed == [] and gone == [b]
+
+
+def test_the_stream_says_of_each_pipeline_what_the_api_says(tmp_path: Path) -> None:
+    store = FileStore(tmp_path / "store")
+
+    def add(kind: str, pipeline: str | None, after: tuple[str, ...] = ()) -> str:
+        rec = Record(id="", kind=kind, spec={})
+        if pipeline is not None or after:
+            plan(rec, pipeline=pipeline, after=after)
+        return store.submit(rec)
+
+    outside = add("fetch", None)  # a job of no pipeline that a stage waits for: its state is in the stage's detail
+    add("fetch", "a")
+    add("report", "a", (outside,))
+    other = add("fetch", "b")
+    records = list(store.list())
+    now = store.now()
+    seen, changed, gone = changed_pipelines({}, records, now)
+    whole = {name: pipeline_view(records, name, now) for name in pipeline_names(records)}
+    assert {view["name"]: view for view in changed} == whole and gone == []
+    again, changed, gone = changed_pipelines(seen, records, now)
+    assert again == seen and changed == [] and gone == []  # nothing moved: nothing sent
+
+    store.finish(outside, store.claim(outside, "w", 60).lease.epoch, "complete")  # moves a stage of "a" only
+    store.cancel(other, "ops")
+    assert store.remove(other)  # the last job of "b": the pipeline is gone
+    records = list(store.list())
+    _, changed, gone = changed_pipelines(seen, records, now)
+    assert changed == [pipeline_view(records, "a", now)] and gone == ["b"]

@@ -1,12 +1,15 @@
 // The jobctl page: pipelines as step indicators, the jobs, and their controls.
-// It reads the API relative to its own address (so it works under any prefix),
-// and refreshes when the change stream (api/events) says something moved: it
-// never polls. Everything a job says is put in with textContent, never as HTML.
+// Everything it shows comes from the change stream (api/events, relative to
+// its own address, so it works under any prefix): the stream begins with the
+// whole present, and after that sends what changed. The page keeps the jobs by
+// id and the pipelines by name, replaces them all on a full event, and draws
+// from them alone: no order, repetition or timing of events can show a job
+// twice. It never polls, and it says plainly when what it shows is not up to
+// date. Everything a job says is put in with textContent, never as HTML.
 "use strict";
 
 const LIMIT = 200;
-let refreshing = null;
-let again = false;
+const PIPELINES = 50;
 
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
@@ -45,8 +48,9 @@ async function act(job, what) {
     });
   } catch (error) {
     say(`${what} ${job.id}: ${error.message}`);
+    draw(); // the button comes back: nothing changed
   }
-  refresh(); // an approval changes only the intent, which the stream sends with the job's next move
+  // What it changed comes by the stream, as anybody's change does.
 }
 
 function controls(job) {
@@ -148,7 +152,7 @@ function jobRow(job) {
 }
 
 function keepOpen(root) {
-  // Which result panes are open, so a refresh does not fold what somebody is reading.
+  // Which result panes are open, so a redraw does not fold what somebody is reading.
   return new Set([...root.querySelectorAll("details[open]")].map((d) => d.closest("[data-job]")?.dataset.job));
 }
 
@@ -156,36 +160,121 @@ function reopen(root, open) {
   for (const d of root.querySelectorAll("details")) if (open.has(d.closest("[data-job]")?.dataset.job)) d.open = true;
 }
 
-async function load() {
-  const [pipelines, jobs] = await Promise.all([api("api/pipelines"), api(`api/jobs?limit=${LIMIT}`)]);
+// -- what the page knows: the jobs by id, the pipelines by name ----------------
+
+const known = { jobs: new Map(), pipelines: new Map() };
+
+function applyEvent(data) {
+  // One jobs event, as the stream sends it. A full one replaces everything; any other one
+  // sets or deletes by key. Applying one twice, or an older one again, cannot add a row.
+  if (data.full) { known.jobs = new Map(); known.pipelines = new Map(); }
+  for (const job of data.jobs || []) known.jobs.set(job.id, job);
+  for (const id of data.removed || []) known.jobs.delete(id);
+  for (const pipeline of data.pipelines || []) known.pipelines.set(pipeline.name, pipeline);
+  for (const name of data.removed_pipelines || []) known.pipelines.delete(name);
+}
+
+function newestFirst(a, b) {
+  // As api/jobs and api/pipelines order them: by creation time, then id, newest first.
+  return a[0] < b[0] ? 1 : a[0] > b[0] ? -1 : a[1] < b[1] ? 1 : a[1] > b[1] ? -1 : 0;
+}
+
+function shown() {
+  const jobs = [...known.jobs.values()].map((job) => [job.created_at || "", job.id, job]).sort(newestFirst);
+  const pipelines = [...known.pipelines.values()].map((pipeline) => {
+    const newest = pipeline.stages.map((s) => [s.job.created_at || "", s.job.id]).sort(newestFirst)[0] || ["", ""];
+    return [...newest, pipeline];
+  }).sort(newestFirst);
+  return { jobs: jobs.slice(0, LIMIT).map((x) => x[2]), pipelines: pipelines.slice(0, PIPELINES).map((x) => x[2]) };
+}
+
+function draw() {
+  const { jobs, pipelines } = shown();
   const open = keepOpen(document.body);
-  const list = document.getElementById("pipelines");
-  list.replaceChildren(...(pipelines.pipelines.length
-    ? pipelines.pipelines.map(pipelineView) : [el("p", { class: "empty" }, "No pipelines yet.")]));
-  document.querySelector("#jobs tbody").replaceChildren(...jobs.jobs.map(jobRow));
+  document.getElementById("pipelines").replaceChildren(...(pipelines.length
+    ? pipelines.map(pipelineView) : [el("p", { class: "empty" }, "No pipelines yet.")]));
+  document.querySelector("#jobs tbody").replaceChildren(...jobs.map(jobRow));
   reopen(document.body, open);
-  document.body.dataset.loaded = String(Number(document.body.dataset.loaded || 0) + 1);
 }
 
-function refresh() {
-  // One load at a time; changes that come during one are read by one more.
-  if (refreshing) { again = true; return; }
-  refreshing = load().catch((error) => say(error.message)).finally(() => {
-    refreshing = null;
-    if (again) { again = false; refresh(); }
-  });
+// -- the stream, and whether what is shown is up to date ------------------------
+
+let stream = null;
+let heard = 0; // Date.now() of the stream's last word
+let every = 15; // seconds between the server's status events
+let upToDate = null; // when what is shown was last known to be up to date
+let synced = false; // a full event came on this connection
+
+function clock(text) {
+  return text ? new Date(text).toLocaleTimeString() : "";
 }
 
-function listen() {
+function status(state, since) {
+  // "live" only while the stream is open, the server says it reads the store, and the page holds its present.
   const live = document.getElementById("live");
-  const events = new EventSource("api/events");
-  events.onopen = () => { live.dataset.state = "live"; live.textContent = "live"; };
-  events.onerror = () => { live.dataset.state = "reconnecting"; live.textContent = "reconnecting"; };
-  events.addEventListener("jobs", () => {
-    document.body.dataset.events = String(Number(document.body.dataset.events || 0) + 1);
-    refresh();
-  });
+  if (state === "live" && synced) {
+    upToDate = new Date().toISOString();
+    live.dataset.state = "live";
+    live.textContent = "live";
+    delete document.body.dataset.stale;
+    live.removeAttribute("title");
+    return;
+  }
+  if (state === "live" || (state === "connecting" && !upToDate)) {
+    live.dataset.state = "connecting";
+    live.textContent = "connecting…";
+    return;
+  }
+  const when = since || upToDate;
+  live.dataset.state = "stale";
+  live.textContent = when ? `reconnecting… not up to date since ${clock(when)}` : "reconnecting… nothing read yet";
+  live.title = when ? `what is shown is as of ${when}` : "";
+  document.body.dataset.stale = when || "never";
 }
 
-refresh();
-listen();
+function connect() {
+  if (stream) stream.close();
+  synced = false;
+  heard = Date.now();
+  const events = stream = new EventSource("api/events");
+  events.addEventListener("jobs", (e) => {
+    if (events !== stream) return;
+    heard = Date.now();
+    const data = JSON.parse(e.data);
+    applyEvent(data);
+    if (data.full) {
+      synced = true;
+      document.body.dataset.loaded = String(Number(document.body.dataset.loaded || 0) + 1);
+    }
+    document.body.dataset.events = String(Number(document.body.dataset.events || 0) + 1);
+    draw();
+  });
+  events.addEventListener("status", (e) => {
+    if (events !== stream) return;
+    heard = Date.now();
+    const data = JSON.parse(e.data);
+    every = Number(data.every) || every;
+    status(data.state, data.since);
+  });
+  events.onerror = () => {
+    if (events !== stream) return;
+    // Until the next full event, what is shown may be behind: the browser connects again by itself,
+    // unless the answer was not a stream at all (a refusal), when it gives up and this tries again.
+    synced = false;
+    status("stale", null);
+    if (events.readyState === EventSource.CLOSED) setTimeout(() => { if (events === stream) connect(); }, 2000);
+  };
+}
+
+function watchdog() {
+  // A stream that says nothing for two status intervals is gone without a word (a stopped server, a dead
+  // proxy): say so, and connect again.
+  if (stream && Date.now() - heard > (2 * every + 5) * 1000) {
+    synced = false;
+    status("stale", null);
+    connect();
+  }
+}
+
+connect();
+setInterval(watchdog, 1000);
