@@ -1070,6 +1070,52 @@ def test_cancel_refusals(any_store: Store, job: str) -> None:
     refused(any_store, job, Terminal, lambda: any_store.cancel(job, "ctl"))
 
 
+def test_a_cancel_that_ends_the_job_names_who_asked_and_why(any_store: Store, job: str) -> None:
+    rec = any_store.cancel(job, "alice", reason="wrong voice")
+    assert rec.state == "cancelled" and rec.error == "cancelled at the request of alice: wrong voice"
+    assert rec.intent is not None and rec.intent.by == "alice"
+    other = submit(any_store)
+    assert any_store.cancel(other, "bob").error == "cancelled at the request of bob"
+
+
+def test_a_held_job_is_leased_to_its_canceller_before_it_is_asked_to_cancel(any_store: Store, job: str) -> None:
+    """A job waiting for approval never reads runnable on the way: claimed first, then given the intent."""
+    any_store.set_intent(job, "pause", "gatekeeper")
+    seen: list[tuple[str, bool]] = []
+    set_intent = any_store.set_intent
+
+    def watched(job_id: str, want: str, by: str = "") -> Record:
+        rec = any_store.load(job_id)
+        seen.append((want, record.held(rec.lease, any_store.now()) and rec.lease.owner == by))
+        return set_intent(job_id, want, by)
+
+    any_store.set_intent = watched  # type: ignore[method-assign]
+    try:
+        rec = any_store.cancel(job, "alice", reason="rejected")
+    finally:
+        del any_store.set_intent  # type: ignore[method-assign]
+    assert seen == [("cancel", True)]  # the intent went on a job the canceller held already
+    assert (rec.state, rec.want, rec.error) == ("cancelled", "cancel", "cancelled at the request of alice: rejected")
+
+
+def test_a_held_job_another_claimed_first_gets_the_intent_for_its_holder(any_store: Store, job: str) -> None:
+    any_store.set_intent(job, "pause", "gatekeeper")
+    any_store.claim(job, "worker-1", 60)  # a paused job is claimed only by hand; its holder honours the cancel
+    rec = any_store.cancel(job, "alice", reason="rejected")
+    assert (rec.state, rec.want, rec.lease.owner) == ("running", "cancel", "worker-1")
+
+
+@pytest.mark.parametrize(
+    ("reason", "says"),
+    [("two\nlines", "not printable"), ("x" * 1001, "at most 1000"), ("\x1b[31m", "not printable")],
+)
+def test_a_cancel_reason_that_is_not_one_short_line_is_refused_before_anything_is_written(
+    any_store: Store, job: str, reason: str, says: str
+) -> None:
+    error = refused(any_store, job, Invalid, lambda: any_store.cancel(job, "alice", reason=reason))
+    assert says in error.message and job in error.message
+
+
 # -- orphans ---------------------------------------------------------------------------------------
 
 

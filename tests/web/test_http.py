@@ -123,6 +123,23 @@ def test_reject_cancels_a_held_stage(server: Server) -> None:
     assert server.post(f"/api/jobs/{job_id}/approve").body["error"] == "terminal"
 
 
+def test_reject_records_who_and_why_and_refuses_a_reason_that_is_not_one_line(server: Server) -> None:
+    job_id = server.post("/api/jobs", {"kind": "publish", "hold": True}).body["id"]
+    before = server.store.load_bytes(job_id)
+    for body, says in (
+        ({"reason": "two\nlines"}, "not printable"),
+        ({"reason": 7}, "reason must be a string"),
+        ({"why": "x"}, "unknown field 'why'"),
+    ):
+        reply = server.post(f"/api/jobs/{job_id}/cancel", body)
+        assert reply.status == 422 and says in reply.body["message"], reply.body
+    assert server.store.load_bytes(job_id) == before  # nothing written
+    reply = server.post(f"/api/jobs/{job_id}/cancel", {"by": "alice", "reason": "the voice is wrong"})
+    assert reply.status == 200 and reply.body["state"] == "cancelled"
+    assert reply.body["error"] == "cancelled at the request of alice: the voice is wrong"
+    assert server.post(f"/api/jobs/{job_id}/approve", {"reason": "x"}).body["message"].startswith("unknown field")
+
+
 def test_retry_resubmits_a_failed_stage_and_the_stages_it_cancelled(server: Server, tmp_path: Path) -> None:
     fetch = server.post("/api/jobs", {"kind": "fetch", "pipeline": "p"}).body["id"]
     report = server.post("/api/jobs", {"kind": "report", "pipeline": "p", "after": [fetch]}).body["id"]

@@ -161,8 +161,12 @@ def test_a_cancel_asked_of_a_queued_job_is_honoured_without_running_it(store: Fi
     marker = tmp_path / "ran"
     job = submit(store, ["touch", str(marker)])
     store.set_intent(job, "cancel", "dave")
-    worker(store).run("drain")
-    assert store.load(job).state == "cancelled" and not marker.exists()
+    events: list[Any] = []
+    summary = worker(store, on_event=events.append).run("drain")
+    rec = store.load(job)
+    assert (rec.state, rec.error) == ("cancelled", "cancelled at the request of dave") and not marker.exists()
+    assert [event.what for event in events if event.job_id == job] == ["cancelled"]  # never logged as started
+    assert (summary["cancelled"], summary["started"]) == (1, 0)
 
 
 def test_the_alert_runs_once_when_a_job_finally_fails(store: FileStore, tmp_path: Path) -> None:
