@@ -143,10 +143,10 @@ def recall(state: State, job_id: str, epoch: int | None, reason: str, grace: flo
 @click.command(cls=JobCommand, short_help="Stop a job: now if nobody holds it, else ask its holder.")
 @job_id_argument
 @by_option
-@click.option("--reason", type=TEXT, default="", help="Why: written in the error of a job this cancel ends.")
+@click.option("--reason", type=TEXT, help="Why: written in the error of a job this cancel ends.")
 @common
 @pass_state
-def cancel(state: State, job_id: str, by: str | None, reason: str) -> None:
+def cancel(state: State, job_id: str, by: str | None, reason: str | None) -> None:
     """Cancel job ID and print its state.
 
     If nobody holds it, it is cancelled at once. If somebody does, the intent
@@ -163,5 +163,5 @@ def cancel(state: State, job_id: str, by: str | None, reason: str) -> None:
       jobctl cancel 1787202430967-a752f9a9c2c77b123ffd
       jobctl cancel "$ID" --by alice --reason "wrong voice"
     """
-    rec = state.store().cancel(job_id, by or default_by(), reason=reason)
+    rec = state.store().cancel(job_id, by or default_by(), reason=reason or "")
     _emit(state, rec, render.cancel_line(rec))

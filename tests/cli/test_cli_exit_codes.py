@@ -330,6 +330,13 @@ def test_records_left_unchanged_byte_for_byte_by_a_refused_cancel(jobctl: Jobctl
     assert encode(jobctl.store().load(job)) == before
 
 
+def test_a_cancel_reason_of_two_lines_is_refused_and_nothing_is_written(jobctl: Jobctl) -> None:
+    job = jobctl.submit()
+    before = jobctl.record(job)
+    refused(jobctl("cancel", job, "--reason", "one\ntwo"), errors.Invalid, job)
+    assert jobctl.record(job) == before
+
+
 def test_a_stdout_closed_from_the_start_exits_141(jobctl: Jobctl) -> None:
     # exec ... >&-: sys.stdout is None, where click.echo writes nothing and says nothing.
     job = jobctl.submit()
