@@ -35,7 +35,7 @@ from .encoder import Prepared, derive, encode, given_checkpoint, prepare
 from .fast import _UNTIL_CANONICAL as _UNTIL_CANONICAL
 from .fast import _fast_decode as _fast_decode
 from .finished import summary_or_record, summary_tuple
-from .model import Delegation, Envelope, Intent, Lease, Progress, Recall, Record, Step, held
+from .model import Delegation, Envelope, Intent, Lease, Progress, Recall, Record, Step, held, is_orphan
 from .model import _Model as _Model
 from .roster import (
     AFTER,
@@ -88,6 +88,7 @@ __all__ = [
     "known_models",
     "understand",
     "held",
+    "is_orphan",
     # also imported from here across the project
     "UTC",
     "INTENT",

@@ -286,3 +286,10 @@ def _same_value(raw: str, value: Any) -> bool:
 def held(lease: Lease, now: datetime) -> bool:
     """A lease is held while it has an owner and has not expired."""
     return lease.owner != "" and lease.expires_at is not None and now < lease.expires_at
+
+
+def is_orphan(rec: Record, now: datetime) -> bool:
+    """The adoption rule of [JOB-I11] [JOB-I12] [JOB-T2], for one record at ``now``."""
+    if rec.terminal or held(rec.lease, now) or rec.state == "transferred":
+        return False
+    return not rec.paused or rec.state == "running"
