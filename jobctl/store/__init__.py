@@ -2,8 +2,9 @@
 
 from typing import TYPE_CHECKING
 
+from ..record import is_orphan
 from .base import UNSET, Listing, OpenListing, Store
-from .file import FileStore, is_orphan
+from .file import FileStore
 from .location import open_store
 
 __all__ = ["Store", "Listing", "OpenListing", "FileStore", "UNSET", "is_orphan", "open_store"]

@@ -35,7 +35,7 @@ from ..record import (
     Record,
     decode,
     encode,
-    held,
+    is_orphan,
     summary_or_record,
     summary_tuple,
 )
@@ -46,7 +46,8 @@ from .contract import ContractStore
 if TYPE_CHECKING:  # the summary cache (hashlib and all) loads only when a listing asks for it
     from .. import summary
 
-__all__ = ["FileStore", "Clock", "Finished", "FileIdentity", "summary_of"]
+# is_orphan is the record's rule (jobctl.record); named here for callers that import it from here.
+__all__ = ["FileStore", "Clock", "Finished", "FileIdentity", "summary_of", "is_orphan"]
 
 Clock = Callable[[], datetime]
 #: ``list_open(finished=...)``: handed each finished record decoded, and its file's :class:`FileIdentity`.
@@ -583,8 +584,8 @@ class FileStore(ContractStore):
         skipped: Skipped | None = None,
         unreadable: Skipped | None = None,
     ) -> Records:
-        """Up to ``limit`` of the oldest runnable jobs, claimed: :func:`jobctl.schedule.claim_some` over one listing."""
-        from ..schedule import claim_some
+        """Up to ``limit`` of the oldest runnable jobs, claimed: :func:`.picking.claim_some` over one listing."""
+        from .picking import claim_some  # with jobctl.schedule: not on a piped submit's path
 
         listing = self.list_open()
         if unreadable is not None:
@@ -865,10 +866,3 @@ def _well_formed(answer: Any, brief: bool) -> bool:
 
 def _by_id(rec: Record) -> str:
     return rec.id
-
-
-def is_orphan(rec: Record, now: datetime) -> bool:
-    """The adoption rule of [JOB-I11] [JOB-I12] [JOB-T2], for one record at ``now``."""
-    if rec.terminal or held(rec.lease, now) or rec.state == "transferred":
-        return False
-    return not rec.paused or rec.state == "running"

@@ -19,7 +19,7 @@ from .support.clitools import Jobctl
 def later(monkeypatch: pytest.MonkeyPatch) -> None:
     """Scans believe they start 10 s from now: nothing written by the test looks racy."""
     real = time.time_ns
-    monkeypatch.setattr(summary.time, "time_ns", lambda: real() + 10 * 10**9)
+    monkeypatch.setattr(time, "time_ns", lambda: real() + 10 * 10**9)
 
 
 @pytest.fixture
@@ -262,7 +262,7 @@ def test_a_scan_shared_among_processes_prints_what_one_process_prints(
     from jobctl import fanout
 
     finished, _ = populate(jobctl)
-    monkeypatch.setattr(summary, "_ASIDE_FROM", 1)
+    monkeypatch.setattr(summary.listed, "_ASIDE_FROM", 1)
     (jobctl.root / "jobs" / "1-broken.json").write_bytes(b"{")
     os.symlink("/etc/passwd", jobctl.root / "jobs" / "2-link.json")
     alone = jobctl(*args, env={"XDG_CACHE_HOME": str(tmp_path / "alone"), fanout.PROCESSES_ENV: "1"})

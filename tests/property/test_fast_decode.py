@@ -479,7 +479,7 @@ def test_models_are_judged_by_what_this_process_understands_now(monkeypatch: pyt
             record.decode(data)
         check(data)
         with monkeypatch.context() as patch:
-            patch.setattr(record, "_UNDERSTOOD", set(record.known_models()))
+            patch.setattr(record.roster, "_UNDERSTOOD", set(record.known_models()))
             record.understand(name.decode())
             assert name.decode() in record.decode(data).critical
             assert check(data)

@@ -13,6 +13,7 @@ import pytest
 
 from jobctl import Record, Store, schedule
 from jobctl.errors import Invalid, LeaseHeld, UnknownSchema
+from jobctl.store import picking
 
 
 def submit(store: Store, kind: str = "k", **plan: Any) -> str:
@@ -236,7 +237,7 @@ def test_a_job_paused_since_the_listing_is_passed_over_and_left_as_it_was(any_st
     listing = s.list_open()
     s.set_intent(first, "pause", "ops")
     before = s.load_bytes(first)
-    got = schedule.claim_next(s, "w", 60, records=listing)
+    got = picking.claim_next(s, "w", 60, records=listing)
     assert got is not None and got.id == second
     assert s.load_bytes(first) == before
 
@@ -252,7 +253,7 @@ def test_a_retry_scheduled_since_the_listing_is_not_claimed_early(any_store: Sto
     s.update(first, rec.lease.epoch, lambda r: schedule.record_failure(r, 1, clock.now))
     s.release(first, rec.lease.epoch)
     before = s.load_bytes(first)
-    got = schedule.claim_next(s, "w", 60, records=listing)
+    got = picking.claim_next(s, "w", 60, records=listing)
     assert got is not None and got.id == second
     assert s.load_bytes(first) == before
     clock.advance(3601)
@@ -279,7 +280,7 @@ def test_the_request_is_refused_before_any_record_is_passed_over(any_store: Stor
 
     submit(any_store)
     with pytest.raises(Refused, match="owner"):
-        schedule.claim_next(any_store, " ", 60)
+        picking.claim_next(any_store, " ", 60)
 
 
 def test_a_record_refused_at_its_lock_is_named_and_the_next_one_claimed(store_root: Any, clock: Any) -> None:

@@ -679,7 +679,7 @@ def test_raw_text_with_a_lone_surrogate_is_a_verdict_not_a_crash() -> None:
 def understood(monkeypatch: pytest.MonkeyPatch) -> Iterator[set[str]]:
     """A private copy of the reader's understood-model set, so ``record.understand`` leaks nothing."""
     copy = set(record.known_models())
-    monkeypatch.setattr(record, "_UNDERSTOOD", copy)
+    monkeypatch.setattr(record.roster, "_UNDERSTOOD", copy)
     yield copy
 
 

@@ -10,6 +10,7 @@ import jobctl
 from jobctl import schedule
 from jobctl.errors import Invalid
 from jobctl.record import AFTER, PIPELINE, RETRY, decode, encode
+from jobctl.store import picking
 
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=timezone.utc)
 
@@ -102,7 +103,7 @@ def test_claim_next_passes_over_a_job_held_elsewhere_and_answers_none_when_nothi
     store.claim(first, "somebody", 60)  # taken between the listing and our claim
     listing = store.list()
     listing[0].lease = jobctl.Lease()  # the stale view: first looked free when it was read
-    got = schedule.claim_next(store, "me", 60, records=listing)
+    got = picking.claim_next(store, "me", 60, records=listing)
     assert got is not None and got.id == second and got.lease.owner == "me"
-    assert schedule.claim_next(store, "me", 60) is None
-    assert schedule.claim_next(store, "me", 60, kinds=["other"]) is None
+    assert picking.claim_next(store, "me", 60) is None
+    assert picking.claim_next(store, "me", 60, kinds=["other"]) is None

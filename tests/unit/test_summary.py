@@ -67,7 +67,7 @@ def cached_store(tmp_path: Path, finished: int) -> tuple[FileStore, tuple[list[s
 def later(monkeypatch: pytest.MonkeyPatch) -> None:
     """Scans believe they start 10 s from now: nothing written by the test looks racy."""
     real = time.time_ns
-    monkeypatch.setattr(summary.time, "time_ns", lambda: real() + 10 * 10**9)
+    monkeypatch.setattr(time, "time_ns", lambda: real() + 10 * 10**9)
 
 
 def cache_files(cache: Path) -> list[Path]:
@@ -136,7 +136,7 @@ def test_a_racy_entry_is_not_trusted(tmp_path: Path, monkeypatch: pytest.MonkeyP
     job_id = store.submit(Record(kind="k", spec={}))
     finish(store, job_id)
     changed = os.stat(store.path(job_id)).st_ctime_ns
-    monkeypatch.setattr(summary.time, "time_ns", lambda: changed + 1_000_000)  # the same tick, near enough
+    monkeypatch.setattr(time, "time_ns", lambda: changed + 1_000_000)  # the same tick, near enough
     store.list_open()
     cache = summary.Summaries.load(str(tmp_path / "cache"), store.jobs_dir, os.stat(store.jobs_dir))
     assert cache.others == [job_id] and cache.dir_id is None
@@ -144,7 +144,7 @@ def test_a_racy_entry_is_not_trusted(tmp_path: Path, monkeypatch: pytest.MonkeyP
     # was written and fsynced: on a busy machine, milliseconds later).
     jobs = os.stat(store.jobs_dir)
     settled = max(changed, jobs.st_mtime_ns, jobs.st_ctime_ns)
-    monkeypatch.setattr(summary.time, "time_ns", lambda: settled + summary.RACY_NS + 1)
+    monkeypatch.setattr(time, "time_ns", lambda: settled + summary.RACY_NS + 1)
     store.list_open()
     cache = summary.Summaries.load(str(tmp_path / "cache"), store.jobs_dir, os.stat(store.jobs_dir))
     assert cache.others == [] and cache.states() == {job_id: "complete"} and cache.dir_id is not None
@@ -585,7 +585,7 @@ def test_cached_answers_equal_uncached_ones_under_interleaved_writers(
     forks = stat_forks = 0
     if shared:
         monkeypatch.setattr(file_store, "_SHARED_FROM", 2)
-        monkeypatch.setattr(summary, "_CHECK_SHARED_FROM", 1)
+        monkeypatch.setattr(summary.scan, "_CHECK_SHARED_FROM", 1)
         monkeypatch.setattr(fanout, "MIN_SHARE", 1)
         monkeypatch.setenv(fanout.PROCESSES_ENV, "3")
         real_fork = fanout._fork
@@ -599,14 +599,14 @@ def test_cached_answers_equal_uncached_ones_under_interleaved_writers(
 
         monkeypatch.setattr(fanout, "_fork", fork_counted)
     racy = COARSE_RACY_NS if coarse else 30_000_000
-    monkeypatch.setattr(summary, "RACY_NS", racy)
+    monkeypatch.setattr(summary.cachefile, "RACY_NS", racy)
     same_tick = 0
     if coarse:
 
         def coarse_identity(st: os.stat_result) -> tuple[int, ...]:
             return (st.st_dev, st.st_ino, st.st_mtime_ns // TICK_NS, st.st_ctime_ns // TICK_NS, st.st_nlink, st.st_size)
 
-        monkeypatch.setattr(summary, "_dir_identity", coarse_identity)
+        monkeypatch.setattr(summary.cachefile, "_dir_identity", coarse_identity)
         real_read = fsio.read_file_stat
 
         def coarse_read(*args: Any, **kwargs: Any) -> tuple[bytes, os.stat_result] | None:
@@ -728,7 +728,7 @@ def test_cached_answers_equal_uncached_ones_under_interleaved_writers(
             pass  # refused (terminal, held, broken, gone): the store said no, nothing changed
         after_op = os.stat(cached.jobs_dir)
         if coarse and after_op.st_ctime_ns != before_op.st_ctime_ns:
-            same_tick += summary._dir_identity(after_op) == summary._dir_identity(before_op)
+            same_tick += summary.cachefile._dir_identity(after_op) == summary.cachefile._dir_identity(before_op)
         if rng.random() < (0.1 if coarse else 0.25):
             time.sleep(racy / 1e9 + 0.01)  # past the racy window: what was just written may now be cached
         before = decoded
@@ -858,7 +858,7 @@ def test_orphans_of_an_unchanged_directory_build_no_finished_state(
     assert built == 0
     waiting = store.submit(schedule.plan(Record(kind="k", spec={}), after=[done[0]]))
     moved_on = time.time_ns() + 10**12  # past the racy window of the submit (the clock is patched already)
-    monkeypatch.setattr(summary.time, "time_ns", lambda: moved_on)
+    monkeypatch.setattr(time, "time_ns", lambda: moved_on)
     store.list_open()  # the directory changed: statted once more, and the cache rewritten
     built = 0
     claimed = store.claim_next("w", 30, ["k"])
@@ -921,7 +921,7 @@ def test_a_cache_of_another_version_is_ignored_and_replaced(tmp_path: Path, late
         lines.append(f"{job_id} {st.st_ino} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns}")
     cache.mkdir(mode=0o700)
     by_state = {"failed": "\n".join(done)}  # version 3's layout, every finished record said failed
-    opened = (3, real, "t0", summary._dir_identity(jobs), by_state, [pending])
+    opened = (3, real, "t0", summary.cachefile._dir_identity(jobs), by_state, [pending])
     Path(base + ".open").write_bytes(marshal.dumps(opened))
     Path(base + ".stat").write_bytes(marshal.dumps((3, real, "t0", {"failed": "\n".join(lines)})))
     for p in cache.iterdir():
@@ -1000,7 +1000,7 @@ def test_a_check_shares_its_stats_from_check_shared_from_rows(
 
     monkeypatch.setattr(fanout, "_fork", fork_counted)
     for threshold, shared in ((14, False), (13, True)):
-        monkeypatch.setattr(summary, "_CHECK_SHARED_FROM", threshold)
+        monkeypatch.setattr(summary.scan, "_CHECK_SHARED_FROM", threshold)
         forks.clear()
         os.utime(store.jobs_dir)  # jobs/ looks changed: every file is statted
         assert answer(store.list_open()) == expected
@@ -1013,7 +1013,7 @@ def test_a_shared_check_reads_the_whole_piece_of_an_answer_it_cannot_believe(
 ) -> None:
     """A piece whose stats came back as anything but positions inside it: every record of it is read again."""
     store, expected = cached_store(tmp_path, 40)
-    monkeypatch.setattr(summary, "_CHECK_SHARED_FROM", 1)
+    monkeypatch.setattr(summary.scan, "_CHECK_SHARED_FROM", 1)
     monkeypatch.setattr(fanout, "MIN_SHARE", 1)
     monkeypatch.setenv(fanout.PROCESSES_ENV, "2")
     real_share_out = fanout.share_out
@@ -1134,10 +1134,10 @@ def test_a_shared_listing_keeps_no_summary_of_a_file_changed_too_recently(
 ) -> None:
     # The pieces of a shared cold scan make the listing part's rows: one whose file changed within
     # RACY_NS of the scan (a chmod: its ctime alone, jobs/ untouched) is named among the others.
-    monkeypatch.setattr(summary, "RACY_NS", 100_000_000)
+    monkeypatch.setattr(summary.cachefile, "RACY_NS", 100_000_000)
     monkeypatch.setattr(file_store, "_SHARED_FROM", 2)
     monkeypatch.setattr(fanout, "MIN_SHARE", 1)
-    monkeypatch.setattr(summary, "_ASIDE_FROM", 1)
+    monkeypatch.setattr(summary.listed, "_ASIDE_FROM", 1)
     monkeypatch.setenv(fanout.PROCESSES_ENV, "2")
     cache_dir = tmp_path / "cache"
     store = FileStore(tmp_path / "root", summaries=str(cache_dir))
@@ -1168,7 +1168,7 @@ def test_a_record_a_child_could_not_read_is_in_the_listing_part_all_the_same(
     # (which walks the part instead of the directory) would leave it out.
     monkeypatch.setattr(file_store, "_SHARED_FROM", 2)
     monkeypatch.setattr(fanout, "MIN_SHARE", 1)
-    monkeypatch.setattr(summary, "_ASIDE_FROM", 1)
+    monkeypatch.setattr(summary.listed, "_ASIDE_FROM", 1)
     monkeypatch.setenv(fanout.PROCESSES_ENV, "2")
     store = FileStore(tmp_path / "root", summaries=str(tmp_path / "cache"))
     ids = [store.submit(Record(kind="k", spec={"n": n})) for n in range(40)]

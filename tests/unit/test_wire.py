@@ -295,7 +295,7 @@ def test_lazy_patterns_of_the_library_are_compiled_only_when_used() -> None:
     import sys
 
     probe = (
-        "import re, jobctl.wire as w, jobctl.record as r\n"
+        "import re, jobctl.wire as w, jobctl.record.checks as r\n"
         "print(isinstance(r._SCHEMA, re.Pattern))\n"
         "r.valid_schema('nas.example/transfer@2')\n"
         "print(isinstance(r._SCHEMA, re.Pattern))\n"

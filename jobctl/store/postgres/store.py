@@ -29,7 +29,8 @@ from typing import Any
 
 from ... import ids, limits
 from ...errors import Exists, Invalid, JobError, LockBusy, NotFound, Refused
-from ...record import STATES, Record, decode, known_models, prepare
+from ...record import STATES, Record, decode, is_orphan, known_models, prepare
+from ...schedule import blocked_by
 from ...summary import Summary
 from ..base import UNSET, Listing, Notices, OpenListing, Records, Refusals, RowLease, Skipped, Unreadable, Verdicts
 from ..contract import (
@@ -53,7 +54,6 @@ from ..contract import (
     renewing,
     verdict,
 )
-from ..file import is_orphan
 from ..url import masked
 from . import row
 from .held import HOLDERS, Held
@@ -562,8 +562,6 @@ class PostgresStore(ContractStore):
         refusal -- judged as the directory's pick judges it, dependencies
         first, so one that waits or is paused is not named.
         """
-        from ...schedule import blocked_by
-
         wanted = None if kinds is None else set(kinds)
         for got in rows:
             job_id = got[0]
