@@ -6,8 +6,9 @@ Two of them:
   itself non-dumpable first, so the job -- the same user -- cannot read the
   secrets it holds: ``/proc/<pid>/environ``, ``mem``, ``maps``, ``fd/`` and
   the rest become root's and refuse every other user's process. The
-  guardian process does the same as its first act (its program is in
-  :mod:`jobctl.runner`). A child inherits the flag across ``fork`` and
+  guardian process does the same as its first act (its program,
+  :mod:`jobctl.guardian.program`, imports nothing of jobctl and repeats
+  it). A child inherits the flag across ``fork`` and
   loses it at ``execve`` of an ordinary program, so the job's own
   processes stay as they would be: it can read its own ``/proc``, dump core,
   and be debugged. ``/proc/<pid>/cmdline`` stays readable by everyone, so
@@ -15,7 +16,7 @@ Two of them:
   core dumps and same-user debuggers (``gdb -p``, ``py-spy``) away from the
   worker: root still can.
 * **the parent-death signal** (``PR_SET_PDEATHSIG``), which the runner arms
-  in a child on Python 3.10's start path (:func:`jobctl.runner._child_setup`).
+  in a child on Python 3.10's start path (:func:`jobctl.runner.start.child_setup`).
 
 Elsewhere than Linux (or with no ``prctl`` in libc) both are no-ops: there,
 a job running as the worker's user can read what that user's tools can

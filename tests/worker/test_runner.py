@@ -359,7 +359,7 @@ def test_the_fork_start_path_of_python_3_10_supervises_too(
     store: FileStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Without ``process_group`` (Python 3.10) the child sets its group itself, in a preexec_fn."""
-    monkeypatch.setattr(runner, "_VFORK_GROUPS", False)
+    monkeypatch.setattr(runner.start, "_VFORK_GROUPS", False)
     out = tmp_path / "ids.json"
     code = "import json, os, sys; json.dump([os.getpid(), os.getpgid(0)], open(sys.argv[1], 'w'))"
     job_id = submit(store, [sys.executable, "-c", code, str(out)])

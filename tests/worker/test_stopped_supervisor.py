@@ -36,7 +36,8 @@ from workertools import WorkerProcess, gone, no_config, wait_until
 
 from jobctl import FileStore, LeaseHeld, Record, StaleEpoch, schedule
 from jobctl.keeper import Lookout
-from jobctl.runner import Guardian, LeaseRecord, Run, _guard_margin, shell_command
+from jobctl.runner import Guardian, LeaseRecord, Run, shell_command
+from jobctl.runner.start import guard_margin
 from jobctl.store.base import Store
 
 pytestmark = [
@@ -178,7 +179,7 @@ def test_a_recall_made_while_the_supervisor_is_stopped_kills_the_child_before_un
     # The race: the guardian's time from the last renewal it was told of comes after ``until``, when
     # the job may already be claimed again. Only the recall in the record can make it act in time.
     assert before.lease.expires_at is not None
-    assert before.lease.expires_at - timedelta(seconds=_guard_margin(TTL)) > until
+    assert before.lease.expires_at - timedelta(seconds=guard_margin(TTL)) > until
 
     second, dead_first = claim_when_allowed(store, job, child)
     assert second.lease.epoch == epoch + 1

@@ -1,0 +1,520 @@
+"""The child's work: a command run as a child process under a lease, and :class:`Run`, one attempt of it.
+
+:class:`ChildWork` is the kind of work a :class:`~jobctl.keeper.Keeper`
+keeps a lease for when the work is a command: it starts the child through
+the start gate (:mod:`jobctl.runner.start`), copies its output to the
+attempt's log (:mod:`jobctl.runner.logs`), stops it when the keeper says so,
+and takes its result. :class:`Run` puts the two together for a caller that
+holds a claimed record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import math
+import os
+import select
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import IO, Protocol
+
+from .. import fsio
+from ..children import describe_status, exited, feed, killpg, pidfd, sigkilled
+from ..errors import Invalid, JobError, LeaseExpired, NotFound
+from ..guardian import Guardian, LeaseRecord
+from ..jobenv import JobEnvironment
+from ..keeper import Keeper, Lookout, Outcome, Work
+from ..prctl import seal
+from ..record import Record, format_time
+from .command import Command, Processor, RunStore, child_env
+from .logs import cut_short, log_append, log_dir_open, result_name
+from .start import check_executable, give_go, guard_margin, own_margin, read_every, spawn, withhold_go
+
+__all__ = ["ChildWork", "Run", "ClaimStore", "claim_next"]
+
+
+class ChildWork(Work):
+    """A command run as a child process: the work of a ``shell`` job and of a handler command.
+
+    The child starts in its own process group under the :class:`Guardian`,
+    blocked until the guardian has it; its output goes to the attempt log
+    (and to ``tee``). Stopping it is SIGTERM to the group, SIGKILL at the
+    deadline; when it exits, whatever is left in its group is killed.
+    """
+
+    def __init__(
+        self,
+        command: Command | Processor,
+        *,
+        env: Mapping[str, str] | None = None,
+        tee: IO[bytes] | None = None,
+        log: bool = True,
+        guardian: Guardian | None = None,
+        environment: JobEnvironment | None = None,
+    ) -> None:
+        self._command = command
+        self._env = env
+        self._environment = environment or JobEnvironment()
+        self._tee = tee
+        self._guardian = guardian
+        self._own_guardian = False
+        self._log = log
+        self.pid: int | None = None
+        self.command: Command | None = None
+        self.keeper: Keeper | None = None
+        self._logfile: IO[bytes] | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._tee_r: int | None = None
+        self._spec_fd = -1
+        self._spec_left = memoryview(b"")
+        self._pidfd: int | None = None
+        self._kill_at = math.inf
+        self._timeout_at = math.inf
+        self._sent_term = False
+        self._guarded_at = math.inf
+        self._ttl = 30.0
+        #: Where the child may leave its result (``$JOB_RESULT``): the name, in the directory the path names.
+        self.result_file: str | None = None
+        # The job's log directory, opened once for the attempt (log, cut-short check, result).
+        self._at: fsio.Dir | None = None
+
+    def prepare(self, keeper: Keeper) -> None:
+        rec = keeper.rec
+        command = self._command(rec) if callable(self._command) else self._command
+        self._environment.check(command.env, rec.id)
+        self.command = command
+        self.keeper = keeper
+        self._ttl = keeper.ttl
+
+    def margin(self, ttl: float) -> float:
+        return own_margin(ttl)
+
+    # -- starting ---------------------------------------------------------------
+
+    def _dir(self, keeper: Keeper) -> fsio.Dir:
+        """The job's log directory (made as needed), opened once for the attempt without following links."""
+        if self._at is None:
+            at = log_dir_open(keeper.store, keeper.job_id, create=True)
+            assert at is not None  # created
+            self._at = at
+        return self._at
+
+    def _open_log(self, keeper: Keeper) -> IO[bytes] | None:
+        if not self._log:
+            return None
+        store, job_id = keeper.store, keeper.job_id
+        try:
+            at = self._dir(keeper)
+            handle = log_append(at, job_id, keeper.attempt)  # closed by end() once the child is gone
+        except (OSError, JobError):
+            # No log beats no run (the output goes where the runner's goes); a
+            # link planted at the log's name is refused, never followed.
+            return None
+        cut = cut_short(at, job_id, keeper.attempt)
+        if cut is not None:
+            handle.write(
+                f"{cut}--- jobctl: cut short: its holder stopped without closing this log "
+                f"(its worker was killed?); adopted at epoch {keeper.epoch} by {keeper.owner} ---\n".encode()
+            )
+        handle.write(
+            f"--- jobctl: attempt {keeper.attempt}, epoch {keeper.epoch}, owner {keeper.owner}, "
+            f"started {format_time(store.now())} ---\n".encode()
+        )
+        handle.flush()
+        return handle
+
+    def start(self, keeper: Keeper, out: Outcome) -> bool:
+        assert self.command is not None  # prepare() ran
+        command = self.command
+        log = self._logfile = self._open_log(keeper)
+        out.log = None if log is None else log.name
+        # Before any code of the job can run: it runs as this process's user, who could otherwise read
+        # this process's environment, memory and descriptors through /proc (jobctl.prctl).
+        seal()
+        if self._guardian is None:
+            self._guardian = Guardian()  # its process starts with the child it guards
+            self._own_guardian = True
+        try:
+            self.result_file = self._result_ready(keeper)
+        except (OSError, JobError) as exc:
+            # As with the log: no $JOB_RESULT beats no run. A link planted at its
+            # directory is refused, never followed; the command runs without the
+            # variable, and one that needs it fails on its own.
+            why = exc.message if isinstance(exc, JobError) else str(exc)
+            self._footer(f"no $JOB_RESULT for this attempt: {why}")
+        started = self._start(keeper, command, log, out, self._guardian)
+        if started is None:
+            self._close()  # before the write that records it, as a child that ran
+            return False
+        proc, tee_r, spec, expiry = started
+        self._proc, self._tee_r = proc, tee_r
+        if spec is not None:
+            self._spec_fd, self._spec_left = spec[0], memoryview(spec[1])
+        self._guarded_at = expiry - guard_margin(self._ttl)
+        start = time.monotonic()
+        self._timeout_at = start + command.timeout if command.timeout else math.inf
+        return True
+
+    def _start(
+        self, keeper: Keeper, command: Command, log: IO[bytes] | None, out: Outcome, guardian: Guardian
+    ) -> tuple[subprocess.Popen[bytes], int | None, tuple[int, bytes] | None, float] | None:
+        """Start the child under the guardian; None (with ``out`` telling why) when it did not start.
+
+        Returns the child, the tee pipe, the spec still to write to the child's
+        stdin (fd and bytes) and the lease's monotonic expiry. The child is
+        ``/bin/sh`` running :func:`~jobctl.runner.start.trampoline`, blocked until this method has
+        registered it with the guardian and written ``go``.
+        """
+        store = keeper.store
+        env = child_env(store, keeper.rec, self._env, self._environment)
+        env.update(command.env)
+        if self.result_file is not None:
+            env["JOB_RESULT"] = os.path.abspath(self.result_file)
+        expiry = keeper.lease_expiry()
+        try:
+            check_executable(command.argv[0], env, command.cwd)
+            proc, tee_r, go_w = spawn(command, env, log, self._tee is not None)
+        except OSError as exc:
+            self._not_started(out, command, exc)
+            return None
+        self.pid = out.pid = proc.pid
+        margin = guard_margin(self._ttl)
+        # Supervised first, then go: the guardian has the group before the job
+        # runs anything. A time already past (this process was stopped since
+        # the claim) gets no go: the lease may be somebody else's by now.
+        # Where the store allows, the guardian reads the record too: a recall
+        # made while this process is stopped cannot reach it otherwise.
+        source = store.lease_source(keeper.job_id)
+        record = None if source is None else LeaseRecord(source, keeper.epoch, margin, read_every(self._ttl))
+        guarded = guardian.watch(proc.pid, expiry - margin, record)
+        if guarded and time.monotonic() < expiry - own_margin(self._ttl):
+            return proc, tee_r, give_go(go_w, command.stdin), expiry
+        withhold_go(proc, go_w, tee_r, guardian)
+        if guarded:
+            out.reason = "fenced"
+            late = LeaseExpired(f"job {keeper.job_id}: the lease of epoch {keeper.epoch} ran out before the start")
+            late.job_id = keeper.job_id
+            out.verdict = late
+            self._footer(f"not started; {late.verdict}: {late.message}")
+            return None
+        out.exit_code = 126
+        why = f" ({guardian.failure})" if guardian.failure else ""
+        out.error = f"cannot start {command.argv[0]}: no guardian process to supervise it{why}"
+        self._footer(out.error)
+        return None
+
+    # -- the result -----------------------------------------------------------------
+
+    def _result_ready(self, keeper: Keeper) -> str:
+        """Make the directory ``$JOB_RESULT`` lives in and clear its name; returns the path.
+
+        Every directory below the store's is opened without following a link
+        (:mod:`jobctl.fsio`): a link planted there is refused (the command
+        then runs without ``$JOB_RESULT``) rather than send the result out of the store. Whatever is at the name
+        (left by a holder of the same epoch: there is none) is removed, so the
+        only result stored is one this child wrote.
+        """
+        at = self._dir(keeper)
+        name = result_name(keeper.attempt, keeper.epoch)
+        try:
+            fsio.unlink(at, name)
+        except OSError as exc:
+            raise fsio.refusal(at.join(name), exc, keeper.job_id, "remove") from None
+        return at.join(name)
+
+    def completing(self, out: Outcome) -> Callable[[Record], None] | None:
+        """The result the child left at ``$JOB_RESULT``, stored with the completion; nothing when it left none.
+
+        The file is read without following a link and must hold one JSON
+        value of at most :data:`jobctl.results.RESULT_MAX_BYTES`; anything
+        else fails the attempt (``Invalid``) with an error naming the job and
+        the file, counted under the retry policy like a non-zero exit.
+        """
+        if self.result_file is None or self.keeper is None:
+            return None
+        from ..results import RESULT_MAX_BYTES, parse_result, set_result
+
+        keeper = self.keeper
+        job_id = keeper.job_id
+        where = f"job {job_id}: $JOB_RESULT ({self.result_file})"
+        at = self._at
+        if at is None:
+            return None
+        try:
+            data = fsio.read_file(at, os.path.basename(self.result_file), job_id, limit=RESULT_MAX_BYTES)
+        except JobError as exc:
+            raise Invalid(f"{where}: {exc.message}", job_id) from None
+        if data is None:
+            return None
+        try:
+            value = parse_result(data, job_id)
+        except Invalid as exc:
+            raise Invalid(f"{where}: {exc.message}", job_id) from None
+
+        def store_result(rec: Record) -> None:
+            set_result(rec, value)
+
+        return store_result
+
+    def _result_gone(self) -> None:
+        """Remove the result file once the attempt is over: the record holds the result now."""
+        at = self._at
+        if self.result_file is None or at is None:
+            return
+        with contextlib.suppress(OSError, JobError):
+            fsio.unlink(at, os.path.basename(self.result_file))
+
+    def _not_started(self, out: Outcome, command: Command, exc: OSError) -> None:
+        out.exit_code = 127 if isinstance(exc, FileNotFoundError) else 126
+        out.error = f"cannot start {command.argv[0]}: {exc.strerror or exc}"
+        self._footer(out.error)
+
+    def _footer(self, text: str) -> None:
+        log = self._logfile
+        if log is None:
+            return
+        try:
+            log.write(f"--- jobctl: {text} ---\n".encode())
+            log.flush()
+        except (OSError, ValueError):
+            pass
+
+    # -- supervision (the keeper's loop calls these) ------------------------------
+
+    def register(self, poller: select.poll) -> float:
+        assert self._proc is not None
+        self._pidfd = pidfd(self._proc.pid)
+        if self._pidfd is not None:
+            poller.register(self._pidfd, select.POLLIN)
+        if self._tee_r is not None:
+            os.set_blocking(self._tee_r, False)
+            poller.register(self._tee_r, select.POLLIN)
+        if self._spec_fd >= 0:
+            poller.register(self._spec_fd, select.POLLOUT)
+        self._poller = poller
+        # Without a pidfd the child's exit wakes nothing: look every 20 ms.
+        return math.inf if self._pidfd is not None else 0.02
+
+    def ready(self, fd: int) -> None:
+        if fd == self._tee_r:
+            self._pump(fd)
+        elif fd == self._spec_fd:
+            self._spec_left = feed(fd, self._spec_left)
+            if not self._spec_left:
+                self._poller.unregister(fd)
+                os.close(fd)
+                self._spec_fd = -1
+
+    def done(self) -> bool:
+        assert self._proc is not None
+        return exited(self._proc.pid)
+
+    def stop(self, when: float, now: float) -> None:
+        assert self._proc is not None
+        pid = self._proc.pid
+        if when <= now:
+            killpg(pid, signal.SIGKILL)
+            self._kill_at = math.inf
+            self._sent_term = True
+            return
+        if not self._sent_term:
+            killpg(pid, signal.SIGTERM)
+            self._sent_term = True
+        self._kill_at = min(self._kill_at, when)
+
+    def lease_moved(self, expiry: float) -> None:
+        # The guardian follows the lease: it kills only when this loop could not.
+        guarded_at = expiry - guard_margin(self._ttl)
+        if guarded_at != self._guarded_at and self._proc is not None and self._guardian is not None:
+            self._guarded_at = guarded_at
+            self._guardian.renew(self._proc.pid, guarded_at)
+
+    def due(self) -> float:
+        return min(self._kill_at, self._timeout_at)
+
+    def tick(self, now: float) -> tuple[str, str] | None:
+        assert self._proc is not None and self.command is not None
+        stop_for = None
+        if now >= self._timeout_at:
+            stop_for = ("timeout", f"timed out after {self.command.timeout:g} s")
+            self._timeout_at = math.inf
+        if now >= self._kill_at:
+            killpg(self._proc.pid, signal.SIGKILL)
+            self._kill_at = math.inf
+        return stop_for
+
+    def killed_unasked(self) -> bool:
+        # SIGKILLed, and not by the keeper: most likely by the guardian.
+        assert self._proc is not None
+        return sigkilled(self._proc.pid)
+
+    def end(self, out: Outcome, disposition: str, detail: str, fenced: JobError | None) -> None:
+        proc = self._proc
+        assert proc is not None and self._guardian is not None
+        pid = proc.pid
+        # The leader is a zombie: its pid (the group's id) cannot be reused
+        # yet. Nothing the job started outlives it.
+        killpg(pid, signal.SIGKILL)
+        self._guardian.forget(pid)
+        code = proc.wait()
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+        if self._spec_fd >= 0:
+            os.close(self._spec_fd)
+            self._spec_fd = -1
+        if self._tee_r is not None:
+            self._pump(self._tee_r)
+        out.exit_code = code
+        if fenced is not None:
+            self._footer(f"{describe_status(code)}; {fenced.verdict}: {fenced.message}")
+        else:
+            self._footer(describe_status(code) + (f" ({disposition}: {detail})" if disposition else ""))
+        self.succeeded = code == 0
+        if not self.succeeded:
+            out.error = describe_status(code)
+        self._close()  # before the final write, as ever: its latency is not the record's
+
+    def after(self, out: Outcome) -> None:
+        self._close()  # a child that never started leaves them open
+        self._result_gone()
+        if self._at is not None:
+            self._at.close()
+            self._at = None
+
+    def _close(self) -> None:
+        """Close the tee pipe, the attempt's own guardian and the log (each once)."""
+        if self._tee_r is not None:
+            os.close(self._tee_r)
+            self._tee_r = None
+        if self._own_guardian and self._guardian is not None:
+            self._guardian.close()
+            self._own_guardian = False
+        if self._logfile is not None:
+            self._logfile.close()
+            self._logfile = None
+
+    def _pump(self, fd: int) -> None:
+        """Copy what the child wrote to the terminal and the log (tee mode)."""
+        log = self._logfile
+        while True:
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                if exc.errno == errno.EINTR:
+                    continue
+                return
+            if not chunk:
+                return
+            if self._tee is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    self._tee.write(chunk)
+                    self._tee.flush()
+            if log is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    log.write(chunk)
+
+
+class Run:
+    """One attempt of one claimed job's command: a :class:`ChildWork` under a :class:`Keeper`.
+
+    ``rec`` is the record as the claim returned it. ``execute()`` blocks until
+    the child is gone and the record written; ``stop()`` may be called from
+    any thread or a signal handler to stop the child and release the job.
+    The thread that calls ``execute()`` is the child's parent for the
+    parent-death signal (armed on Python 3.10's start path), so it must be the
+    one that lives as long as the child. ``guardian``: the supervisor's
+    :class:`Guardian` (a worker shares one among its runs); without one the
+    run starts its own for the attempt. ``lookout``: likewise, the
+    :class:`jobctl.keeper.Lookout` that tells the run its record was written.
+    ``successor`` and ``claimed_at``: a worker slot's, as :class:`jobctl.keeper.Keeper` takes them.
+    """
+
+    def __init__(
+        self,
+        store: RunStore,
+        rec: Record,
+        command: Command | Processor,
+        *,
+        ttl: float = 30.0,
+        grace: float = 10.0,
+        check_every: float = 1.0,
+        env: Mapping[str, str] | None = None,
+        tee: IO[bytes] | None = None,
+        log: bool = True,
+        guardian: Guardian | None = None,
+        environment: JobEnvironment | None = None,
+        lookout: Lookout | None = None,
+        successor: Callable[[], Record | None] | None = None,
+        claimed_at: float | None = None,
+    ) -> None:
+        self.keeper = Keeper(
+            store,
+            rec,
+            ttl=ttl,
+            grace=grace,
+            check_every=check_every,
+            lookout=lookout,
+            successor=successor,
+            claimed_at=claimed_at,
+        )
+        self.work = ChildWork(command, env=env, tee=tee, log=log, guardian=guardian, environment=environment)
+        self.store = store
+        self.rec = rec
+        self.job_id = rec.id
+        self.epoch = rec.lease.epoch
+        self.owner = rec.lease.owner
+        self.attempt = self.keeper.attempt
+
+    @property
+    def pid(self) -> int | None:
+        return self.work.pid
+
+    def stop(self, reason: str = "stopped", *, grace: float | None = None) -> None:
+        """Stop the child (SIGTERM, SIGKILL after ``grace``) and release the job.
+
+        Safe from another thread and from a signal handler. Calling it again
+        with a shorter grace hurries the stop along; ``grace=0`` is SIGKILL now.
+        """
+        self.keeper.stop(reason, grace=grace)
+
+    def execute(self) -> Outcome:
+        return self.keeper.execute(self.work)
+
+
+class ClaimStore(RunStore, Protocol):
+    """A store a run can also claim the next runnable job from."""
+
+    def claim_next(
+        self,
+        owner: str,
+        ttl: float,
+        kinds: Iterable[str] | None = None,
+        *,
+        skipped: list[tuple[str, JobError]] | None = None,
+    ) -> Record | None: ...
+
+
+def claim_next(
+    store: ClaimStore,
+    owner: str,
+    ttl: float,
+    kinds: set[str] | None = None,
+    skipped: list[tuple[str, JobError]] | None = None,
+) -> Record:
+    """Claim the oldest runnable job (of ``kinds``, when given); ``NotFound`` when there is none.
+
+    ``skipped`` gets the jobs passed over for a refusal of their own (an
+    ``Untrusted`` record, malformed scheduling data).
+    """
+    rec = store.claim_next(owner, ttl, kinds, skipped=skipped)
+    if rec is not None:
+        return rec
+    missing = NotFound("no runnable job" + (f" of kind {', '.join(sorted(kinds))}" if kinds else ""))
+    missing.hint = "nothing may start now; jobctl list shows what each job waits for"
+    raise missing
