@@ -1,0 +1,115 @@
+"""How results are drawn: plain lines, versioned JSON, and rich views for a terminal.
+
+Three forms, one decision (:class:`Screen`):
+
+* piped: the stable plain lines of upstream's jobctl (DIGEST §8.1), byte for
+  byte, and never a colour or a box-drawing character;
+* ``--json``: one JSON object a result, JSON Lines for lists and streams, each
+  object carrying ``"v": 1`` (see docs/reference/json.md);
+* on a terminal: rich tables, colour and relative times.
+
+This is the only module of jobctl that imports rich, and it does so inside
+the functions that draw for a terminal, so a piped command never pays for it.
+
+The package: :mod:`~jobctl.cli.render.screen` (the decision, and data lines
+on stdout), :mod:`~jobctl.cli.render.piped` (plain lines and JSON) and
+:mod:`~jobctl.cli.render.terminal` (rich views); every name is here. Below
+them all, :mod:`jobctl.cli.output` writes to stdout; nothing here imports a
+command module.
+"""
+
+from __future__ import annotations
+
+from .piped import (
+    cancel_line,
+    checkpoint_word,
+    claim_line,
+    env_line,
+    intent_line,
+    job_json,
+    list_line,
+    live_lease,
+    next_line,
+    orphan_line,
+    progress_line,
+    recall_line,
+    renew_line,
+    scheduling,
+    state_line,
+    summary_line,
+    unreadable_line,
+    watch_line,
+    word,
+)
+from .screen import (
+    JSON_VERSION,
+    Lines,
+    Screen,
+    json_line,
+    out,
+    out_json,
+)
+from .terminal import (
+    BAR,
+    RESULT_SHOWN,
+    SHRUNK,
+    WATCH_FRAME,
+    LiveTable,
+    by_creation,
+    jobs_table,
+    one_line,
+    print_job,
+    print_jobs,
+    print_pairs,
+    relative,
+    result_text,
+    view_order,
+    view_rank,
+    wait_table,
+    watch_table,
+)
+
+__all__ = [
+    "JSON_VERSION",
+    "Screen",
+    "out",
+    "out_json",
+    "json_line",
+    "checkpoint_word",
+    "claim_line",
+    "next_line",
+    "env_line",
+    "progress_line",
+    "state_line",
+    "renew_line",
+    "list_line",
+    "orphan_line",
+    "recall_line",
+    "intent_line",
+    "cancel_line",
+    "watch_line",
+    "word",
+    "job_json",
+    "unreadable_line",
+    "Lines",
+    "summary_line",
+    "scheduling",
+    "live_lease",
+    "relative",
+    "view_rank",
+    "by_creation",
+    "view_order",
+    "one_line",
+    "SHRUNK",
+    "BAR",
+    "jobs_table",
+    "print_jobs",
+    "RESULT_SHOWN",
+    "result_text",
+    "print_job",
+    "print_pairs",
+    "LiveTable",
+    "WATCH_FRAME",
+    "watch_table",
+    "wait_table",
+]
