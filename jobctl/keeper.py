@@ -51,6 +51,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .errors import Invalid, JobError, LeaseExpired, Refused, StaleEpoch
+from .lookout import Lookout
 from .record import Record
 from .schedule import attempt as attempt_of
 from .schedule import not_before, record_failure
@@ -79,157 +80,6 @@ class KeeperStore(Protocol):
     def work_path(self, job_id: str) -> str: ...
     def lease_source(self, job_id: str) -> LeaseSource | None: ...
     def notices(self, *, news_only: bool = False) -> Notices | None: ...
-
-
-# -- hearing of a record's writes -------------------------------------------------
-
-
-class Lookout:
-    """One listener on a store's change notices for every keeper of a process: each hears of its own record.
-
-    A recall may leave its holder less than a second to stop and release
-    [JOB-R3] (the grace less the keeper's margin), and a keeper that only
-    read its record every ``check_every`` could find it too late -- later
-    still where every read is a round trip to a server on a busy machine.
-    So a lookout listens on :meth:`~jobctl.store.base.Store.notices` in a
-    thread of its own and, for every record written, calls the look-again
-    function of each keeper that follows that id (:meth:`Keeper.look`), all
-    of them when the notices say some were lost. The keeper then reads the
-    record at once. A notice is only a hint: the keeper's own periodic read
-    stays, so a notice lost without a word costs at most ``check_every``.
-
-    One lookout serves a whole worker (one inotify descriptor, or one
-    listening connection to PostgreSQL, however many jobs run, opened when
-    the first keeper follows its record); a keeper given none starts its own
-    for its attempt. The notices are read at most every ``settle`` seconds
-    (the first after a quiet spell at once): a job that writes its checkpoint
-    in a tight loop costs its keeper a read per settle, not one per write.
-    Where the store gives no notices (a directory on another OS), or they
-    cannot be opened, the lookout hears nothing and the keepers poll.
-
-    The lookout asks for news only (a store that can tell leaves out the
-    notices of its own writes: a keeper's renewals, its claim) and remembers
-    when it last heard of each id, so a keeper that starts following after
-    its claim reads its record then only if something was heard of it since
-    the claim went out, or the lookout was not listening yet (:meth:`follow`).
-    """
-
-    #: Ids whose last notice a lookout remembers (the oldest forgotten first).
-    REMEMBER = 4096
-
-    def __init__(self, store: KeeperStore | None, *, settle: float = 0.1) -> None:
-        """Listen on ``store``'s notices; ``None``: hear nothing (a worker told not to use notices)."""
-        self.settle = max(0.0, float(settle))
-        self._lock = threading.Lock()
-        self._follow: dict[str, list[Callable[[], None]]] = {}
-        # Opened for the first keeper that follows a record: a worker pass that runs nothing
-        # opens none (closing an inotify descriptor waits on the kernel, 10 ms and more).
-        self._store = store
-        self._notices: Notices | None = None
-        # When each id was last heard of, and since when nothing can have been missed
-        # (the notices opened, or said some were lost): monotonic seconds.
-        self._heard: dict[str, float] = {}
-        self._since = math.inf
-        self._thread: threading.Thread | None = None
-        self._stop_r, self._stop_w = os.pipe()
-        self._closed = False
-
-    def _open(self) -> Notices | None:
-        """The notices, opened on first use (lock held); None: there are none to hear."""
-        store, self._store = self._store, None
-        if store is not None:
-            with contextlib.suppress(JobError, OSError):
-                self._notices = store.notices(news_only=True)
-                self._since = time.monotonic()
-        return self._notices
-
-    def follow(self, job_id: str, look: Callable[[], None], since: float | None = None) -> bool:
-        """Call ``look`` whenever the record ``job_id`` may have been written, until :meth:`drop`.
-
-        Returns whether the caller may have missed a write since ``since``
-        (monotonic seconds: when its claim went out; None: unknown), and
-        should read the record once now: something was heard of it since, or
-        the lookout was not listening then. A lookout that hears nothing says
-        False: its keepers read on their own clock.
-        """
-        with self._lock:
-            if self._closed or self._open() is None:
-                return False
-            self._follow.setdefault(job_id, []).append(look)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._listen, name="jobctl lookout", daemon=True)
-                self._thread.start()
-            return since is None or since <= self._since or self._heard.get(job_id, -math.inf) >= since
-
-    def _remember(self, ids: set[str], now: float) -> None:
-        """When each of ``ids`` was heard of (lock held); past :attr:`REMEMBER` ids the oldest go."""
-        heard = self._heard
-        for job_id in ids:
-            heard.pop(job_id, None)
-            heard[job_id] = now
-        while len(heard) > self.REMEMBER:
-            # Forgotten: a follow from before the time it was last heard of reads once.
-            self._since = max(self._since, heard.pop(next(iter(heard))))
-
-    def drop(self, job_id: str, look: Callable[[], None]) -> None:
-        with self._lock:
-            looks = self._follow.get(job_id)
-            if looks is not None and look in looks:
-                looks.remove(look)
-                if not looks:
-                    del self._follow[job_id]
-
-    def close(self) -> None:
-        """Stop listening (the thread ends, the notices close); safe to call twice."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            thread = self._thread
-            with contextlib.suppress(OSError):
-                os.write(self._stop_w, b"!")
-        if thread is not None:
-            # A read may be waiting on a server that does not answer: the thread is
-            # a daemon and may be left to it, with what it still uses left open.
-            thread.join(5.0)
-            if thread.is_alive():
-                return
-        if self._notices is not None:
-            self._notices.close()
-        os.close(self._stop_r)
-        os.close(self._stop_w)
-
-    def _listen(self) -> None:
-        notices = self._notices
-        assert notices is not None
-        while True:
-            fd = notices.fileno()
-            # Without a descriptor (a connection being made again) the read below retries it.
-            waiting = [self._stop_r] if fd is None else [self._stop_r, fd]
-            try:
-                ready = select.select(waiting, [], [], 1.0 if fd is None else notices.recheck)[0]
-            except (OSError, ValueError):
-                ready = []  # the descriptor was replaced under the wait: read, which says so
-            if self._stop_r in ready:
-                return
-            try:
-                changed = notices.read(sync=False)  # woken by the socket: what it holds
-            except (JobError, OSError):
-                changed = None
-            with self._lock:
-                now = time.monotonic()
-                if changed is None:
-                    self._since = now
-                    looks = [look for each in self._follow.values() for look in each]
-                else:
-                    written, removed = changed
-                    looks = [look for job_id in written | removed for look in self._follow.get(job_id, ())]
-                    self._remember(written | removed, now)
-            for look in looks:
-                look()
-            # Let a burst of writes gather before the next read; a stop still ends the wait.
-            if select.select([self._stop_r], [], [], self.settle)[0]:
-                return
 
 
 # -- the outcome ----------------------------------------------------------------
@@ -554,110 +404,37 @@ class Keeper:
         :attr:`disposition` and :attr:`detail`. The keeper stops the work at
         the lease's end less :meth:`Work.margin`.
         """
-        store = self.store
         poller = select.poll()
         poller.register(self._wake_r, select.POLLIN)
         cap = work.register(poller)
         mono = time.monotonic
-        start = mono()
-        margin = work.margin(self.ttl)
-        expiry = self.lease_expiry()
-        lease_end = expiry - margin
-
-        def lease(new_expiry: float) -> None:
-            """The lease now ends at ``new_expiry`` (monotonic): the loop and the work follow."""
-            nonlocal expiry, lease_end
-            expiry = new_expiry
-            lease_end = expiry - margin
-            work.lease_moved(expiry)
-
-        renew_at = start + self.renew_every
-        check_at = start + self.check_every
-        fenced: JobError | None = None
-
-        def begin(what: str, why: str, grace: float | None, deadline: float = math.inf) -> None:
-            if work.done():
-                return  # it ended on its own first: how it ended decides
-            if _PRIORITY.get(what, 0) > _PRIORITY.get(self.disposition, 0):
-                self.disposition, self.detail = what, why
-            now = mono()
-            work.stop(min(now + (self.grace if grace is None else max(0.0, grace)), deadline), now)
-
-        def examine(rec: Record) -> None:
-            nonlocal fenced
-            if rec.lease.epoch != self.epoch:
-                fenced = StaleEpoch(
-                    f"job {self.job_id} is at epoch {rec.lease.epoch}, not {self.epoch}: "
-                    f"{rec.lease.owner or 'somebody'} claimed it since",
-                    self.job_id,
-                )
-                begin("fenced", fenced.message, 0)
-                return
-            if rec.terminal:
-                return  # the work finished the job itself; let it end
-            if rec.want == "cancel":
-                by = rec.intent.by if rec.intent is not None else ""
-                begin("cancel", cancelled_words(by), None)
-            elif rec.want == "pause":
-                begin("pause", "paused on request", None)
-            if rec.lease.expires_at is not None:
-                # A recall lowers the lease's end [JOB-R3]; a read sees it as well as a renewal.
-                lease(min(expiry, mono() + (rec.lease.expires_at - store.now()).total_seconds()))
-            recall = rec.lease.recall
-            if recall is not None and recall.until is not None:
-                # Stop the work early enough to release before the lease ends:
-                # a holder that yields is not one that was evicted [JOB-R3].
-                left = lease_end - mono()
-                begin("recall", f"recalled: {recall.reason}", None, lease_end - min(0.5, max(0.0, left) / 4))
-
-        while True:
-            if work.done():
-                break
+        w = _Watch(self, work)
+        while not work.done():
             now = mono()
             while self._handled < len(self._requests):
                 why, grace = self._requests[self._handled]
                 self._handled += 1
-                begin("stop", why, grace)
+                w.begin("stop", why, grace)
             if now >= work.due():
                 stop_for = work.tick(now)
                 if stop_for is not None and self.disposition == "":
-                    begin(stop_for[0], stop_for[1], None)
-            if fenced is None and now >= lease_end:
-                fenced = LeaseExpired(f"job {self.job_id}: the lease of epoch {self.epoch} ran out unrenewed")
-                fenced.job_id = self.job_id
-                begin("fenced", fenced.message, 0)
-            if fenced is None and now >= renew_at:
-                before = mono()
-                try:
-                    rec = store.renew(self.job_id, self.epoch, self.ttl)
-                except (StaleEpoch, LeaseExpired) as exc:
-                    fenced = exc
-                    begin("fenced", exc.message, 0)
-                except (JobError, OSError):
-                    # Not a verdict about the lease (an I/O error, a lock
-                    # refused): try again soon; the lease guard above still
-                    # stops the work before the last good lease runs out.
-                    renew_at = mono() + min(1.0, self.renew_every)
-                else:
-                    end = rec.lease.expires_at
-                    if end is not None:
-                        # store.now() is read after the write, ``before`` before
-                        # it: the lease can only be longer than this estimate.
-                        lease(before + (end - store.now()).total_seconds())
-                    renew_at = before + self.renew_every
-                    check_at = mono() + self.check_every
-                    examine(rec)
-            elif fenced is None and (now >= check_at or self._look):
+                    w.begin(stop_for[0], stop_for[1], None)
+            if w.fenced is None and now >= w.lease_end:
+                w.fenced = self._ran_out()
+                w.begin("fenced", w.fenced.message, 0)
+            if w.fenced is None and now >= w.renew_at:
+                w.renew()
+            elif w.fenced is None and (now >= w.check_at or self._look):
                 self._look = False
                 try:
-                    rec = store.load(self.job_id)
+                    rec = self.store.load(self.job_id)
                 except (JobError, OSError):
                     pass
                 else:
-                    examine(rec)
-                check_at = mono() + self.check_every
-            deadline = min(renew_at, check_at, work.due(), lease_end)
-            if fenced is not None:
+                    w.examine(rec)
+                w.check_at = mono() + self.check_every
+            deadline = min(w.renew_at, w.check_at, work.due(), w.lease_end)
+            if w.fenced is not None:
                 deadline = min(work.due(), mono() + 0.05)
             wait = min(max(0.0, deadline - mono()), cap)
             for fd, _mask in poller.poll(math.ceil(wait * 1000)):
@@ -666,20 +443,104 @@ class Keeper:
                         os.read(self._wake_r, 512)
                 else:
                     work.ready(fd)
-        if fenced is None and not self.disposition and work.killed_unasked():
+        if w.fenced is None and not self.disposition and work.killed_unasked():
             # Stopped, and not by this loop: most likely by the guardian, which
             # reads the record more often than this loop does and may have
             # seen a recall or a claim this loop had not. Judge the record as
             # it is now, so such a kill is never counted as the job failing.
             with contextlib.suppress(JobError, OSError):
-                examine(store.load(self.job_id))
-        if fenced is None and mono() >= lease_end:
+                w.examine(self.store.load(self.job_id))
+        if w.fenced is None and mono() >= w.lease_end:
             # The end was seen only after the lease's own deadline: this
             # process was stopped or starved. Whatever the work did, the lease
             # may be somebody else's.
-            fenced = LeaseExpired(f"job {self.job_id}: the lease of epoch {self.epoch} ran out unrenewed")
-            fenced.job_id = self.job_id
-        return fenced
+            w.fenced = self._ran_out()
+        return w.fenced
+
+    def _ran_out(self) -> LeaseExpired:
+        ran_out = LeaseExpired(f"job {self.job_id}: the lease of epoch {self.epoch} ran out unrenewed")
+        ran_out.job_id = self.job_id
+        return ran_out
+
+
+class _Watch:
+    """What a keeper's loop (:meth:`Keeper._watch`) moves: the lease's end as it knows it, its next renewal
+    and read, and the fencing verdict once the lease is lost."""
+
+    def __init__(self, keeper: Keeper, work: Work) -> None:
+        self.keeper, self.work = keeper, work
+        start = time.monotonic()
+        self.margin = work.margin(keeper.ttl)
+        self.expiry = keeper.lease_expiry()
+        self.lease_end = self.expiry - self.margin
+        self.renew_at = start + keeper.renew_every
+        self.check_at = start + keeper.check_every
+        self.fenced: JobError | None = None
+
+    def lease(self, new_expiry: float) -> None:
+        """The lease now ends at ``new_expiry`` (monotonic): the loop and the work follow."""
+        self.expiry = new_expiry
+        self.lease_end = new_expiry - self.margin
+        self.work.lease_moved(new_expiry)
+
+    def begin(self, what: str, why: str, grace: float | None, deadline: float = math.inf) -> None:
+        keeper, work = self.keeper, self.work
+        if work.done():
+            return  # it ended on its own first: how it ended decides
+        if _PRIORITY.get(what, 0) > _PRIORITY.get(keeper.disposition, 0):
+            keeper.disposition, keeper.detail = what, why
+        now = time.monotonic()
+        work.stop(min(now + (keeper.grace if grace is None else max(0.0, grace)), deadline), now)
+
+    def renew(self) -> None:
+        keeper, store = self.keeper, self.keeper.store
+        before = time.monotonic()
+        try:
+            rec = store.renew(keeper.job_id, keeper.epoch, keeper.ttl)
+        except (StaleEpoch, LeaseExpired) as exc:
+            self.fenced = exc
+            self.begin("fenced", exc.message, 0)
+        except (JobError, OSError):
+            # Not a verdict about the lease (an I/O error, a lock
+            # refused): try again soon; the lease guard above still
+            # stops the work before the last good lease runs out.
+            self.renew_at = time.monotonic() + min(1.0, keeper.renew_every)
+        else:
+            end = rec.lease.expires_at
+            if end is not None:
+                # store.now() is read after the write, ``before`` before
+                # it: the lease can only be longer than this estimate.
+                self.lease(before + (end - store.now()).total_seconds())
+            self.renew_at = before + keeper.renew_every
+            self.check_at = time.monotonic() + keeper.check_every
+            self.examine(rec)
+
+    def examine(self, rec: Record) -> None:
+        keeper = self.keeper
+        if rec.lease.epoch != keeper.epoch:
+            self.fenced = StaleEpoch(
+                f"job {keeper.job_id} is at epoch {rec.lease.epoch}, not {keeper.epoch}: "
+                f"{rec.lease.owner or 'somebody'} claimed it since",
+                keeper.job_id,
+            )
+            self.begin("fenced", self.fenced.message, 0)
+            return
+        if rec.terminal:
+            return  # the work finished the job itself; let it end
+        if rec.want == "cancel":
+            by = rec.intent.by if rec.intent is not None else ""
+            self.begin("cancel", cancelled_words(by), None)
+        elif rec.want == "pause":
+            self.begin("pause", "paused on request", None)
+        if rec.lease.expires_at is not None:
+            # A recall lowers the lease's end [JOB-R3]; a read sees it as well as a renewal.
+            self.lease(min(self.expiry, time.monotonic() + (rec.lease.expires_at - keeper.store.now()).total_seconds()))
+        recall = rec.lease.recall
+        if recall is not None and recall.until is not None:
+            # Stop the work early enough to release before the lease ends:
+            # a holder that yields is not one that was evicted [JOB-R3].
+            left = self.lease_end - time.monotonic()
+            self.begin("recall", f"recalled: {recall.reason}", None, self.lease_end - min(0.5, max(0.0, left) / 4))
 
 
 class Ending:

@@ -213,28 +213,7 @@ def submit(
         raise click.UsageError("--stage needs --pipeline")
     if exists_ok and not job_id:
         raise click.UsageError("--exists-ok needs --id")
-    if command:
-        if spec is not None:
-            raise click.UsageError("give the command after -- or a --spec, not both")
-        if kind is not None and kind != SHELL:
-            raise click.UsageError(f"a command after -- makes a {SHELL} job, not --kind {kind}")
-        import json
-
-        for number, word in enumerate(command, start=1):
-            byte = not_utf8(word)
-            if byte is not None:  # a spec is JSON, UTF-8: the word would be run spelt otherwise
-                raise click.UsageError(f"word {number} of the command after -- is not UTF-8 (byte {byte})")
-        cwd = os.getcwd()
-        if not_utf8(cwd) is not None:
-            raise Invalid(f"this directory's path is not UTF-8, so a spec cannot hold it as its cwd: {cwd!r}")
-        body: dict[str, object] = {"argv": list(command), "cwd": cwd}
-        if env_pairs:
-            body["env"] = _env_pairs(env_pairs)
-        kind, spec = SHELL, json.dumps(body, ensure_ascii=False)
-    elif kind is None:
-        raise click.UsageError("give --kind (or a command after --)")
-    elif env_pairs:
-        raise click.UsageError("--env goes with a command after --")
+    kind, spec = _kind_and_spec(command, kind, spec, env_pairs)
     check_kind(kind, "--kind")  # the rule POST /api/jobs applies too
     # Only a --spec not given at all is {}: an empty file or stdin is JSON that does not parse, as a checkpoint's.
     body_text = "{}" if spec is None else spec
@@ -269,6 +248,42 @@ def submit(
             hold=hold,
             by=who,
         )
+    _submit(state, rec, exists_ok)
+
+
+def _kind_and_spec(
+    command: tuple[str, ...], kind: str | None, spec: str | None, env_pairs: tuple[str, ...]
+) -> tuple[str, str | None]:
+    """The job's kind and spec text: a ``shell`` job's from the words after ``--``, else as given."""
+    from ..shell import SHELL
+
+    if command:
+        if spec is not None:
+            raise click.UsageError("give the command after -- or a --spec, not both")
+        if kind is not None and kind != SHELL:
+            raise click.UsageError(f"a command after -- makes a {SHELL} job, not --kind {kind}")
+        import json
+
+        for number, word in enumerate(command, start=1):
+            byte = not_utf8(word)
+            if byte is not None:  # a spec is JSON, UTF-8: the word would be run spelt otherwise
+                raise click.UsageError(f"word {number} of the command after -- is not UTF-8 (byte {byte})")
+        cwd = os.getcwd()
+        if not_utf8(cwd) is not None:
+            raise Invalid(f"this directory's path is not UTF-8, so a spec cannot hold it as its cwd: {cwd!r}")
+        body: dict[str, object] = {"argv": list(command), "cwd": cwd}
+        if env_pairs:
+            body["env"] = _env_pairs(env_pairs)
+        return SHELL, json.dumps(body, ensure_ascii=False)
+    if kind is None:
+        raise click.UsageError("give --kind (or a command after --)")
+    if env_pairs:
+        raise click.UsageError("--env goes with a command after --")
+    return kind, spec
+
+
+def _submit(state: State, rec: Record, exists_ok: bool) -> None:
+    """Write the new record and print its id (or, with --json, the job); an --id already there with --exists-ok."""
     store = state.store(create=True)
     try:
         new_id = store.submit(rec)

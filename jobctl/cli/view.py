@@ -11,7 +11,7 @@ import click
 
 from ..errors import JobError
 from ..record import TERMINAL, Record, encode
-from ..store.base import Listing
+from ..store.base import Listing, OpenListing
 from ..store.file import collector_paused, is_orphan, summary_of
 from ..submitter import submitter_of
 from ..summary import Summary, micros, moment
@@ -415,108 +415,132 @@ def _list_piped(
     its line, never the record, so memory does not grow with the records
     beyond what the lines say.
     """
-    store = state.store()
-    now = store.now()
-    ended: list[Any] = []  # Summary, or with --json _Shown: sorted by _summary_order or _shown_order once all are in
-    taken: dict[str, tuple[Summary, Any]] = {}
-    wants_ended = not open_only and (not states or any(s in TERMINAL for s in states))
+    _PipedList(state, wanted, kind, states, owner, newest, limit).write(whole, open_only)
 
-    # With --json and --limit, only the first `limit` ended jobs of the order can be shown:
-    # those records are kept (at most `limit` of them) and rendered at the end, not every one.
-    best = _Best(limit, newest) if state.json and limit is not None else None
 
-    def shown_json(rec: Record, brief: Summary) -> _Shown:
-        flag = rec.id in state.long_leases([rec])
+class _PipedList:
+    """One ``list`` written piped or as ``--json`` (:func:`_list_piped`): what it keeps between its two steps."""
+
+    def __init__(
+        self,
+        state: State,
+        wanted: Callable[[Record], bool],
+        kind: tuple[str, ...],
+        states: tuple[str, ...],
+        owner: str | None,
+        newest: bool,
+        limit: int | None,
+    ) -> None:
+        self.state, self.wanted, self.kind, self.states, self.owner = state, wanted, kind, states, owner
+        self.newest, self.limit = newest, limit
+        self.store = state.store()
+        self.now = self.store.now()
+        # Summary, or with --json _Shown: sorted by _summary_order or _shown_order once all are in
+        self.ended: list[Any] = []
+        self.taken: dict[str, tuple[Summary, Any]] = {}
+        # With --json and --limit, only the first `limit` ended jobs of the order can be shown:
+        # those records are kept (at most `limit` of them) and rendered at the end, not every one.
+        self.best = _Best(limit, newest) if state.json and limit is not None else None
+        self.lines = render.Lines()
+        self.shown: list[Record | Summary] = []
+        self.flagged: set[str] = set()
+        self.unreadable: dict[str, JobError] = {}
+
+    def shown_json(self, rec: Record, brief: Summary) -> _Shown:
+        flag = rec.id in self.state.long_leases([rec])
         # An ended job's JSON does not look at other jobs' states (render.scheduling).
-        return _Shown(render.json_line(render.job_json(rec, now, None, flag)), brief, flag)
+        return _Shown(render.json_line(render.job_json(rec, self.now, None, flag)), brief, flag)
 
-    def summarised(item: Summary) -> bool:
+    def summarised(self, item: Summary) -> bool:
         """``wanted`` for a finished record known by its summary (never with ``whole``: those take the record)."""
         return (
-            (not kind or item.kind in kind)
-            and (not states or item.state in states)
-            and (owner is None or item.owner == owner)
+            (not self.kind or item.kind in self.kind)
+            and (not self.states or item.state in self.states)
+            and (self.owner is None or item.owner == self.owner)
         )
 
-    def keep(rec: Record | Summary, how: Any) -> None:
+    def keep(self, rec: Record | Summary, how: Any) -> None:
         """A finished record met (and decoded) in either step: what its line needs, and no more."""
         if isinstance(rec, Summary):  # list_open(briefly=True) read it in another process
             if how is not None:
-                taken[rec.id] = (rec, how)
-            if summarised(rec):
-                ended.append(rec)
+                self.taken[rec.id] = (rec, how)
+            if self.summarised(rec):
+                self.ended.append(rec)
             return
         brief = summary_of(rec)
         if how is not None:
-            taken[rec.id] = (brief, how)
-        if not wanted(rec):
+            self.taken[rec.id] = (brief, how)
+        if not self.wanted(rec):
             return
-        if best is not None:
-            best.add((brief.created, rec.id), (rec, brief))
-        elif state.json:
-            ended.append(shown_json(rec, brief))
+        if self.best is not None:
+            self.best.add((brief.created, rec.id), (rec, brief))
+        elif self.state.json:
+            self.ended.append(self.shown_json(rec, brief))
         else:
-            ended.append(brief)
+            self.ended.append(brief)
 
-    briefly = not state.json and not whole  # a line that a summary serves
-    opened = store.list_open(finished=keep if wants_ended else None, briefly=briefly)
-    every = opened.states  # what dependencies are in, for the JSON
-    unreadable = {job_id: exc for job_id, exc in opened.unreadable}
-    lines = render.Lines()
-    shown: list[Record | Summary] = []
-    flagged: set[str] = set()
+    def write(self, whole: bool, open_only: bool) -> None:
+        state, store, now, lines = self.state, self.store, self.now, self.lines
+        wants_ended = not open_only and (not self.states or any(s in TERMINAL for s in self.states))
+        briefly = not state.json and not whole  # a line that a summary serves
+        opened = store.list_open(finished=self.keep if wants_ended else None, briefly=briefly)
+        every = opened.states  # what dependencies are in, for the JSON
+        self.unreadable = {job_id: exc for job_id, exc in opened.unreadable}
+        try:
+            chosen = render.view_order([rec for rec in opened if self.wanted(rec)], self.newest)[: self.limit]
+            self.flagged |= state.long_leases(chosen)
+            for rec in chosen:
+                self.shown.append(rec)
+                if state.json:
+                    lines.out_json(render.job_json(rec, now, every, rec.id in self.flagged))
+                else:
+                    lines.out(render.list_line(rec))
+            left = None if self.limit is None else self.limit - len(chosen)
+            if wants_ended and (left is None or left > 0):
+                self.write_ended(opened, briefly, left)
+        finally:
+            lines.flush()
+        summary_settle()  # the listing part written aside: before this listing's summaries are let go
+        for done in self.shown if self.flagged else ():
+            if done.id in self.flagged:
+                _warn_long_lease(state, done)
+        if self.unreadable:
+            click.echo(render.unreadable_line(sorted(self.unreadable.items())), err=True)
+            click.get_current_context().exit(EXIT_FAILURE)
 
-    try:
-        chosen = render.view_order([rec for rec in opened if wanted(rec)], newest)[:limit]
-        flagged |= state.long_leases(chosen)
-        for rec in chosen:
-            shown.append(rec)
-            if state.json:
-                lines.out_json(render.job_json(rec, now, every, rec.id in flagged))
-            else:
-                lines.out(render.list_line(rec))
-        left = None if limit is None else limit - len(chosen)
-        if wants_ended and (left is None or left > 0):
-            # Ended jobs: a summary serves unless the JSON or a filter (--pipeline, --by) needs the whole record.
-            skip = {rec.id for rec in opened} | set(unreadable)  # in the snapshot of the active ones
-            scanned: list[tuple[str, JobError]] = []
-            for item in store.scan(scanned, summaries=briefly, taken=taken, opened=opened):
-                if item.id in skip:
-                    continue
-                if isinstance(item, Summary):
-                    if summarised(item):
-                        ended.append(item)
-                elif item.terminal:
-                    keep(item, None)
-            if best is not None:
-                ended.extend(shown_json(*kept) for _, kept in best.items())
-            for job_id, exc in scanned:
-                unreadable.setdefault(job_id, exc)
-            ended.sort(key=_shown_order if state.json else _summary_order)  # (created, id): unique keys
-            if newest:
-                ended.reverse()
-            picked = ended if left is None else ended[:left]
-            if state.json:  # each ended job's line was rendered when it was read (keep)
-                for entry in picked:
-                    assert isinstance(entry, _Shown)
-                    if entry.long_lease:
-                        flagged.add(entry.id)
-                    shown.append(entry.summary)
-                    lines.out(entry.line)
-            else:  # summaries alone: their lines written as one
-                summaries: list[Summary] = picked
-                flagged |= _long_summaries(state, summaries, now)
-                shown.extend(summaries)
-                lines.out_all([render.summary_line(entry) for entry in summaries])
-    finally:
-        lines.flush()
-    summary_settle()  # the listing part written aside: before this listing's summaries are let go
-    for done in shown if flagged else ():
-        if done.id in flagged:
-            _warn_long_lease(state, done)
-    if unreadable:
-        click.echo(render.unreadable_line(sorted(unreadable.items())), err=True)
-        click.get_current_context().exit(EXIT_FAILURE)
+    def write_ended(self, opened: OpenListing, briefly: bool, left: int | None) -> None:
+        """The ended jobs: a summary serves unless the JSON or a filter (--pipeline, --by) needs the whole record."""
+        state, ended = self.state, self.ended
+        skip = {rec.id for rec in opened} | set(self.unreadable)  # in the snapshot of the active ones
+        scanned: list[tuple[str, JobError]] = []
+        for item in self.store.scan(scanned, summaries=briefly, taken=self.taken, opened=opened):
+            if item.id in skip:
+                continue
+            if isinstance(item, Summary):
+                if self.summarised(item):
+                    ended.append(item)
+            elif item.terminal:
+                self.keep(item, None)
+        if self.best is not None:
+            ended.extend(self.shown_json(*kept) for _, kept in self.best.items())
+        for job_id, exc in scanned:
+            self.unreadable.setdefault(job_id, exc)
+        ended.sort(key=_shown_order if state.json else _summary_order)  # (created, id): unique keys
+        if self.newest:
+            ended.reverse()
+        picked = ended if left is None else ended[:left]
+        if state.json:  # each ended job's line was rendered when it was read (keep)
+            for entry in picked:
+                assert isinstance(entry, _Shown)
+                if entry.long_lease:
+                    self.flagged.add(entry.id)
+                self.shown.append(entry.summary)
+                self.lines.out(entry.line)
+        else:  # summaries alone: their lines written as one
+            summaries: list[Summary] = picked
+            self.flagged |= _long_summaries(state, summaries, self.now)
+            self.shown.extend(summaries)
+            self.lines.out_all([render.summary_line(entry) for entry in summaries])
 
 
 def _long_summaries(state: State, items: list[Summary], now: datetime) -> set[str]:

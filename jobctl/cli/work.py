@@ -537,36 +537,13 @@ def worker(
     }
     sources: dict[str, str] = {}
     if defined is not None:
-        # The object's own options stand where no flag is given: they beat the
-        # environment and the config file, and a flag beats them.
-        for key, value in defined.options.items():
-            if flags.get(key) is None:
-                flags[key] = value
-                sources[key] = f"--app {app}"
-        if defined.kinds is not None and not kinds:
-            flags["kinds"] = tuple(defined.kinds)
-        if defined.on_failure and on_failure is None:
-            flags["on_failure"] = defined.on_failure
-        if defined.on_failure_url and on_failure_url is None:
-            flags["on_failure_url"] = defined.on_failure_url
-        handlers = (*(f"{kind}={command}" for kind, command in defined.handlers.items()), *handlers)
+        handlers = _app_options(defined, f"--app {app}", flags, sources, handlers)
     resolved = settings.load(flags, handlers, env=state.env, sources=sources)
     for warning in resolved.warnings:
         _say(f"jobctl: {warning}")
     store = state.store() if defined is None else defined.store
     store.max_ttl = resolved.max_ttl
     store.owned_by = _owned_by(owned_only)
-
-    def report(event: Event) -> None:
-        if state.json:
-            obj: dict[str, Any] = {"event": event.what, "id": event.job_id or None, "kind": event.kind or None}
-            obj["detail"] = event.detail
-            if event.outcome is not None:
-                obj["outcome"] = _outcome_json(event.outcome)
-            render.out_json(obj)
-        elif not quiet or event.what in _QUIET_SHOWS:
-            _say(f"jobctl worker: {event.line()}")
-
     loop = Worker(
         store,
         name=resolved.name,
@@ -579,7 +556,7 @@ def worker(
         kinds=resolved.kinds or None,
         on_failure=resolved.on_failure,
         on_failure_url=resolved.on_failure_url,
-        on_event=report,
+        on_event=_reporter(state, quiet),
         env=state.env,
         environment=JobEnvironment(resolved.pass_env, resolved.allow_loader_env),
         functions=None if defined is None else defined.processors,
@@ -607,6 +584,43 @@ def worker(
         ended = [f"{job_id} {job_state}" for job_id, job_state in summary.ran.items() if job_state != "complete"]
         _say(f"jobctl worker: {len(ended)} job(s) it ran did not end complete: {', '.join(ended)}")
         click.get_current_context().exit(EXIT_DRAIN_INCOMPLETE)
+
+
+def _app_options(
+    defined: Any, given_by: str, flags: dict[str, Any], sources: dict[str, str], handlers: tuple[str, ...]
+) -> tuple[str, ...]:
+    """A worker object's own options where no flag is given (noted in ``sources``); returns every handler.
+
+    They beat the environment and the config file, and a flag beats them.
+    """
+    given = dict(flags)  # as the command line gave them
+    for key, value in defined.options.items():
+        if flags.get(key) is None:
+            flags[key] = value
+            sources[key] = given_by
+    if defined.kinds is not None and not given["kinds"]:
+        flags["kinds"] = tuple(defined.kinds)
+    if defined.on_failure and given["on_failure"] is None:
+        flags["on_failure"] = defined.on_failure
+    if defined.on_failure_url and given["on_failure_url"] is None:
+        flags["on_failure_url"] = defined.on_failure_url
+    return (*(f"{kind}={command}" for kind, command in defined.handlers.items()), *handlers)
+
+
+def _reporter(state: State, quiet: bool) -> Callable[[Event], None]:
+    """What a worker says of each event: a JSON line, or a line on stderr (with --quiet, only what matters)."""
+
+    def report(event: Event) -> None:
+        if state.json:
+            obj: dict[str, Any] = {"event": event.what, "id": event.job_id or None, "kind": event.kind or None}
+            obj["detail"] = event.detail
+            if event.outcome is not None:
+                obj["outcome"] = _outcome_json(event.outcome)
+            render.out_json(obj)
+        elif not quiet or event.what in _QUIET_SHOWS:
+            _say(f"jobctl worker: {event.line()}")
+
+    return report
 
 
 # -- logs ------------------------------------------------------------------------------------

@@ -185,29 +185,18 @@ def _page_files() -> dict[str, tuple[bytes, str]]:
 _CSP = "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'self'; form-action 'none'"
 
 
-def create_app(
-    store: Store,
-    token: str | None = None,
-    *,
-    allow_shell: bool = False,
-    max_body: int = MAX_BODY_BYTES,
-    hosts: Sequence[str] | None = None,
-) -> Starlette:
-    """The API, the change stream and the page for ``store``, as an ASGI application.
+class _Api:
+    """The API's handlers for one store: the jobs, their actions, the pipelines, the change stream."""
 
-    ``token``: when given, every request must carry it (``Authorization:
-    Bearer``, or the page's cookie). ``hosts``: when given, the only Host
-    names answered (``jobctl serve`` without a token passes
-    :data:`LOOPBACK_HOSTS`); an application that mounts this one leaves it
-    None and guards its own front door. ``allow_shell``: take ``shell``
-    jobs, which run a command as the worker's user. ``max_body``: the
-    largest request body, in bytes.
-    """
-    files = _page_files()
-    streams = [0]
-    feed = Feed(store)  # one watch of the store, shared by every open GET /api/events
+    def __init__(self, store: Store, allow_shell: bool, max_body: int) -> None:
+        self.store = store
+        self.allow_shell = allow_shell
+        self.max_body = max_body
+        self.streams = 0
+        self.feed = Feed(store)  # one watch of the store, shared by every open GET /api/events
 
-    async def body_of(request: Request, required: bool) -> Any:
+    async def body_of(self, request: Request, required: bool) -> Any:
+        max_body = self.max_body
         length = request.headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > max_body):
             raise HTTPException(413, f"the body is larger than {max_body} bytes")
@@ -227,16 +216,18 @@ def create_app(
         except Invalid as exc:
             raise Invalid(f"the body is not JSON: {exc.message}") from None
 
-    def job_or_404(job_id: str) -> dict[str, Any]:
+    def job_or_404(self, job_id: str) -> dict[str, Any]:
+        store = self.store
         rec = store.load(job_id)
         return job_view(rec, store.now(), replacement_of(store, rec))
 
-    async def submit(request: Request) -> Response:
-        body = await body_of(request, required=True)
+    async def submit(self, request: Request) -> Response:
+        store, job_or_404 = self.store, self.job_or_404
+        body = await self.body_of(request, required=True)
         key = request.headers.get("idempotency-key")
 
         def work() -> tuple[dict[str, Any], bool]:
-            rec = record_from(body, store.now(), _by(request, body), allow_shell=allow_shell)
+            rec = record_from(body, store.now(), _by(request, body), allow_shell=self.allow_shell)
             if key is not None:
                 if rec.id:
                     raise Invalid("give an Idempotency-Key or an id, not both")
@@ -253,10 +244,11 @@ def create_app(
         headers = {"Location": f"{request.scope.get('root_path', '')}/api/jobs/{view['id']}"}
         return JSONResponse(view, status_code=201 if created else 200, headers=headers)
 
-    async def show(request: Request) -> Response:
-        return JSONResponse(await run_in_threadpool(job_or_404, request.path_params["job_id"]))
+    async def show(self, request: Request) -> Response:
+        return JSONResponse(await run_in_threadpool(self.job_or_404, request.path_params["job_id"]))
 
-    async def listing(request: Request) -> Response:
+    async def listing(self, request: Request) -> Response:
+        store = self.store
         query = request.query_params
         unknown = sorted(set(query) - {"state", "kind", "pipeline", "by", "limit"})
         if unknown:
@@ -293,11 +285,13 @@ def create_app(
 
         return JSONResponse(await run_in_threadpool(work))
 
-    async def logs(request: Request) -> Response:
+    async def logs(self, request: Request) -> Response:
         attempt, limit = parse_tail_query(dict(request.query_params))
-        return JSONResponse(await run_in_threadpool(tail, store, request.path_params["job_id"], attempt, limit))
+        return JSONResponse(await run_in_threadpool(tail, self.store, request.path_params["job_id"], attempt, limit))
 
-    async def pipelines(request: Request) -> Response:
+    async def pipelines(self, request: Request) -> Response:
+        store = self.store
+
         def work() -> dict[str, Any]:
             listed = list(store.list())
             now = store.now()
@@ -306,7 +300,8 @@ def create_app(
 
         return JSONResponse(await run_in_threadpool(work))
 
-    async def pipeline(request: Request) -> Response:
+    async def pipeline(self, request: Request) -> Response:
+        store = self.store
         name = request.path_params["name"]
 
         def work() -> dict[str, Any]:
@@ -318,12 +313,12 @@ def create_app(
         return JSONResponse(await run_in_threadpool(work))
 
     def action(
-        do: Callable[..., Any], status: int = 200, *, reasoned: bool = False
+        self, do: Callable[..., Any], status: int = 200, *, reasoned: bool = False
     ) -> Callable[[Request], Awaitable[Response]]:
         fields = {"by", "reason"} if reasoned else {"by"}
 
         async def endpoint(request: Request) -> Response:
-            body = await body_of(request, required=False)
+            body = await self.body_of(request, required=False)
             if not isinstance(body, dict):
                 raise Invalid("the body must be a JSON object")
             unknown = sorted(set(body) - fields)
@@ -340,15 +335,16 @@ def create_app(
 
         return endpoint
 
-    def approve(job_id: str, by: str) -> dict[str, Any]:
-        rec = store.set_intent(job_id, "run", by)  # what `jobctl approve` calls
-        return job_view(rec, store.now())
+    def approve(self, job_id: str, by: str) -> dict[str, Any]:
+        rec = self.store.set_intent(job_id, "run", by)  # what `jobctl approve` calls
+        return job_view(rec, self.store.now())
 
-    def cancel(job_id: str, by: str, reason: str) -> dict[str, Any]:
-        rec = store.cancel(job_id, by, reason=reason)  # what `jobctl cancel` calls
-        return job_view(rec, store.now())
+    def cancel(self, job_id: str, by: str, reason: str) -> dict[str, Any]:
+        rec = self.store.cancel(job_id, by, reason=reason)  # what `jobctl cancel` calls
+        return job_view(rec, self.store.now())
 
-    def again(job_id: str, by: str) -> tuple[dict[str, Any], int]:
+    def again(self, job_id: str, by: str) -> tuple[dict[str, Any], int]:
+        store = self.store
         # `jobctl retry --with-dependents`: a pipeline resumes from its failed stage. A job retried
         # already answers 200 with its replacement, made by whichever request the store let through.
         answers = retry(store, job_id, with_dependents=True, by=by)
@@ -357,23 +353,32 @@ def create_app(
         made = [answer.new for answer in answers if answer.created]
         return {"jobs": views, "created": made}, 201 if answers[0].created else 200
 
-    async def events(request: Request) -> Response:
-        if streams[0] >= MAX_STREAMS:
+    async def events(self, request: Request) -> Response:
+        if self.streams >= MAX_STREAMS:
             return _error(503, "refused", f"{MAX_STREAMS} change streams are open already")
-        streams[0] += 1
-        sub = feed.subscribe()
+        self.streams += 1
+        sub = self.feed.subscribe()
 
         async def stream() -> Any:
             try:
                 async for text in sub.events():
                     yield text
             finally:
-                streams[0] -= 1
+                self.streams -= 1
 
         headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
         return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
 
-    async def page(request: Request) -> Response:
+
+class _Page:
+    """The page and its files; with a token, the page's first visit sets it as a cookie."""
+
+    def __init__(self, token: str | None) -> None:
+        self.token = token
+        self.files = _page_files()
+
+    async def page(self, request: Request) -> Response:
+        token = self.token
         if token is not None and "token" in request.query_params:  # the guard checked it
             # The token goes into a cookie once, and out of the address bar (and the history).
             root = request.scope.get("root_path", "")
@@ -387,54 +392,79 @@ def create_app(
                 secure=request.url.scheme == "https",
             )
             return response
-        return _static(request, "index.html")
+        return self.static(request, "index.html")
 
-    def _static(request: Request, name: str) -> Response:
-        data, media = files[name]
+    def static(self, request: Request, name: str) -> Response:
+        data, media = self.files[name]
         headers = {"Content-Security-Policy": _CSP, "Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"}
         return Response(data, media_type=media, headers=headers)
 
-    def asset(name: str) -> Callable[[Request], Awaitable[Response]]:
+    def asset(self, name: str) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
-            return _static(request, name)
+            return self.static(request, name)
 
         return endpoint
 
-    async def refused(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, JobError)
-        return _refusal(exc)
 
-    async def http_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, HTTPException)
-        verdict = {404: "not_found", 405: "invalid", 413: "too_large"}.get(exc.status_code, "refused")
-        return _error(exc.status_code, verdict, _public(str(exc.detail)), dict(exc.headers or {}))
+async def _refused(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, JobError)
+    return _refusal(exc)
 
-    async def unreadable(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, OSError)
-        where = f"{os.path.basename(str(exc.filename))}: " if exc.filename else ""  # no server path
-        return _error(503, "refused", _public(f"the store cannot be read: {where}{exc.strerror or exc}"))
 
-    async def broken(request: Request, exc: Exception) -> Response:
-        return _error(500, "internal", f"{type(exc).__name__} (the server's log has the traceback)")
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    verdict = {404: "not_found", 405: "invalid", 413: "too_large"}.get(exc.status_code, "refused")
+    return _error(exc.status_code, verdict, _public(str(exc.detail)), dict(exc.headers or {}))
 
+
+async def _unreadable(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, OSError)
+    where = f"{os.path.basename(str(exc.filename))}: " if exc.filename else ""  # no server path
+    return _error(503, "refused", _public(f"the store cannot be read: {where}{exc.strerror or exc}"))
+
+
+async def _broken(request: Request, exc: Exception) -> Response:
+    return _error(500, "internal", f"{type(exc).__name__} (the server's log has the traceback)")
+
+
+def create_app(
+    store: Store,
+    token: str | None = None,
+    *,
+    allow_shell: bool = False,
+    max_body: int = MAX_BODY_BYTES,
+    hosts: Sequence[str] | None = None,
+) -> Starlette:
+    """The API, the change stream and the page for ``store``, as an ASGI application.
+
+    ``token``: when given, every request must carry it (``Authorization:
+    Bearer``, or the page's cookie). ``hosts``: when given, the only Host
+    names answered (``jobctl serve`` without a token passes
+    :data:`LOOPBACK_HOSTS`); an application that mounts this one leaves it
+    None and guards its own front door. ``allow_shell``: take ``shell``
+    jobs, which run a command as the worker's user. ``max_body``: the
+    largest request body, in bytes.
+    """
+    api = _Api(store, allow_shell, max_body)
+    page = _Page(token)
     routes = [
-        Route("/", page, methods=["GET"]),
-        Route("/page.js", asset("page.js"), methods=["GET"]),
-        Route("/page.css", asset("page.css"), methods=["GET"]),
-        Route("/api/jobs", submit, methods=["POST"]),
-        Route("/api/jobs", listing, methods=["GET"]),
-        Route("/api/jobs/{job_id:str}", show, methods=["GET"]),
-        Route("/api/jobs/{job_id:str}/logs", logs, methods=["GET"]),
-        Route("/api/jobs/{job_id:str}/approve", action(approve), methods=["POST"]),
-        Route("/api/jobs/{job_id:str}/cancel", action(cancel, reasoned=True), methods=["POST"]),
-        Route("/api/jobs/{job_id:str}/retry", action(again, 201), methods=["POST"]),
-        Route("/api/pipelines", pipelines, methods=["GET"]),
-        Route("/api/pipelines/{name:str}", pipeline, methods=["GET"]),
-        Route("/api/events", events, methods=["GET"]),
+        Route("/", page.page, methods=["GET"]),
+        Route("/page.js", page.asset("page.js"), methods=["GET"]),
+        Route("/page.css", page.asset("page.css"), methods=["GET"]),
+        Route("/api/jobs", api.submit, methods=["POST"]),
+        Route("/api/jobs", api.listing, methods=["GET"]),
+        Route("/api/jobs/{job_id:str}", api.show, methods=["GET"]),
+        Route("/api/jobs/{job_id:str}/logs", api.logs, methods=["GET"]),
+        Route("/api/jobs/{job_id:str}/approve", api.action(api.approve), methods=["POST"]),
+        Route("/api/jobs/{job_id:str}/cancel", api.action(api.cancel, reasoned=True), methods=["POST"]),
+        Route("/api/jobs/{job_id:str}/retry", api.action(api.again, 201), methods=["POST"]),
+        Route("/api/pipelines", api.pipelines, methods=["GET"]),
+        Route("/api/pipelines/{name:str}", api.pipeline, methods=["GET"]),
+        Route("/api/events", api.events, methods=["GET"]),
     ]
     app = Starlette(
         routes=routes,
-        exception_handlers={JobError: refused, HTTPException: http_error, OSError: unreadable, Exception: broken},
+        exception_handlers={JobError: _refused, HTTPException: _http_error, OSError: _unreadable, Exception: _broken},
     )
     app.add_middleware(_Guard, token=token, hosts=hosts)
     return app
