@@ -39,6 +39,30 @@ def test_a_never_initialised_database_is_one_line_naming_db_init(jobctl: Jobctl,
     assert "holds no jobctl store" in lines[0] and "jobctl db init" in lines[0] and "JOB_STORE" in lines[0]
 
 
+@pytest.mark.parametrize("given", ["soon", "-1", "86401", "nan", "inf", "\u0661"])
+def test_a_patience_that_is_no_number_of_seconds_is_one_line_naming_the_variable(
+    jobctl: Jobctl, pg: str, given: str
+) -> None:
+    jobctl("db", "init", env={"JOB_STORE": pg})
+    ran = jobctl("list", env={"JOB_STORE": pg, "JOBCTL_PG_RECONNECT_WAIT": given})
+    assert (ran.code, ran.out) == (1, b""), ran.err  # the store cannot be opened as asked (exit 1, as a bad URL)
+    assert ran.err.splitlines() == [
+        f"jobctl: JOBCTL_PG_RECONNECT_WAIT={given!r}: wants seconds from 0 to 86400 (the store came from JOB_STORE)"
+    ], ran.err
+
+
+def test_a_patience_in_seconds_is_the_stores(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from jobctl.store import postgres
+
+    postgres.init(pg_url)
+    for given, seconds in (("", postgres.RECONNECT_WAIT), (" 2.5 ", 2.5), ("0", 0.0), ("86400", 86400.0)):
+        monkeypatch.setenv(postgres.RECONNECT_WAIT_ENV, given)
+        with postgres.PostgresStore(pg_url) as store:
+            assert store.session.reconnect_wait == seconds
+    with postgres.PostgresStore(pg_url, reconnect_wait=1.0) as store:  # given: the environment is not asked
+        assert store.session.reconnect_wait == 1.0
+
+
 def test_db_init_then_every_command_works(jobctl: Jobctl, pg: str) -> None:
     env = {"JOB_STORE": pg}
     first = jobctl("db", "init", env=env)

@@ -145,6 +145,10 @@ class WorkerProcess:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
+                self.proc.wait(1)
+            except subprocess.TimeoutExpired:  # a job still running within its shutdown grace (30 s)
+                self.proc.send_signal(signal.SIGTERM)  # the second: its jobs are stopped at once
+            try:
                 self.proc.wait(15)
             except subprocess.TimeoutExpired:
                 self.proc.kill()

@@ -12,7 +12,7 @@ from __future__ import annotations
 from ..base import RowLease
 from .listener import Listener
 from .schema import SCHEMA_VERSION, SQL_DIR, Q, init, migrate, queries, schema_status
-from .store import RECONNECT_WAIT, PostgresStore
+from .store import RECONNECT_WAIT, RECONNECT_WAIT_ENV, PostgresStore, reconnect_wait_of
 
 __all__ = [
     "PostgresStore",
@@ -26,4 +26,6 @@ __all__ = [
     "init",
     "migrate",
     "RECONNECT_WAIT",
+    "RECONNECT_WAIT_ENV",
+    "reconnect_wait_of",
 ]

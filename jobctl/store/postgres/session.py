@@ -30,17 +30,18 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import os
 import re
 import select
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
-from ...errors import LockBusy, Refused
+from ...errors import Invalid, LockBusy, Refused
 from ..url import masked
 
 try:
@@ -48,7 +49,21 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised by hand without the extra
     raise Refused("the PostgreSQL store needs psycopg: pip install 'jobctl[postgres]'") from exc
 
-__all__ = ["Session", "connect", "first_line", "refusing", "retried", "read", "PIPELINE", "Lost", "Unsure", "psycopg"]
+__all__ = [
+    "RECONNECT_WAIT",
+    "RECONNECT_WAIT_ENV",
+    "reconnect_wait_of",
+    "Session",
+    "connect",
+    "first_line",
+    "refusing",
+    "retried",
+    "read",
+    "PIPELINE",
+    "Lost",
+    "Unsure",
+    "psycopg",
+]
 
 #: Pipeline mode needs libpq 14 or later (psycopg's binary package bundles one);
 #: with an older libpq a pipelined transaction is an ordinary one, two round trips longer.
@@ -81,6 +96,26 @@ def refusing(url: str) -> Iterator[None]:
 
 #: A row lock not had: held past the lock patience, or two transactions waiting on each other (one is ended).
 BUSY = (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected)
+
+
+#: Seconds a store goes on trying to reach its server again after a connection it had was lost.
+RECONNECT_WAIT = 30.0
+#: The environment variable that sets another patience for every store this process opens (seconds).
+RECONNECT_WAIT_ENV = "JOBCTL_PG_RECONNECT_WAIT"
+
+
+def reconnect_wait_of(environ: Mapping[str, str]) -> float:
+    """The patience :data:`RECONNECT_WAIT_ENV` names (0 to 86400 s, as ``90`` or ``2.5``), else the default."""
+    text = environ.get(RECONNECT_WAIT_ENV, "").strip()
+    if not text:
+        return RECONNECT_WAIT
+    try:
+        seconds = float(text) if text.isascii() else math.nan
+    except ValueError:
+        seconds = math.nan
+    if not 0 <= seconds <= 86400:  # NaN and infinities fail too
+        raise Invalid(f"{RECONNECT_WAIT_ENV}={text!r}: wants seconds from 0 to 86400")
+    return seconds
 
 
 class Unsure(Refused):

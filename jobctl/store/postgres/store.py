@@ -59,15 +59,12 @@ from . import row
 from .held import HOLDERS, Held
 from .listener import Listener
 from .schema import SCHEMA_VERSION, UNDECODABLE, Q, refuse_version, schema_status, uninitialised, values_kept
-from .session import Session, Unsure, read, retried
+from .session import RECONNECT_WAIT, RECONNECT_WAIT_ENV, Session, Unsure, read, reconnect_wait_of, retried
 
-__all__ = ["PostgresStore", "SCAN_PAGE", "RECONNECT_WAIT"]
+__all__ = ["PostgresStore", "SCAN_PAGE", "RECONNECT_WAIT", "RECONNECT_WAIT_ENV", "reconnect_wait_of"]
 
 #: Rows per page of :meth:`PostgresStore.scan`.
 SCAN_PAGE = 500
-
-#: Seconds a store goes on trying to reach its server again after a connection it had was lost.
-RECONNECT_WAIT = 30.0
 
 
 #: Seconds one reading of the server's clock serves :meth:`PostgresStore.now` (with this host's monotonic clock).
@@ -88,11 +85,14 @@ class PostgresStore(ContractStore):
     forked child opens its own, :class:`.session.Session`). The first
     connection must succeed; one lost later (the server restarted) is opened
     again, and the call that found it lost runs again, for up to
-    ``reconnect_wait`` seconds; ``reconnects`` counts the connections opened
-    again.
+    ``reconnect_wait`` seconds (by default :data:`RECONNECT_WAIT_ENV` from
+    the environment, else :data:`RECONNECT_WAIT`); ``reconnects`` counts the
+    connections opened again.
     """
 
-    def __init__(self, url: str, clock: Clock | None = None, reconnect_wait: float = RECONNECT_WAIT) -> None:
+    def __init__(self, url: str, clock: Clock | None = None, reconnect_wait: float | None = None) -> None:
+        if reconnect_wait is None:
+            reconnect_wait = reconnect_wait_of(os.environ)
         self.url = url
         self.root = masked(url)
         self._clock = clock
