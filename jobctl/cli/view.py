@@ -11,6 +11,7 @@ import click
 
 from ..errors import JobError
 from ..record import TERMINAL, Record, encode
+from ..roster import Roster, roster_for, unhandled_note
 from ..store.base import Listing
 from ..store.file import collector_paused, is_orphan, summary_of
 from ..submitter import submitter_of
@@ -92,13 +93,28 @@ def show(state: State, job_id: str) -> None:
     rec = state.store().load(job_id)
     screen = state.screen()
     flagged = state.long_leases([rec])
+    roster = _roster(state, [rec])
     if state.json:
-        render.out_json(render.job_json(rec, state.now(), _dependency_states(state, rec), rec.id in flagged))
+        render.out_json(render.job_json(rec, state.now(), _dependency_states(state, rec), rec.id in flagged, roster))
     elif screen.terminal:
         render.print_job(screen, rec, state.now(), _dependency_states(state, rec), rec.id in flagged)
     else:
         echo_out(encode(rec), nl=False)
     _warn_long_leases(state, [rec], flagged)
+    if roster.unhandled(rec):
+        _warn_unhandled(rec, roster)
+
+
+def _roster(state: State, records: Iterable[Record]) -> Roster:
+    """What running workers handle, read once, when one of ``records`` is pending (nothing read otherwise)."""
+    return roster_for(state.store(), records)
+
+
+def _warn_unhandled(rec: Record, roster: Roster) -> None:
+    handled = ", ".join(sorted(roster.kinds or ())) or "nothing"
+    click.echo(
+        f"jobctl: note: job {rec.id}: {unhandled_note(rec.kind)} (the running workers handle: {handled})", err=True
+    )
 
 
 @click.command(cls=JobCommand, short_help="Print the result a job left, as JSON.")
@@ -469,10 +485,11 @@ def _list_piped(
     try:
         chosen = render.view_order([rec for rec in opened if wanted(rec)], newest)[:limit]
         flagged |= state.long_leases(chosen)
+        roster = _roster(state, chosen) if state.json else None  # read once for the listing
         for rec in chosen:
             shown.append(rec)
             if state.json:
-                lines.out_json(render.job_json(rec, now, every, rec.id in flagged))
+                lines.out_json(render.job_json(rec, now, every, rec.id in flagged, roster))
             else:
                 lines.out(render.list_line(rec))
         left = None if limit is None else limit - len(chosen)

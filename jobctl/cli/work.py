@@ -438,7 +438,7 @@ Examples:
 """
 
 _QUIET_SHOWS = frozenset(
-    ("failed", "refused", "fenced", "alert-failed", "untrusted", "unreadable", "blocked", "unhandled")
+    ("failed", "refused", "fenced", "alert-failed", "untrusted", "unreadable", "blocked", "unhandled", "unannounced")
 )
 
 

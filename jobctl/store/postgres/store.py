@@ -60,6 +60,7 @@ from .held import HOLDERS, Held
 from .listener import Listener
 from .schema import SCHEMA_VERSION, UNDECODABLE, Q, refuse_version, schema_status, uninitialised, values_kept
 from .session import Session, Unsure, read, retried
+from .workers import WorkerRows
 
 __all__ = ["PostgresStore", "SCAN_PAGE", "RECONNECT_WAIT"]
 
@@ -80,7 +81,7 @@ Rows = list[tuple[Any, ...]]
 Answers = list[Sequence[Any] | None]
 
 
-class PostgresStore(ContractStore):
+class PostgresStore(ContractStore, WorkerRows):
     """A store in a PostgreSQL database (schema made by ``jobctl db init``).
 
     ``clock`` replaces the server's clock; only tests that move time by hand
