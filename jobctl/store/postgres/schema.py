@@ -82,9 +82,12 @@ def _steps(sql_dir: str, target: int) -> dict[int, list[Step]]:
     return steps
 
 
-def _additions(sql_dir: str) -> Step:
-    """What a store of this version may lack without being refused: ``CREATE ... IF NOT EXISTS`` alone."""
-    return _script(os.path.join(sql_dir, "workers.sql"))
+def _additions() -> Step:
+    """What a store of any version may lack without being refused: ``CREATE ... IF NOT EXISTS`` alone.
+
+    Always this jobctl's own, whatever directory the versions' steps come from.
+    """
+    return _script(os.path.join(SQL_DIR, "workers.sql"))
 
 
 def init(url: str, *, sql_dir: str = SQL_DIR, target: int = SCHEMA_VERSION) -> tuple[int, int]:
@@ -102,10 +105,10 @@ def init(url: str, *, sql_dir: str = SQL_DIR, target: int = SCHEMA_VERSION) -> t
                 for action in actions:
                     action(conn)
             conn.execute(Q["first_version"], {"version": target})
-            _additions(sql_dir)(conn)
+            _additions()(conn)
             return 0, target
         refuse_version(url, found, target, migrate_hint=True)
-        _additions(sql_dir)(conn)
+        _additions()(conn)
         return found, found
 
 
@@ -128,7 +131,7 @@ def migrate(url: str, *, sql_dir: str = SQL_DIR, target: int = SCHEMA_VERSION) -
                 action(conn)
         if found != target:
             conn.execute(Q["set_version"], {"version": target})
-        _additions(sql_dir)(conn)
+        _additions()(conn)
         return found, target
 
 
