@@ -84,7 +84,9 @@ def show(state: State, job_id: str) -> None:
     Piped, the record re-encoded canonically: the exact bytes every
     implementation writes. On a terminal, the fields in words (lease time
     left, attempt, what it waits for); with --json, the job object. A lease
-    running more than max_ttl ahead is named on stderr (jobctl recall ends it).
+    running more than max_ttl ahead is named on stderr (jobctl recall ends it),
+    and so is a pending job whose kind no running worker handles, when
+    workers have said what they handle (`unhandled` in the JSON).
 
     \b
     Example:
