@@ -30,7 +30,6 @@ if TYPE_CHECKING:  # pragma: no cover - typing only; rich is imported where it d
     from rich.table import Table
     from rich.text import Text
 
-    from ..roster import Roster
     from ..summary import Summary
 
 __all__ = [
@@ -312,17 +311,12 @@ def scheduling(rec: Record, states: Mapping[str, str] | None, now: datetime) -> 
 
 
 def job_json(
-    rec: Record,
-    now: datetime,
-    states: Mapping[str, str] | None = None,
-    long_lease: bool | None = None,
-    roster: Roster | None = None,
+    rec: Record, now: datetime, states: Mapping[str, str] | None = None, long_lease: bool | None = None
 ) -> dict[str, Any]:
     """The ``job`` shape (v1) of docs/reference/json.md.
 
     ``long_lease``: whether the lease runs further ahead than ``max_ttl``
     allows (the caller read the setting); None judges by the default.
-    ``roster``: what running workers handle, when the caller read it (``unhandled``; else null).
     """
     lease = rec.lease
     if long_lease is None:
@@ -354,7 +348,7 @@ def job_json(
         "updated_at": _when(rec.updated_at),
     }
     obj.update(scheduling(rec, states, now))
-    obj["unhandled"] = None if roster is None else roster.judge(rec)
+    obj["unhandled"] = None  # judged by show and list, which read what running workers handle (cli/view.py)
     obj["result"] = _raw(rec.opaque_text("x:" + RESULT))
     return obj
 

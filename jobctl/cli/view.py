@@ -11,7 +11,7 @@ import click
 
 from ..errors import JobError
 from ..record import TERMINAL, Record, encode
-from ..roster import Roster, roster_for, unhandled_note
+from ..roster import UNKNOWN, Roster, roster_for, unhandled_note
 from ..store.base import Listing
 from ..store.file import collector_paused, is_orphan, summary_of
 from ..submitter import submitter_of
@@ -97,7 +97,8 @@ def show(state: State, job_id: str) -> None:
     flagged = state.long_leases([rec])
     roster = _roster(state, [rec])
     if state.json:
-        render.out_json(render.job_json(rec, state.now(), _dependency_states(state, rec), rec.id in flagged, roster))
+        obj = render.job_json(rec, state.now(), _dependency_states(state, rec), rec.id in flagged)
+        render.out_json(_judged(obj, rec, roster))
     elif screen.terminal:
         render.print_job(screen, rec, state.now(), _dependency_states(state, rec), rec.id in flagged)
     else:
@@ -110,6 +111,12 @@ def show(state: State, job_id: str) -> None:
 def _roster(state: State, records: Iterable[Record]) -> Roster:
     """What running workers handle, read once, when one of ``records`` is pending (nothing read otherwise)."""
     return roster_for(state.store(), records)
+
+
+def _judged(obj: dict[str, Any], rec: Record, roster: Roster) -> dict[str, Any]:
+    """The job's JSON with ``unhandled`` as ``roster`` says (null when it can say nothing)."""
+    obj["unhandled"] = roster.judge(rec)
+    return obj
 
 
 def _warn_unhandled(rec: Record, roster: Roster) -> None:
@@ -487,11 +494,11 @@ def _list_piped(
     try:
         chosen = render.view_order([rec for rec in opened if wanted(rec)], newest)[:limit]
         flagged |= state.long_leases(chosen)
-        roster = _roster(state, chosen) if state.json else None  # read once for the listing
+        roster = _roster(state, chosen) if state.json else UNKNOWN  # read once for the listing (JSON only)
         for rec in chosen:
             shown.append(rec)
             if state.json:
-                lines.out_json(render.job_json(rec, now, every, rec.id in flagged, roster))
+                lines.out_json(_judged(render.job_json(rec, now, every, rec.id in flagged), rec, roster))
             else:
                 lines.out(render.list_line(rec))
         left = None if limit is None else limit - len(chosen)
