@@ -50,6 +50,7 @@ __all__ = [
     "fsync_dir",
     "scan",
     "refusal",
+    "odd_at",
 ]
 
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -181,6 +182,22 @@ def _odd_there(at: int, name: str, exc: OSError) -> str | None:
 def _odd(path: str, found: str, wanted: str, job_id: str = "") -> JobError:
     follow = "; jobctl does not follow links in a store" if found == "a symbolic link" else ""
     return Invalid(f"{path} is {found}, not {wanted}{follow}", job_id)
+
+
+def odd_at(at: Dir, name: str, wanted: str) -> JobError | None:
+    """The refusal for what is at ``name`` when it is something other than a regular file (not followed).
+
+    None when nothing is there or a regular file is: what a writer checks
+    before it renames its own file over ``name``, since a rename replaces a
+    link or a FIFO without a word.
+    """
+    try:
+        mode = os.stat(name, dir_fd=at.fd, follow_symlinks=False).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return refusal(at.join(name), exc, doing="read")
+    return None if stat.S_ISREG(mode) else _odd(at.join(name), _kind(mode), wanted)
 
 
 def _open_below(at: int, name: str, path: str, create: bool, mode: int) -> int:

@@ -67,7 +67,8 @@ class Event:
     the processor of its earlier attempt, given up at the grace, still runs),
     ``unreadable`` (a record that cannot be read, once per record), ``blocked`` (a job waits for an unreadable
     record, once per job), ``unhandled`` (``drain``/``once`` leaves pending
-    jobs of a kind nothing here can run, once per kind).
+    jobs of a kind nothing here can run, once per kind), ``unannounced`` (the store
+    would not take the worker's word on the kinds it runs: said once).
     """
 
     what: str

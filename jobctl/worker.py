@@ -60,6 +60,7 @@ from .jobenv import JobEnvironment
 from .keeper import Keeper, Lookout
 from .prctl import seal
 from .record import TERMINAL, Record, format_time, held
+from .roster import Announcer, announce_ttl
 from .runner import Guardian, Outcome, Processor, Run, processors
 from .schedule import after_of, attempt, not_before, pipeline_of
 from .slots import Event, Report, Slots, SlotStore, Started
@@ -79,6 +80,8 @@ class WorkerStore(SlotStore, Protocol):
     """What the loop needs of a store beyond its slots' needs."""
 
     def claim(self, job_id: str, owner: str, ttl_seconds: float, *, wait: bool = True) -> Record: ...
+    def announce(self, owner: str, kinds: Iterable[str], ttl_seconds: float) -> None: ...
+    def withdraw(self, owner: str) -> None: ...
     def ids(self) -> list[str]: ...
     def list_open(self) -> OpenListing: ...
     def set_intent(self, job_id: str, want: str, by: str = "") -> Record: ...
@@ -207,6 +210,10 @@ class Worker:
         self._stop_level = 0
         self._stop_deadline = math.inf
         self._announced = False
+        # What this worker runs, said to the store while it claims (jobctl.roster); taken back when it stops.
+        self._word = Announcer(
+            store, self.owner, self.kinds, announce_ttl(self.ttl, self.poll_interval), self._unannounced
+        )
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -249,6 +256,9 @@ class Worker:
             for sig, previous in old.items():
                 signal.signal(sig, previous)
 
+    def _unannounced(self, line: str) -> None:
+        self._emit(Event("unannounced", detail=line))
+
     def _emit(self, event: Event) -> None:
         self.summary.add(event.what)
         if self.on_event is not None:
@@ -271,6 +281,7 @@ class Worker:
         try:
             self._loop(board, mode)
         finally:
+            self._word.withdraw()
             self._shutdown(board)
             board.close()
             if self._guardian is not None:
@@ -303,6 +314,7 @@ class Worker:
             now_mono = time.monotonic()
             wake: datetime | None = None
             if self._stop_level == 0:
+                self._word.tick(now_mono)
                 board.refresh(max_age=self.poll_interval, skip=self._busy)
                 self._say_unreadable(board)
                 idle, wake = self._hand_out(board, only, now_mono)
@@ -328,6 +340,7 @@ class Worker:
             else:
                 if not self._announced:
                     self._announced = True
+                    self._word.withdraw()  # it claims nothing more: pending jobs are not its to run
                     self._emit(
                         Event("stopping", detail=f"claiming nothing more; {len(self._busy)} job(s) to finish or stop")
                     )

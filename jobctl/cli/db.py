@@ -53,8 +53,9 @@ def init(state: State) -> None:
     """Create the jobctl schema in the store's database; print `schema_version=N was=M`.
 
     `was=0` says it was created now. A database already at this jobctl's
-    version is left alone; an older one is refused (run `jobctl db migrate`),
-    and so is a newer one.
+    version is left as it is but for the table of workers' announcements,
+    added when it lacks it; an older one is refused (run `jobctl db
+    migrate`), and so is a newer one.
 
     \b
     Example:
@@ -73,6 +74,8 @@ def migrate(state: State) -> None:
 
     Prints `schema_version=N was=M`. A database never initialised is refused
     (run `jobctl db init`); a newer schema than this jobctl knows is refused.
+    A store at this version already gets the table of workers' announcements
+    when it lacks it (the version stays).
 
     \b
     Example:

@@ -11,6 +11,7 @@ import click
 
 from ..errors import JobError
 from ..record import TERMINAL, Record, encode
+from ..roster import UNKNOWN, Roster, roster_for, unhandled_note
 from ..store.base import Listing, OpenListing
 from ..store.file import collector_paused, is_orphan, summary_of
 from ..submitter import submitter_of
@@ -83,7 +84,9 @@ def show(state: State, job_id: str) -> None:
     Piped, the record re-encoded canonically: the exact bytes every
     implementation writes. On a terminal, the fields in words (lease time
     left, attempt, what it waits for); with --json, the job object. A lease
-    running more than max_ttl ahead is named on stderr (jobctl recall ends it).
+    running more than max_ttl ahead is named on stderr (jobctl recall ends it),
+    and so is a pending job whose kind no running worker handles, when
+    workers have said what they handle (`unhandled` in the JSON).
 
     \b
     Example:
@@ -92,13 +95,35 @@ def show(state: State, job_id: str) -> None:
     rec = state.store().load(job_id)
     screen = state.screen()
     flagged = state.long_leases([rec])
+    roster = _roster(state, [rec])
     if state.json:
-        render.out_json(render.job_json(rec, state.now(), _dependency_states(state, rec), rec.id in flagged))
+        obj = render.job_json(rec, state.now(), _dependency_states(state, rec), rec.id in flagged)
+        render.out_json(_judged(obj, rec, roster))
     elif screen.terminal:
         render.print_job(screen, rec, state.now(), _dependency_states(state, rec), rec.id in flagged)
     else:
         echo_out(encode(rec), nl=False)
     _warn_long_leases(state, [rec], flagged)
+    if roster.unhandled(rec):
+        _warn_unhandled(rec, roster)
+
+
+def _roster(state: State, records: Iterable[Record]) -> Roster:
+    """What running workers handle, read once, when one of ``records`` is pending (nothing read otherwise)."""
+    return roster_for(state.store(), records)
+
+
+def _judged(obj: dict[str, Any], rec: Record, roster: Roster) -> dict[str, Any]:
+    """The job's JSON with ``unhandled`` as ``roster`` says (null when it can say nothing)."""
+    obj["unhandled"] = roster.judge(rec)
+    return obj
+
+
+def _warn_unhandled(rec: Record, roster: Roster) -> None:
+    handled = ", ".join(sorted(roster.kinds or ())) or "nothing"
+    click.echo(
+        f"jobctl: note: job {rec.id}: {unhandled_note(rec.kind)} (the running workers handle: {handled})", err=True
+    )
 
 
 @click.command(cls=JobCommand, short_help="Print the result a job left, as JSON.")
@@ -489,10 +514,11 @@ class _PipedList:
         try:
             chosen = render.view_order([rec for rec in opened if self.wanted(rec)], self.newest)[: self.limit]
             self.flagged |= state.long_leases(chosen)
+            roster = _roster(state, chosen) if state.json else UNKNOWN  # read once for the listing (JSON only)
             for rec in chosen:
                 self.shown.append(rec)
                 if state.json:
-                    lines.out_json(render.job_json(rec, now, every, rec.id in self.flagged))
+                    lines.out_json(_judged(render.job_json(rec, now, every, rec.id in self.flagged), rec, roster))
                 else:
                     lines.out(render.list_line(rec))
             left = None if self.limit is None else self.limit - len(chosen)

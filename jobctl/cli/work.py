@@ -398,6 +398,11 @@ did not. Without either, run until stopped. SIGTERM: claim nothing more,
 let running jobs finish within --shutdown-grace, stop and release the
 rest; a second SIGTERM stops them at once.
 
+While it claims, it tells the store which kinds it handles (renewed as it
+loops, taken back when it stops), so that `jobctl show` can name a pending
+job no running worker handles; a store that will not take the word is said
+once (`unannounced`), and the worker goes on.
+
 Each record that cannot be read is named once on stderr (id, path, why),
 and so is each job that waits for one. --drain and --once name, one line
 per kind, the pending jobs left because nothing here runs their kind;
@@ -438,7 +443,7 @@ Examples:
 """
 
 _QUIET_SHOWS = frozenset(
-    ("failed", "refused", "fenced", "alert-failed", "untrusted", "unreadable", "blocked", "unhandled")
+    ("failed", "refused", "fenced", "alert-failed", "untrusted", "unreadable", "blocked", "unhandled", "unannounced")
 )
 
 

@@ -20,6 +20,8 @@ if TYPE_CHECKING:  # the summary cache loads only when a listing asks for it
 __all__ = [
     "Store",
     "Notices",
+    "Announcement",
+    "Announcements",
     "RowLease",
     "LeaseSource",
     "Listing",
@@ -106,6 +108,19 @@ class RowLease:
     url: str
     job_id: str
     query: str
+
+
+@dataclass(frozen=True)
+class Announcement:
+    """A running worker's word on what it handles: its lease owner, its kinds, until when (the store's clock)."""
+
+    owner: str
+    kinds: frozenset[str]
+    expires_at: datetime
+
+
+#: Live announcements, by owner (a name of its own: inside a store class, ``list`` is the method).
+Announcements = list[Announcement]
 
 
 #: What :meth:`Store.lease_source` gives a guardian: a record file's path, or a database row.
@@ -440,5 +455,32 @@ class Store(Protocol):
 
         jobctl's only deletion (``jobctl gc``): a terminal record never
         changes again [JOB-T1], so nobody else can be writing it.
+        """
+        ...
+
+    def announce(self, owner: str, kinds: Iterable[str], ttl_seconds: float) -> None:
+        """Say that the worker ``owner`` runs ``kinds`` for ``ttl_seconds`` from now, by the store's clock.
+
+        It replaces that worker's last word, in one atomic write (a directory:
+        a file of its own under ``work/.jobctl/workers/``, written as a record
+        is; PostgreSQL: one row). A worker renews it while it loops and
+        withdraws it when it stops; a worker killed outright leaves it to
+        expire. Nothing here touches a job. ``Invalid`` for an odd file or a
+        link at its name (never followed), ``Refused`` when it cannot be
+        written (a PostgreSQL store whose schema predates the table:
+        ``jobctl db migrate`` adds it).
+        """
+        ...
+
+    def withdraw(self, owner: str) -> None:
+        """Take back ``owner``'s announcement; nothing when it has none. Refusals as :meth:`announce`."""
+        ...
+
+    def announcements(self) -> Announcements:
+        """The announcements not yet expired by the store's clock, sorted by owner.
+
+        What cannot be read as one (garbage, a link, an odd file) is left
+        out without a word: an announcement is a hint, never a record. A
+        store that cannot keep them (an older PostgreSQL schema) answers ``[]``.
         """
         ...

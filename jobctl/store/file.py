@@ -42,6 +42,7 @@ from ..record import (
 from ..wire import lazy_pattern
 from .base import Listing, Notices, OpenListing, Records, Refusals, Skipped, Unreadable
 from .contract import ContractStore
+from .workers import WorkerFiles
 
 if TYPE_CHECKING:  # the summary cache (hashlib and all) loads only when a listing asks for it
     from .. import summary
@@ -86,7 +87,7 @@ _SHARED_FROM = 2000
 _S_IFREG = stat.S_IFREG
 
 
-class FileStore(ContractStore):
+class FileStore(ContractStore, WorkerFiles):
     """A store rooted at a directory; opening it creates ``jobs/`` and ``work/``.
 
     ``create=False`` opens only a store that is already there: a root that

@@ -32,6 +32,7 @@ from ..errors import CancelledByDependency, Exists, Invalid, JobError, NoStore, 
 from ..filters import parse_states
 from ..lifecycle import replacement_of, replacements, retry
 from ..record import ZERO_TIME
+from ..roster import roster_for
 from ..store.base import Store
 from ..submitter import submitter_of
 from .events import Feed
@@ -219,7 +220,7 @@ class _Api:
     def job_or_404(self, job_id: str) -> dict[str, Any]:
         store = self.store
         rec = store.load(job_id)
-        return job_view(rec, store.now(), replacement_of(store, rec))
+        return job_view(rec, store.now(), replacement_of(store, rec), roster_for(store, [rec]))
 
     async def submit(self, request: Request) -> Response:
         store, job_or_404 = self.store, self.job_or_404
@@ -263,6 +264,7 @@ class _Api:
             listed = store.list()
             now = store.now()
             replaced = replacements(listed)
+            roster = roster_for(store, listed)  # once for the whole answer
             chosen = []
             # Newest first by creation time: an id given by the submitter (an Idempotency-Key's) says nothing of it.
             for rec in sorted(listed, key=lambda r: (r.created_at or ZERO_TIME, r.id), reverse=True):
@@ -272,7 +274,7 @@ class _Api:
                     continue
                 if "by" in query and submitter_of(rec) != query["by"]:
                     continue
-                view = job_view(rec, now, replaced.get(rec.id))
+                view = job_view(rec, now, replaced.get(rec.id), roster)
                 if "pipeline" in query and (view["pipeline"] or {}).get("name") != query["pipeline"]:
                     continue
                 chosen.append(view)
@@ -296,7 +298,8 @@ class _Api:
             listed = list(store.list())
             now = store.now()
             names = pipeline_names(listed)[:50]
-            return {"pipelines": [pipeline_view(listed, name, now) for name in names]}
+            roster = roster_for(store, listed)
+            return {"pipelines": [pipeline_view(listed, name, now, roster) for name in names]}
 
         return JSONResponse(await run_in_threadpool(work))
 
@@ -305,7 +308,8 @@ class _Api:
         name = request.path_params["name"]
 
         def work() -> dict[str, Any]:
-            view = pipeline_view(store.list(), name, store.now())
+            listed = store.list()
+            view = pipeline_view(listed, name, store.now(), roster_for(store, listed))
             if view is None:
                 raise NotFound(f"no such pipeline {name}: no job was submitted with pipeline {name}")
             return view
@@ -337,7 +341,7 @@ class _Api:
 
     def approve(self, job_id: str, by: str) -> dict[str, Any]:
         rec = self.store.set_intent(job_id, "run", by)  # what `jobctl approve` calls
-        return job_view(rec, self.store.now())
+        return job_view(rec, self.store.now(), roster=roster_for(self.store, [rec]))
 
     def cancel(self, job_id: str, by: str, reason: str) -> dict[str, Any]:
         rec = self.store.cancel(job_id, by, reason=reason)  # what `jobctl cancel` calls
@@ -349,7 +353,9 @@ class _Api:
         # already answers 200 with its replacement, made by whichever request the store let through.
         answers = retry(store, job_id, with_dependents=True, by=by)
         now = store.now()
-        views = [job_view(store.load(answer.new), now) for answer in answers]
+        made_again = [store.load(answer.new) for answer in answers]
+        roster = roster_for(store, made_again)
+        views = [job_view(rec, now, roster=roster) for rec in made_again]
         made = [answer.new for answer in answers if answer.created]
         return {"jobs": views, "created": made}, 201 if answers[0].created else 200
 

@@ -32,6 +32,7 @@ from typing import Any
 
 from ..errors import JobError
 from ..record import UTC, Record, format_time
+from ..roster import UNKNOWN, Roster, roster_for
 from ..store.base import Store
 from ..watch import Watch, fingerprint
 from .views import changed_pipelines, changed_views
@@ -46,6 +47,8 @@ STALE_AFTER = 3.0
 #: The first wait after a failed read, doubled after each failure of one outage up to :data:`PAUSE_MOST`.
 PAUSE_FIRST = 0.5
 PAUSE_MOST = 5.0
+#: Seconds between two reads of what running workers handle (it changes with no job written).
+ROSTER_EVERY = 2.0
 #: How long the watch waits at a time, so that it sees a closed feed soon after; and how often a
 #: stream looks at the feed's status.
 _TICK = 1.0
@@ -160,6 +163,10 @@ class _Pump:
         self._pipes_seen: dict[str, str] = {}
         self._pipes: dict[str, dict[str, Any]] = {}
         self._read_once = False
+        # The records of the last read, and what workers handled then (read again every ROSTER_EVERY s).
+        self._records: list[Record] | None = None
+        self._roster = UNKNOWN
+        self._roster_due = 0.0
         self._fresh: str | None = None  # when the last read that succeeded ended (UTC)
         self._busy: float | None = None  # time.monotonic() when the read under way began
         self._failure: float | None = None  # time.monotonic() when this outage's first read failed
@@ -221,7 +228,10 @@ class _Pump:
                         watch = Watch(self._store, None, shown=shown)  # LISTEN needs the server too
                     notice = watch.next(timeout=_TICK)
                     if notice is not None and notice.what == "changed":
-                        self._publish(notice.records, self._store.now())
+                        self._records = notice.records
+                        self._publish(notice.records, self._store.now(), roster_for(self._store, notice.records))
+                    elif self._records is not None and time.monotonic() >= self._roster_due:
+                        self._recheck_roster(self._records)
                 except Exception as exc:  # whatever the store raised: said once, tried again; the thread lives on
                     self._busy = None
                     self._failed(exc)
@@ -236,9 +246,18 @@ class _Pump:
                 watch.close()
                 watch.next(0)  # a closed watch lets go of its notices (inotify, LISTEN) on its next call
 
-    def _publish(self, records: list[Record], now: datetime) -> None:
-        seen, changed, gone = changed_views(self._seen, records, now)
-        pipes_seen, pipes, pipes_gone = changed_pipelines(self._pipes_seen, records, now)
+    def _recheck_roster(self, records: list[Record]) -> None:
+        """What workers handle changes with no job written (a worker starts, stops or is killed): read it again."""
+        roster = roster_for(self._store, records)
+        if roster != self._roster:
+            self._publish(records, self._store.now(), roster)
+        else:
+            self._roster_due = time.monotonic() + ROSTER_EVERY
+
+    def _publish(self, records: list[Record], now: datetime, roster: Roster) -> None:
+        self._roster, self._roster_due = roster, time.monotonic() + ROSTER_EVERY
+        seen, changed, gone = changed_views(self._seen, records, now, roster)
+        pipes_seen, pipes, pipes_gone = changed_pipelines(self._pipes_seen, records, now, roster)
         views = dict(self._views)
         for job_id in gone:
             del views[job_id]

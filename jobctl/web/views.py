@@ -16,6 +16,7 @@ from ..errors import JobError
 from ..lifecycle import RETRYABLE, doomed_by, replacements, retry_of_link
 from ..record import ZERO_TIME, Record, format_time, held, is_zero
 from ..results import has_result, result_of
+from ..roster import UNKNOWN, Roster
 from ..schedule import after_of, not_before, pipeline_of, pipeline_stages, pipeline_state, retry_of, shown_attempt
 from ..submitter import submitter_of
 
@@ -52,8 +53,11 @@ def _json(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
-def job_view(rec: Record, now: datetime, replaced_by: str | None = None) -> dict[str, Any]:
+def job_view(rec: Record, now: datetime, replaced_by: str | None = None, roster: Roster = UNKNOWN) -> dict[str, Any]:
     """The ``job`` object of the HTTP API: what a page shows of one job.
+
+    ``roster``: what running workers handle (:func:`jobctl.roster.roster_for`,
+    read once for every job of an answer), for ``unhandled``.
 
     ``replaced_by``: the id of the job a retry made of this one, when there
     is one (:func:`jobctl.lifecycle.replacements`). ``retryable`` says
@@ -105,6 +109,7 @@ def job_view(rec: Record, now: datetime, replaced_by: str | None = None) -> dict
         "replaced_by": replaced_by,
         "cancelled_for": doomed,
         "retryable": rec.state in RETRYABLE and replaced_by is None and doomed is None,
+        "unhandled": roster.judge(rec),
         "not_before": None if rec.terminal else _time(start),
         "next_attempt_at": _time(start) if waiting_retry and start is not None and now < start else None,
         "previous_attempt": previous,
@@ -113,7 +118,9 @@ def job_view(rec: Record, now: datetime, replaced_by: str | None = None) -> dict
     }
 
 
-def pipeline_view(records: Iterable[Record], name: str, now: datetime) -> dict[str, Any] | None:
+def pipeline_view(
+    records: Iterable[Record], name: str, now: datetime, roster: Roster = UNKNOWN
+) -> dict[str, Any] | None:
     """Pipeline ``name``: its state and its stages in order, or None if it has none.
 
     Each stage is its newest run (:func:`jobctl.schedule.pipeline_stages`);
@@ -132,7 +139,7 @@ def pipeline_view(records: Iterable[Record], name: str, now: datetime) -> dict[s
                 "step": step(stage.record, now),
                 "detail": stage.detail,
                 "after": stage.after,
-                "job": job_view(stage.record, now),
+                "job": job_view(stage.record, now, roster=roster),
                 "history": [{"id": run.id, "state": run.state, "error": run.error} for run in stage.history],
             }
             for stage in stages
@@ -157,7 +164,7 @@ def pipeline_names(records: Iterable[Record]) -> list[str]:
 
 
 def changed_views(
-    seen: Mapping[str, str], records: Iterable[Record], now: datetime
+    seen: Mapping[str, str], records: Iterable[Record], now: datetime, roster: Roster = UNKNOWN
 ) -> tuple[dict[str, str], list[dict[str, Any]], list[str]]:
     """For the change stream: ``(what is seen now, the jobs whose view changed, the ids gone)``.
 
@@ -169,7 +176,7 @@ def changed_views(
     listed = list(records)
     replaced = replacements(listed)
     for rec in listed:
-        view = job_view(rec, now, replaced.get(rec.id))
+        view = job_view(rec, now, replaced.get(rec.id), roster)
         text = json.dumps(view, sort_keys=True)
         now_seen[rec.id] = text
         if seen.get(rec.id) != text:
@@ -179,7 +186,7 @@ def changed_views(
 
 
 def changed_pipelines(
-    seen: Mapping[str, str], records: Iterable[Record], now: datetime
+    seen: Mapping[str, str], records: Iterable[Record], now: datetime, roster: Roster = UNKNOWN
 ) -> tuple[dict[str, str], list[dict[str, Any]], list[str]]:
     """As :func:`changed_views`, of pipelines: ``(what is seen now, the pipelines whose view changed, the names gone)``.
 
@@ -212,7 +219,7 @@ def changed_pipelines(
                 if dep not in near and dep in by_id:
                     near.add(dep)
                     waited.append(by_id[dep])
-        view = pipeline_view(members + waited, name, now)
+        view = pipeline_view(members + waited, name, now, roster)
         if view is None:
             continue
         text = json.dumps(view, sort_keys=True)

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
 from devtools import Browser, find_chromium
 from webtools import Server, serve_env, start_server, stop
 
-from jobctl import FileStore
+from jobctl import FileStore, open_store
 
 
 @pytest.fixture
@@ -36,6 +36,35 @@ def start(tmp_path: Path) -> Iterator[Callable[..., Server]]:
     for server in running:
         err = stop(server.proc)
         assert server.proc.returncode == -signal.SIGTERM, err  # stopped by the signal, as uvicorn ends
+        assert "Traceback" not in err, err
+
+
+@pytest.fixture(params=["file", "postgres"])
+def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[..., Server]]:
+    """``served(*args, **env)``: a ``jobctl serve`` on a fresh store of each kind; stopped, and checked quiet."""
+    running: list[Server] = []
+
+    def launch(*args: str, **env: str) -> Server:
+        root = tmp_path / f"store{len(running)}"
+        if request.param == "file":
+            store = FileStore(root)
+        else:
+            from jobctl.store import postgres
+
+            url = request.getfixturevalue("pg_url")
+            postgres.init(url)
+            env = {"JOB_STORE": url, **env}
+            store = open_store(url)
+            request.addfinalizer(store.close)
+        proc, url_served = start_server(root, *args, **env)
+        server = Server(proc, url_served, store, serve_env(root, **env))  # type: ignore[arg-type]
+        running.append(server)
+        return server
+
+    yield launch
+    for server in running:
+        err = stop(server.proc)
+        assert server.proc.returncode == -signal.SIGTERM, err
         assert "Traceback" not in err, err
 
 

@@ -51,6 +51,10 @@ class Away:
         self._check()
         return self.inner.load(job_id)
 
+    def announcements(self) -> Any:
+        self._check()
+        return self.inner.announcements()
+
     def now(self) -> Any:
         return self.inner.now()  # a PostgreSQL store's clock answers from its last reading for a while
 

@@ -4,45 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from webtools import Server, serve_env, start_server, stop
-
-from jobctl import FileStore, open_store
+from webtools import Server
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture(params=["file", "postgres"])
-def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[..., Server]]:
-    """``served(*args, **env)``: a ``jobctl serve`` on a fresh store of each kind; stopped, and checked quiet."""
-    running: list[Server] = []
-
-    def launch(*args: str, **env: str) -> Server:
-        root = tmp_path / f"store{len(running)}"
-        if request.param == "file":
-            store = FileStore(root)
-        else:
-            from jobctl.store import postgres
-
-            url = request.getfixturevalue("pg_url")
-            postgres.init(url)
-            env = {"JOB_STORE": url, **env}
-            store = open_store(url)
-            request.addfinalizer(store.close)
-        proc, url_served = start_server(root, *args, **env)
-        server = Server(proc, url_served, store, serve_env(root, **env))  # type: ignore[arg-type]
-        running.append(server)
-        return server
-
-    yield launch
-    for server in running:
-        err = stop(server.proc)
-        assert server.proc.returncode == -signal.SIGTERM, err
-        assert "Traceback" not in err, err
 
 
 @pytest.mark.parametrize(

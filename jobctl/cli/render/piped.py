@@ -201,6 +201,7 @@ def job_json(
         "updated_at": _when(rec.updated_at),
     }
     obj.update(scheduling(rec, states, now))
+    obj["unhandled"] = None  # judged by show and list, which read what running workers handle (cli/view.py)
     obj["result"] = _raw(rec.opaque_text("x:" + RESULT))
     return obj
 

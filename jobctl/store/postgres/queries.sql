@@ -353,3 +353,21 @@ SELECT id, epoch, extract(epoch FROM expires_at - statement_timestamp())::float8
 -- committed before it first, so a read after a write another process made is
 -- never behind it, and a dropped connection shows at once.
 SELECT 1;
+
+-- name: announce
+-- A worker's word (workers.sql), replacing its last; the words expired an
+-- hour ago or more go in the same statement (workers killed outright).
+WITH gone AS (
+    DELETE FROM jobctl_workers
+    WHERE expires_at < coalesce(%(now)s::timestamptz, statement_timestamp()) - interval '1 hour'
+)
+INSERT INTO jobctl_workers (owner, kinds, expires_at)
+VALUES (%(owner)s, %(kinds)s, coalesce(%(now)s::timestamptz, statement_timestamp()) + %(ttl)s::interval)
+ON CONFLICT (owner) DO UPDATE SET kinds = excluded.kinds, expires_at = excluded.expires_at;
+
+-- name: withdraw
+DELETE FROM jobctl_workers WHERE owner = %(owner)s;
+
+-- name: announcements
+SELECT owner, kinds, expires_at FROM jobctl_workers
+WHERE expires_at > coalesce(%(now)s::timestamptz, statement_timestamp());

@@ -6,6 +6,10 @@ into their columns, decoding them in Python as every reader decodes them
 (:func:`_fill_3`), between ``migrate-3.sql`` and ``migrate-3-finish.sql``.
 A database is initialised by the same steps a migration runs, from nothing,
 in one transaction; so is every migration.
+
+``workers.sql`` (the table of workers' announcements) is no version of its
+own: it only adds a table, so ``init`` and ``migrate`` run it on a store of
+any version, and a store made before it is not refused for lacking it.
 """
 
 from __future__ import annotations
@@ -78,10 +82,19 @@ def _steps(sql_dir: str, target: int) -> dict[int, list[Step]]:
     return steps
 
 
+def _additions() -> Step:
+    """What a store of any version may lack without being refused: ``CREATE ... IF NOT EXISTS`` alone.
+
+    Always this jobctl's own, whatever directory the versions' steps come from.
+    """
+    return _script(os.path.join(SQL_DIR, "workers.sql"))
+
+
 def init(url: str, *, sql_dir: str = SQL_DIR, target: int = SCHEMA_VERSION) -> tuple[int, int]:
     """Create the schema in an empty database: ``(version before, version after)``.
 
-    A database already at ``target`` is left alone; an older one is refused
+    A database already at ``target`` is left as it is but for what
+    ``workers.sql`` adds when it lacks it; an older one is refused
     (``jobctl db migrate`` moves it), a newer one too.
     """
     with connect(url) as conn, refusing(url), conn.transaction():
@@ -92,13 +105,18 @@ def init(url: str, *, sql_dir: str = SQL_DIR, target: int = SCHEMA_VERSION) -> t
                 for action in actions:
                     action(conn)
             conn.execute(Q["first_version"], {"version": target})
+            _additions()(conn)
             return 0, target
         refuse_version(url, found, target, migrate_hint=True)
+        _additions()(conn)
         return found, found
 
 
 def migrate(url: str, *, sql_dir: str = SQL_DIR, target: int = SCHEMA_VERSION) -> tuple[int, int]:
-    """Move an older schema forward to ``target`` in one transaction: ``(before, after)``."""
+    """Move an older schema forward to ``target`` in one transaction: ``(before, after)``.
+
+    A store at ``target`` already gets only what ``workers.sql`` adds when it lacks it.
+    """
     with connect(url) as conn, refusing(url), conn.transaction():
         found = schema_status(conn)
         if found == 0:
@@ -113,6 +131,7 @@ def migrate(url: str, *, sql_dir: str = SQL_DIR, target: int = SCHEMA_VERSION) -
                 action(conn)
         if found != target:
             conn.execute(Q["set_version"], {"version": target})
+        _additions()(conn)
         return found, target
 
 

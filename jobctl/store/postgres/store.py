@@ -60,6 +60,7 @@ from .held import HOLDERS, Held
 from .listener import Listener
 from .schema import SCHEMA_VERSION, UNDECODABLE, Q, refuse_version, schema_status, uninitialised, values_kept
 from .session import RECONNECT_WAIT, RECONNECT_WAIT_ENV, Session, Unsure, read, reconnect_wait_of, retried
+from .workers import WorkerRows
 
 __all__ = ["PostgresStore", "SCAN_PAGE", "RECONNECT_WAIT", "RECONNECT_WAIT_ENV", "reconnect_wait_of"]
 
@@ -77,7 +78,7 @@ Rows = list[tuple[Any, ...]]
 Answers = list[Sequence[Any] | None]
 
 
-class PostgresStore(ContractStore):
+class PostgresStore(ContractStore, WorkerRows):
     """A store in a PostgreSQL database (schema made by ``jobctl db init``).
 
     ``clock`` replaces the server's clock; only tests that move time by hand

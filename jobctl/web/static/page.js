@@ -118,6 +118,12 @@ function failure(job) {
   return el("div", { class: "failure" }, line, more);
 }
 
+function unhandled(job) {
+  // Workers have said what they handle, and none of the running ones handles this pending job's kind.
+  if (job.unhandled !== true) return null;
+  return el("div", { class: "detail unhandled", "data-unhandled": job.kind }, `no running worker handles kind ${job.kind}`);
+}
+
 function stepView(stage) {
   const job = stage.job;
   return el("li", { class: "step", "data-job": job.id, "data-stage": stage.stage, "data-step": stage.step },
@@ -125,6 +131,7 @@ function stepView(stage) {
     between(job) ? null : progress(job),
     job.attempt > 1 ? el("div", { class: "detail" }, `attempt ${job.attempt}`) : null,
     job.next_attempt_at ? el("div", { class: "detail", "data-next-attempt": job.next_attempt_at }, `next attempt at ${job.next_attempt_at}`) : null,
+    unhandled(job),
     stage.detail && !job.error ? el("div", { class: "detail" }, waits(stage)) : null,
     failure(job),
     result(job),
@@ -142,7 +149,8 @@ function pipelineView(pipeline) {
 function jobRow(job) {
   return el("tr", { "data-job": job.id, "data-step": job.step },
     el("td", { class: "id" }, job.id),
-    el("td", {}, job.kind, job.pipeline ? el("div", { class: "detail" }, `${job.pipeline.name} / ${job.pipeline.stage}`) : null),
+    el("td", {}, job.kind, job.pipeline ? el("div", { class: "detail" }, `${job.pipeline.name} / ${job.pipeline.stage}`) : null,
+      unhandled(job)),
     el("td", {}, el("span", { class: "badge", "data-step": job.step }, job.step)),
     el("td", {}, (!between(job) && progress(job)) || "-"),
     el("td", {}, String(job.attempt)),
