@@ -55,7 +55,7 @@ from .lookout import Lookout
 from .record import Record
 from .schedule import attempt as attempt_of
 from .schedule import not_before, record_failure
-from .store.contract import cancelled_words
+from .store.contract import cancel_reason_of, cancelled_words
 
 if TYPE_CHECKING:
     from .store.base import LeaseSource, Notices
@@ -529,7 +529,7 @@ class _Watch:
             return  # the work finished the job itself; let it end
         if rec.want == "cancel":
             by = rec.intent.by if rec.intent is not None else ""
-            self.begin("cancel", cancelled_words(by), None)
+            self.begin("cancel", cancelled_words(by, cancel_reason_of(rec)), None)
         elif rec.want == "pause":
             self.begin("pause", "paused on request", None)
         if rec.lease.expires_at is not None:
@@ -651,7 +651,7 @@ class Ending:
         if not reason:
             current = rec if rec is not None else self.rec
             by = current.intent.by if current.intent is not None else ""
-            reason = cancelled_words(by)
+            reason = cancelled_words(by, cancel_reason_of(current))
         out.error = reason
         return self.finish(out, "cancelled")
 

@@ -38,7 +38,7 @@ from .record import Record
 from .runner import Outcome, Run, RunStore
 from .schedule import blocked_by
 from .store.base import Verdicts
-from .store.contract import cancelled_words, refusal
+from .store.contract import cancel_reason_of, cancelled_words, refusal
 
 if TYPE_CHECKING:
     from .keeper import Keeper
@@ -378,7 +378,7 @@ class Slots:
             return None
         if claimed.want == "cancel":  # asked to stop before it started [JOB-I8]: ended here, never started
             by = claimed.intent.by if claimed.intent is not None else ""
-            final, event = self._cancel(claimed, cancelled_words(by))
+            final, event = self._cancel(claimed, cancelled_words(by, cancel_reason_of(claimed)))
             self._post(Report(rec.id, record=final, event=event))
             return None
         started = self._start(claimed, at, self._successor)

@@ -143,7 +143,7 @@ def recall(state: State, job_id: str, epoch: int | None, reason: str, grace: flo
 @click.command(cls=JobCommand, short_help="Stop a job: now if nobody holds it, else ask its holder.")
 @job_id_argument
 @by_option
-@click.option("--reason", type=TEXT, help="Why: written in the error of a job this cancel ends.")
+@click.option("--reason", type=TEXT, help="Why: in the error the job ends with, whoever ends it.")
 @common
 @pass_state
 def cancel(state: State, job_id: str, by: str | None, reason: str | None) -> None:
@@ -154,9 +154,10 @@ def cancel(state: State, job_id: str, by: str | None, reason: str | None) -> Non
     state printed is then still the holder's. Cancelling a cancelled job is
     not an error.
 
-    A job this command ends has the error `cancelled at the request of BY`,
-    then `: REASON` with --reason. A job held for approval (submit --hold) is
-    claimed before its intent is set, so no worker starts it in between.
+    The job ends with the error `cancelled at the request of BY`, then
+    `: REASON` with --reason, whether this command or its holder ends it. A
+    job held for approval (submit --hold) is claimed before its intent is set,
+    so no worker starts it in between.
 
     \b
     Examples:

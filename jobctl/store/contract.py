@@ -26,6 +26,8 @@ from .base import UNSET, Skipped, Verdicts
 __all__ = [
     "ContractStore",
     "cancelled_words",
+    "cancel_reason_of",
+    "CANCEL_REASON",
     "verdict",
     "refusal",
     "Apply",
@@ -286,20 +288,26 @@ class ContractStore:
             try:
                 mine = self.claim(job_id, by, ttl_seconds)
             except (LeaseHeld, Terminal):
-                return self._cancel_asked(job_id, by)
-            self.set_intent(job_id, "cancel", by)
+                return self._cancel_asked(job_id, by, reason)
+            self._ask_cancel(job_id, by, reason)
         else:
-            self.set_intent(job_id, "cancel", by)
+            self._ask_cancel(job_id, by, reason)
             try:
                 mine = self.claim(job_id, by, ttl_seconds)
             except (LeaseHeld, Terminal):
                 return self.load(job_id)
         return self.finish(job_id, mine.lease.epoch, "cancelled", error=cancelled_words(by, reason))
 
-    def _cancel_asked(self, job_id: str, by: str) -> Record:
+    def _ask_cancel(self, job_id: str, by: str, reason: str) -> Record:
+        """The intent ``cancel``, and with a reason, the reason beside it in the same write (:data:`CANCEL_REASON`)."""
+        if not reason:
+            return self.set_intent(job_id, "cancel", by)
+        return self._write(job_id, asking_cancel(job_id, by, reason))
+
+    def _cancel_asked(self, job_id: str, by: str, reason: str) -> Record:
         """The cancel intent on a job another claimed first (its holder honours it); an ended job as it ended."""
         try:
-            self.set_intent(job_id, "cancel", by)
+            self._ask_cancel(job_id, by, reason)
         except Terminal:
             rec = self.load(job_id)
             if rec.state != "cancelled":
@@ -307,6 +315,10 @@ class ContractStore:
             return rec
         return self.load(job_id)
 
+
+#: Why a job was asked to cancel, beside its intent: ``{"by": WHO, "reason": TEXT}``. Its holder, honouring
+#: the intent, ends the job with the reason; it is the reason of the intent whose ``by`` it names.
+CANCEL_REASON = "jobctl.run/cancel-reason@1"
 
 #: The longest reason a cancel takes, in characters: it ends up in the record's error.
 MAX_CANCEL_REASON = 1000
@@ -323,6 +335,15 @@ def _cancel_reason(reason: Any, job_id: str) -> str:
     if not reason.isprintable():
         raise Invalid(f"job {job_id}: the cancel's reason holds a character that is not printable (a newline?)", job_id)
     return reason.strip()
+
+
+def cancel_reason_of(rec: Record) -> str:
+    """The reason given with ``rec``'s cancel intent (:data:`CANCEL_REASON`), or ``""``."""
+    value = rec.extensions.get(CANCEL_REASON)
+    if rec.want != "cancel" or not isinstance(value, dict) or rec.intent is None:
+        return ""
+    reason = value.get("reason")
+    return reason if value.get("by") == rec.intent.by and isinstance(reason, str) else ""
 
 
 def cancelled_words(by: str, reason: str = "") -> str:
@@ -571,6 +592,17 @@ def intending(job_id: str, want: str, by: str) -> Apply:
             raise Terminal(f"job {job_id} is {rec.state}; nothing reopens it")
         rec.intent = Intent(want, by or "", now)
         rec.updated_at = now
+
+    return apply
+
+
+def asking_cancel(job_id: str, by: str, reason: str) -> Apply:
+    """set_intent ``cancel`` as :func:`intending`, with the reason beside it (:data:`CANCEL_REASON`)."""
+    intend = intending(job_id, "cancel", by)
+
+    def apply(rec: Record, now: datetime) -> None:
+        intend(rec, now)
+        rec.extensions[CANCEL_REASON] = {"by": by, "reason": reason}
 
     return apply
 

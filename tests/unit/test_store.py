@@ -1081,21 +1081,32 @@ def test_a_cancel_that_ends_the_job_names_who_asked_and_why(any_store: Store, jo
 def test_a_held_job_is_leased_to_its_canceller_before_it_is_asked_to_cancel(any_store: Store, job: str) -> None:
     """A job waiting for approval never reads runnable on the way: claimed first, then given the intent."""
     any_store.set_intent(job, "pause", "gatekeeper")
-    seen: list[tuple[str, bool]] = []
-    set_intent = any_store.set_intent
+    seen: list[bool] = []
+    ask = any_store._ask_cancel  # type: ignore[attr-defined]
 
-    def watched(job_id: str, want: str, by: str = "") -> Record:
+    def watched(job_id: str, by: str, reason: str) -> Record:
         rec = any_store.load(job_id)
-        seen.append((want, record.held(rec.lease, any_store.now()) and rec.lease.owner == by))
-        return set_intent(job_id, want, by)
+        seen.append(record.held(rec.lease, any_store.now()) and rec.lease.owner == by and rec.want == "pause")
+        return ask(job_id, by, reason)  # type: ignore[no-any-return]
 
-    any_store.set_intent = watched  # type: ignore[method-assign]
+    any_store._ask_cancel = watched  # type: ignore[attr-defined]
     try:
         rec = any_store.cancel(job, "alice", reason="rejected")
     finally:
-        del any_store.set_intent  # type: ignore[method-assign]
-    assert seen == [("cancel", True)]  # the intent went on a job the canceller held already
+        del any_store._ask_cancel  # type: ignore[attr-defined]
+    assert seen == [True]  # the intent went on a job the canceller held already
     assert (rec.state, rec.want, rec.error) == ("cancelled", "cancel", "cancelled at the request of alice: rejected")
+
+
+def test_the_reason_is_written_with_the_intent_and_is_that_intents_alone(any_store: Store, job: str) -> None:
+    from jobctl.store.contract import CANCEL_REASON, cancel_reason_of
+
+    any_store.claim(job, "worker-1", 60)
+    rec = any_store.cancel(job, "alice", reason="rejected")  # held: only the intent (and why) is written
+    assert rec.extensions[CANCEL_REASON] == {"by": "alice", "reason": "rejected"}
+    assert cancel_reason_of(any_store.load(job)) == "rejected"
+    again = any_store.set_intent(job, "cancel", "bob")  # another's intent: alice's reason is not bob's
+    assert cancel_reason_of(again) == ""
 
 
 def test_a_held_job_another_claimed_first_gets_the_intent_for_its_holder(any_store: Store, job: str) -> None:

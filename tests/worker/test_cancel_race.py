@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from workertools import no_config, submit
+from workertools import job_argv, no_config, submit, wait_until
 
 from jobctl import FileStore
 
@@ -54,6 +54,17 @@ def test_rejected_gates_never_start_and_name_who_rejected_them_and_why(
     for proc in running:
         proc.stop()
         assert all(event["what"] != "started" for event in events_of(proc)), proc.seen  # none logged as started
+
+
+def test_a_running_jobs_holder_ends_it_naming_who_asked_and_why(store: FileStore, side_log: Path, workers: Any) -> None:
+    job = submit(store, job_argv("sleep", 60), side_log)
+    worker = workers(concurrency=1)
+    worker.next_event(lambda e: e["what"] == "started" and e["id"] == job)
+    asked = store.cancel(job, "alice", reason="the voice is wrong")  # held: the intent, for its holder to honour
+    assert (asked.state, asked.want) == ("running", "cancel")
+    worker.next_event(lambda e: e["what"] == "cancelled" and e["id"] == job)
+    rec = wait_until(lambda: (r := store.load(job)).terminal and r, what="the holder's ending")
+    assert (rec.state, rec.error) == ("cancelled", "cancelled at the request of alice: the voice is wrong")
 
 
 def events_of(proc: Any) -> list[dict[str, Any]]:
