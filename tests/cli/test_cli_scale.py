@@ -11,6 +11,7 @@ import pytest
 
 from jobctl import Record, summary
 from jobctl.store import file as file_store
+from jobctl.store import file_listing
 
 from .support.clitools import Jobctl
 
@@ -31,7 +32,8 @@ def decoded(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         seen.append(job_id)
         return real(data, job_id, named=named)
 
-    monkeypatch.setattr(file_store, "decode", counting)
+    for module in (file_store, file_listing):  # the store's own reads, and its listings'
+        monkeypatch.setattr(module, "decode", counting)
     return seen
 
 
@@ -266,7 +268,7 @@ def test_a_scan_shared_among_processes_prints_what_one_process_prints(
     (jobctl.root / "jobs" / "1-broken.json").write_bytes(b"{")
     os.symlink("/etc/passwd", jobctl.root / "jobs" / "2-link.json")
     alone = jobctl(*args, env={"XDG_CACHE_HOME": str(tmp_path / "alone"), fanout.PROCESSES_ENV: "1"})
-    monkeypatch.setattr(file_store, "_SHARED_FROM", 2)
+    monkeypatch.setattr(file_listing, "_SHARED_FROM", 2)
     monkeypatch.setattr(fanout, "MIN_SHARE", 1)
     forks: list[int] = []
     real_fork = fanout._fork

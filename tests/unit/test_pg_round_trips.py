@@ -370,7 +370,7 @@ def _bytes_of(rec: Record) -> bytes:
 
 
 def test_the_server_clock_is_asked_at_most_once_a_second(pg_store: Any, monkeypatch: Any) -> None:
-    from jobctl.store.postgres import store as pg
+    from jobctl.store.postgres import handle as pg
 
     pg_store.now()
     assert round_trips(pg_store, lambda: [pg_store.now() for _ in range(5)]) == 0  # within CLOCK_FRESH

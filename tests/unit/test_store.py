@@ -1397,7 +1397,7 @@ def test_list_open_gives_the_open_records_and_every_state(any_store: Store) -> N
 
 def test_scan_gives_every_record_in_id_order_across_pages(any_store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     if not isinstance(any_store, jobctl.FileStore):
-        from jobctl.store.postgres import store as pg
+        from jobctl.store.postgres import reads as pg
 
         monkeypatch.setattr(pg, "SCAN_PAGE", 2)  # pages of 2: the boundaries are crossed
     made = [submit(any_store, id=f"job-{n}") for n in (3, 1, 4, 5, 2)]

@@ -19,6 +19,7 @@ import jobctl
 from jobctl import FileStore, Record, fanout, fsio, schedule, summary
 from jobctl.record import decode, encode
 from jobctl.store import file as file_store
+from jobctl.store import file_listing
 
 
 def answer(listing: jobctl.store.OpenListing) -> tuple[list[str], dict[str, str], list[str]]:
@@ -48,7 +49,8 @@ def count_decodes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         decoded.append(job_id)
         return decode(data, job_id, named=named)
 
-    monkeypatch.setattr(file_store, "decode", counting)
+    for module in (file_store, file_listing):  # the store's own reads, and its listings'
+        monkeypatch.setattr(module, "decode", counting)
     return decoded
 
 
@@ -584,7 +586,7 @@ def test_cached_answers_equal_uncached_ones_under_interleaved_writers(
     """
     forks = stat_forks = 0
     if shared:
-        monkeypatch.setattr(file_store, "_SHARED_FROM", 2)
+        monkeypatch.setattr(file_listing, "_SHARED_FROM", 2)
         monkeypatch.setattr(summary.scan, "_CHECK_SHARED_FROM", 1)
         monkeypatch.setattr(fanout, "MIN_SHARE", 1)
         monkeypatch.setenv(fanout.PROCESSES_ENV, "3")
@@ -676,7 +678,8 @@ def test_cached_answers_equal_uncached_ones_under_interleaved_writers(
         decoded += 1
         return real_decode(data, job_id, named=named)
 
-    monkeypatch.setattr(file_store, "decode", counting)
+    for module in (file_store, file_listing):  # the store's own reads, and its listings'
+        monkeypatch.setattr(module, "decode", counting)
     rng = random.Random(1212)
     cached = FileStore(tmp_path / "root", summaries=str(tmp_path / "cache"))
     plain = FileStore(tmp_path / "root", summaries=False)
@@ -1135,7 +1138,7 @@ def test_a_shared_listing_keeps_no_summary_of_a_file_changed_too_recently(
     # The pieces of a shared cold scan make the listing part's rows: one whose file changed within
     # RACY_NS of the scan (a chmod: its ctime alone, jobs/ untouched) is named among the others.
     monkeypatch.setattr(summary.cachefile, "RACY_NS", 100_000_000)
-    monkeypatch.setattr(file_store, "_SHARED_FROM", 2)
+    monkeypatch.setattr(file_listing, "_SHARED_FROM", 2)
     monkeypatch.setattr(fanout, "MIN_SHARE", 1)
     monkeypatch.setattr(summary.listed, "_ASIDE_FROM", 1)
     monkeypatch.setenv(fanout.PROCESSES_ENV, "2")
@@ -1166,7 +1169,7 @@ def test_a_record_a_child_could_not_read_is_in_the_listing_part_all_the_same(
     # A record a child could not read (say it was being edited in place) is read again here; if it
     # reads as finished now, the listing part must know it, or a listing of the unchanged jobs/
     # (which walks the part instead of the directory) would leave it out.
-    monkeypatch.setattr(file_store, "_SHARED_FROM", 2)
+    monkeypatch.setattr(file_listing, "_SHARED_FROM", 2)
     monkeypatch.setattr(fanout, "MIN_SHARE", 1)
     monkeypatch.setattr(summary.listed, "_ASIDE_FROM", 1)
     monkeypatch.setenv(fanout.PROCESSES_ENV, "2")
@@ -1174,7 +1177,7 @@ def test_a_record_a_child_could_not_read_is_in_the_listing_part_all_the_same(
     ids = [store.submit(Record(kind="k", spec={"n": n})) for n in range(40)]
     for job_id in ids:
         finish(store, job_id)
-    parent, real = os.getpid(), file_store.summary_or_record
+    parent, real = os.getpid(), file_listing.summary_or_record
     here: list[str] = []
 
     def flaky(data: bytes, job_id: str = "", fields: bool = True) -> Any:
@@ -1184,11 +1187,11 @@ def test_a_record_a_child_could_not_read_is_in_the_listing_part_all_the_same(
         time.sleep(0.005)  # the children take pieces meanwhile
         return real(data, job_id, fields)
 
-    monkeypatch.setattr(file_store, "summary_or_record", flaky)
+    monkeypatch.setattr(file_listing, "summary_or_record", flaky)
     plain = listed(FileStore(tmp_path / "root", summaries=False))
     assert listed_briefly(store) == plain
     assert len(here) < len(ids), "no child took a piece"
-    monkeypatch.setattr(file_store, "summary_or_record", real)
+    monkeypatch.setattr(file_listing, "summary_or_record", real)
     part = summary.Listed.of(
         summary.Summaries.load(str(tmp_path / "cache"), store.jobs_dir, os.stat(store.jobs_dir), read=False)
     )

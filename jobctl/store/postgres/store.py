@@ -20,24 +20,14 @@ this package. It talks through libpq, so ``PGHOST``, ``PGPASSWORD``,
 
 from __future__ import annotations
 
-import contextlib
-import os
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from datetime import datetime, timedelta
 from typing import Any
 
 from ... import ids, limits
-from ...errors import Exists, Invalid, JobError, LockBusy, NotFound, Refused
-from ...record import STATES, Record, decode, is_orphan, known_models, prepare
-from ...schedule import blocked_by
-from ...summary import Summary
-from ..base import UNSET, Listing, Notices, OpenListing, Records, Refusals, RowLease, Skipped, Unreadable, Verdicts
+from ...errors import Exists, Invalid, JobError, NotFound
+from ...record import Record, decode, prepare
+from ..base import UNSET, Notices, Refusals, RowLease
 from ..contract import (
-    NO_CONTENT,
     Apply,
-    Content,
-    ContractStore,
     _claim_terms,
     _epoch,
     _left,
@@ -52,33 +42,19 @@ from ..contract import (
     recalling,
     releasing,
     renewing,
-    verdict,
 )
-from ..url import masked
 from . import row
-from .held import HOLDERS, Held
+from .batch import BatchClaims, finish_terms
 from .listener import Listener
-from .schema import SCHEMA_VERSION, UNDECODABLE, Q, refuse_version, schema_status, uninitialised, values_kept
-from .session import RECONNECT_WAIT, RECONNECT_WAIT_ENV, Session, Unsure, read, reconnect_wait_of, retried
+from .reads import SCAN_PAGE, RowReads
+from .schema import UNDECODABLE, Q, values_kept
+from .session import RECONNECT_WAIT, RECONNECT_WAIT_ENV, Unsure, reconnect_wait_of, retried
 from .workers import WorkerRows
 
 __all__ = ["PostgresStore", "SCAN_PAGE", "RECONNECT_WAIT", "RECONNECT_WAIT_ENV", "reconnect_wait_of"]
 
-#: Rows per page of :meth:`PostgresStore.scan`.
-SCAN_PAGE = 500
 
-
-#: Seconds one reading of the server's clock serves :meth:`PostgresStore.now` (with this host's monotonic clock).
-CLOCK_FRESH = 1.0
-
-Clock = Callable[[], datetime]
-Row = row.Row
-#: Rows as the driver hands them (a name of its own: the class's ``list`` method shadows the builtin there).
-Rows = list[tuple[Any, ...]]
-Answers = list[Sequence[Any] | None]
-
-
-class PostgresStore(ContractStore, WorkerRows):
+class PostgresStore(RowReads, BatchClaims, WorkerRows):
     """A store in a PostgreSQL database (schema made by ``jobctl db init``).
 
     ``clock`` replaces the server's clock; only tests that move time by hand
@@ -91,262 +67,14 @@ class PostgresStore(ContractStore, WorkerRows):
     connections opened again.
     """
 
-    def __init__(self, url: str, clock: Clock | None = None, reconnect_wait: float | None = None) -> None:
-        if reconnect_wait is None:
-            reconnect_wait = reconnect_wait_of(os.environ)
-        self.url = url
-        self.root = masked(url)
-        self._clock = clock
-        setup = (Q["session"], {"ms": int(limits.LOCK_PATIENCE * 1000)})
-        self.session = Session(url, reconnect_wait, prepare=[setup])
-        self._clock_read: tuple[float, datetime] | None = None  # (monotonic before asking, the server's answer)
-        self.work_dir = os.path.join(os.path.expanduser("~"), ".abstraction", "work")
-        self._understood: tuple[frozenset[str], str] = (frozenset(), "{}")
-        #: Steps whose statement was refused and which the rules then allowed, written by them:
-        #: the row moved between the two (a lease lapsed, another writer finished). Without
-        #: anybody else at the rows, always 0 -- a statement stricter than the rules would count here.
-        self.moved = 0
-        self._held = Held()
-        try:
-            with self.session.tx() as conn:
-                found = schema_status(conn)
-            if found == 0:
-                raise uninitialised(url)
-            if found != SCHEMA_VERSION:
-                refuse_version(url, found, SCHEMA_VERSION, migrate_hint=True)
-        except JobError:
-            self.close()
-            raise
-        self.schema_version = found
-
     def __repr__(self) -> str:
         return f"PostgresStore({self.root!r})"
-
-    def close(self) -> None:
-        self.session.close()
 
     def __enter__(self) -> PostgresStore:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    @property
-    def reconnects(self) -> int:
-        return self.session.reconnects
-
-    @property
-    def reconnect_wait(self) -> float:
-        return self.session.reconnect_wait
-
-    def _connection(self) -> Any:
-        """This process's connection (tests read its protocol trace)."""
-        with self.session.lock:
-            return self.session.connection()
-
-    # -- what every statement is told --------------------------------------------
-
-    def _now(self) -> datetime | None:
-        """The test's clock when one was given; None: the statement reads the server's."""
-        return None if self._clock is None else self._clock()
-
-    def _models(self) -> str:
-        """The critical models this reader understands, as an array literal (built once per set)."""
-        known = known_models()
-        cached, literal = self._understood
-        if known is not cached:
-            quoted = ('"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"' for name in sorted(known))
-            literal = "{" + ",".join(quoted) + "}"
-            self._understood = (known, literal)
-        return literal
-
-    def now(self) -> datetime:
-        """The server's clock [JOB-O4], never earlier than it is: every lease is judged by it, whoever asks.
-
-        Asked of the server at most every :data:`CLOCK_FRESH` seconds; in
-        between, its last answer plus what this host's monotonic clock has
-        counted since the question went out -- which includes the round trip,
-        so the answer can only be late, by that round trip at most: a lease's
-        end measured against it can only come early. The leases themselves are
-        judged in the statements, by the server's clock as they run.
-        """
-        if self._clock is not None:
-            return self._clock()
-        mono = time.monotonic()
-        read = self._clock_read
-        if read is None or mono - read[0] >= CLOCK_FRESH:
-            read = self._clock_read = (mono, self._server_clock())
-        return read[1] + timedelta(seconds=time.monotonic() - read[0])
-
-    @read
-    def _server_clock(self) -> datetime:
-        got = self.session.one(Q["clock"], {})
-        assert got is not None
-        when: datetime = got[0]
-        return when
-
-    def work_path(self, job_id: str) -> str:
-        """The job's scratch name on this host (``work_dir``, default ``~/.abstraction/work``); never created."""
-        return os.path.join(self.work_dir, ids.check(job_id))
-
-    # -- reads -------------------------------------------------------------------
-
-    @read
-    def _row(self, job_id: str) -> Row:
-        ids.check(job_id)
-        got = self.session.one(Q["load"], {"id": job_id})
-        if got is None:
-            raise NotFound(f"no job {job_id}", job_id)
-        return got
-
-    def load(self, job_id: str) -> Record:
-        return self._holding(self._row(job_id))
-
-    def load_bytes(self, job_id: str) -> bytes:
-        return row.render(self._row(job_id))
-
-    @read
-    def ids(self) -> list[str]:
-        return [got[0] for got in self.session.all(Q["ids"])]
-
-    @read
-    def list(self) -> Listing:
-        return row.listing(self.session.all(Q["list"]))
-
-    @read
-    def list_open(self, *, finished: Callable[[Any, Any], None] | None = None, briefly: bool = False) -> OpenListing:
-        """The rows not yet ended, and every row's state, in one round trip.
-
-        Finished rows are known by their ``state`` column alone [JOB-T1]: no
-        cache is needed where the server can leave the rest where it is (and
-        none is read, so ``finished`` is never called). The open rows are read
-        first: a row that finishes between the two statements is seen
-        finished, which it stays. A row this reader cannot read is named
-        unreadable and left out of ``states``, as the file store leaves out a
-        record it cannot read.
-        """
-        with self.session.tx(pipelined=True) as conn:
-            opened = conn.execute(Q["list_open"], binary=True)
-            ended = conn.execute(Q["finished_states"], {"understood": self._models()})
-        # after the Sync: one round trip
-        return row.open_listing(opened.fetchall(), ended.fetchall(), self._unreadable)
-
-    def _unreadable(self, job_id: str) -> JobError:
-        """Why a finished row whose critical models this reader does not know cannot be read: its own words."""
-        try:
-            self.load(job_id)
-        except JobError as exc:
-            return exc
-        return Refused(f"job {job_id} could not be read", job_id)  # it became readable meanwhile: said so
-
-    def scan(
-        self,
-        unreadable: Unreadable,
-        *,
-        summaries: bool = True,
-        taken: Mapping[str, tuple[Summary, Any]] | None = None,
-        opened: OpenListing | None = None,
-    ) -> Iterator[Record | Summary]:
-        """Every row in id order, a page at a time (``summaries`` and ``opened`` are moot: nothing is cached here).
-
-        The ids in ``taken`` are left out (the caller has them already). Each
-        page is its own statement, so nothing is held while the caller writes
-        what it has; a row written meanwhile is seen as it is when its page is
-        read, as a file store's scan sees a record.
-        """
-        after = ""
-        while True:
-            rows = self._page(after)
-            for got in rows:
-                if taken and got[0] in taken:
-                    continue
-                try:
-                    yield row.record_of(got)
-                except JobError as exc:
-                    unreadable.append((got[0], exc))
-            if len(rows) < SCAN_PAGE:
-                return
-            after = rows[-1][0]
-
-    @read
-    def _page(self, after: str) -> Rows:
-        return self.session.all(Q["scan_after"], {"after": after, "limit": SCAN_PAGE})
-
-    @read
-    def orphans(self) -> Listing:
-        """As the file store's: the statement narrows the rows, :func:`is_orphan` decides each."""
-        rows = sorted(self.session.all(Q["orphan_candidates"], {"now": self._now()}), key=_first)
-        found = row.listing(rows)
-        out = Listing(unreadable=found.unreadable)
-        if rows:
-            now = rows[0][-1]
-            out.extend(rec for rec in found if is_orphan(rec, now))
-        return out
-
-    # -- steps: one statement each, the rules when it is refused -------------------
-
-    @retried
-    def _step(self, job_id: str, query: str, params: dict[str, Any], rules: Apply, *, wait: bool = True) -> Record:
-        """Run one step's statement; when it changes nothing, the rules judge the row (:meth:`_write`).
-
-        A claim's statement hands back the row; another step's, its revision
-        and what it set (:data:`.row.STEPS`), laid over the row this store
-        holds at the revision before -- or, holding none, the row is read in
-        the same round trip (in the same transaction, under the row lock the
-        step took: as the step left it). With ``wait`` false a row another
-        transaction holds is waited for :data:`jobctl.limits.LOCK_PATIENCE` at
-        most (``LockBusy``, :meth:`.session.Session.run`).
-        """
-        self._stepping(job_id, params)
-        held = self._held.get(job_id) if query in row.STEPS else None
-        while True:
-            try:
-                if held is not None or query not in row.STEPS:
-                    got = self.session.one(Q[query], params, wait=wait)
-                    whole = None
-                else:
-                    with self.session.tx(pipelined=True) as conn:
-                        cur = conn.execute(Q[query], params, binary=True)
-                        load = conn.execute(Q["load"], {"id": job_id}, binary=True)
-                    got = cur.fetchone()  # after the Sync: one round trip
-                    whole = load.fetchone()
-                break
-            except JobError as exc:
-                if not exc.job_id:
-                    exc.job_id = job_id
-                if not (wait and isinstance(exc, LockBusy)):
-                    raise
-        return self._concluded(job_id, query, got, rules, held, whole, wait=wait)
-
-    def _stepping(self, job_id: str, params: dict[str, Any]) -> None:
-        """What every step's statement is given besides its own terms: the id, the clock, the models known."""
-        ids.check(job_id)
-        params["id"], params["ids"] = job_id, [job_id]
-        params["now"], params["understood"] = self._now(), self._models()
-
-    def _concluded(
-        self, job_id: str, query: str, got: Row | None, rules: Apply, held: Row | None, whole: Row | None, *, wait: bool
-    ) -> Record:
-        """The record a step's answer says the row holds now; the rules' verdict when it changed nothing."""
-        if got is None:
-            rec = self._write(job_id, rules, wait=wait)  # raises the verdict, unless the row moved meanwhile
-            self.moved += 1
-            return rec
-        if query in HOLDERS:
-            self._held.wrote(job_id, got[0] if query in row.STEPS else got[row.REVISION])
-        if query not in row.STEPS:
-            whole = got
-        elif whole is None:
-            assert held is not None
-            # Somebody else wrote the row since this store last held it: read it as it is now.
-            whole = row.laid_over(held, query, got) if got[0] == held[row.REVISION] + 1 else self._row(job_id)
-        return self._holding(whole)
-
-    def _holding(self, got: Row) -> Record:
-        """The record a row holds, and the row kept for the next step's answer (:meth:`.held.Held.hold`)."""
-        rec = row.record_of(got)
-        self._held.hold(got)
-        return rec
 
     def claim(
         self,
@@ -394,98 +122,10 @@ class PostgresStore(ContractStore, WorkerRows):
         _epoch(epoch)
         given = content(job_id, checkpoint, _left(done))
         rules = holding(job_id, epoch, finishing(job_id, state, error, given))
-        params = _finish_terms(epoch, state, error, given)
+        params = finish_terms(epoch, state, error, given)
         if params is None:
             return self._write(job_id, rules)  # the rules refuse it in their order (terminal first)
         return self._step(job_id, "finish", params, rules)
-
-    @retried
-    def claim_each(self, job_ids: Sequence[str], owner: str, ttl_seconds: float) -> Verdicts:
-        """Claim each job as ``claim(..., wait=False)`` would, in one statement: a record or its refusal each.
-
-        The statement claims every job its preconditions allow; each one it
-        passed over is judged by the rules as ``claim`` judges it (a row that
-        moved meanwhile may be claimed there). A row another transaction
-        holds past the lock patience makes them claims of their own.
-        """
-        apart = super().claim_each
-        if len(job_ids) < 2 or len(set(job_ids)) < len(job_ids):
-            return apart(job_ids, owner, ttl_seconds)  # one job, or one twice: as claims of their own
-        try:
-            ttl = _claim_terms("", owner, ttl_seconds, self.max_ttl)
-            params = {
-                "owner": row.text_fit(owner, "owner"),
-                "ttl": row.interval(ttl),
-                "ids": [ids.check(j) for j in job_ids],
-            }
-        except JobError:  # each claim on its own says what is wrong, as a claim of one job would
-            return apart(job_ids, owner, ttl_seconds)
-        params["now"], params["understood"] = self._now(), self._models()
-        try:
-            rows = self.session.all(Q["claim"], params, wait=False)
-        except LockBusy:
-            return apart(job_ids, owner, ttl_seconds)
-        got = {found[0]: found for found in rows}
-        out: Verdicts = []
-        for job_id in job_ids:
-            found, rules = got.get(job_id), claiming(job_id, owner, ttl)
-            out.append(verdict(job_id, self._concluded, job_id, "claim", found, rules, None, None, wait=False))
-        return out
-
-    def finish_and_claim(
-        self,
-        job_id: str,
-        epoch: int,
-        state: str,
-        *,
-        error: str | None = None,
-        next_id: str,
-        owner: str,
-        ttl_seconds: float,
-    ) -> tuple[Record | JobError, Record | JobError]:
-        """``finish``, and ``claim(next_id, wait=False)``: one transaction, one round trip; each its own verdict.
-
-        The two statements run in the order of their ids, so two workers each
-        finishing the job the other would claim next cannot wait on each
-        other. When one of them waits past the lock patience, or the server
-        ends it as one of two transactions waiting on each other, they run
-        apart (the finish waiting, the claim not).
-        """
-        held = self._held.get(job_id)
-        got: Answers | None = None
-        finish: dict[str, Any] | None = None
-        if held is not None and next_id != job_id:
-            try:
-                _epoch(epoch)
-                ttl = _claim_terms(next_id, owner, ttl_seconds, self.max_ttl)
-                claim = {"owner": row.text_fit(owner, "owner", next_id), "ttl": row.interval(ttl)}
-                self._stepping(next_id, claim)
-                finish = _finish_terms(epoch, state, error, NO_CONTENT)
-                if finish is not None:
-                    self._stepping(job_id, finish)
-            except JobError:  # terms the steps refuse, each in its own words
-                finish = None
-        if finish is not None:
-            with contextlib.suppress(LockBusy):  # a row held past the lock patience: the steps apart
-                got = self._together([(job_id, Q["finish"], finish), (next_id, Q["claim"], claim)])
-        if got is None:
-            return super().finish_and_claim(
-                job_id, epoch, state, error=error, next_id=next_id, owner=owner, ttl_seconds=ttl_seconds
-            )
-        rules = holding(job_id, epoch, finishing(job_id, state, error))
-        done = verdict(job_id, self._concluded, job_id, "finish", got[0], rules, held, None, wait=True)
-        rules = claiming(next_id, owner, ttl)
-        return done, verdict(next_id, self._concluded, next_id, "claim", got[1], rules, None, None, wait=False)
-
-    @retried
-    def _together(self, steps: Sequence[tuple[str, str, dict[str, Any]]]) -> Answers:
-        """The steps' statements as one transaction (:meth:`.session.Session.together`), rows locked in id order."""
-        order = sorted(range(len(steps)), key=lambda i: steps[i][0])
-        answers = self.session.together([(steps[i][1], steps[i][2]) for i in order])
-        out: Answers = [None] * len(steps)
-        for i, answer in zip(order, answers, strict=True):
-            out[i] = answer
-        return out
 
     def set_intent(self, job_id: str, want: str, by: str = "") -> Record:
         _want(want, job_id)
@@ -503,133 +143,6 @@ class PostgresStore(ContractStore, WorkerRows):
             return self._write(job_id, rules)
         params = {"epoch": epoch, "reason": reason, "by": by or "", "grace": row.interval(window)}
         return self._step(job_id, "recall", params, rules)
-
-    @retried
-    def claim_some(
-        self,
-        owner: str,
-        ttl: float,
-        limit: int,
-        kinds: Iterable[str] | None = None,
-        *,
-        skipped: Skipped | None = None,
-        unreadable: Skipped | None = None,
-    ) -> Records:
-        """Claim up to ``limit`` of the oldest runnable jobs in one statement (pgqueuer's batch dequeue).
-
-        Runnable as :func:`jobctl.schedule.runnable` says; ``FOR UPDATE SKIP
-        LOCKED`` passes over rows other pickers hold, so pickers never wait on
-        each other. Oldest first. Jobs never picked for their row (unreadable
-        scheduling data, a critical model this reader does not know) are named
-        in ``skipped`` and ``unreadable`` when lists are given, by a query that
-        travels with the pick.
-        """
-        ttl_delta = _claim_terms("", owner, ttl, self.max_ttl)
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise Invalid(f"a claim takes at least one job, not {limit!r}")
-        wanted = None if kinds is None else sorted(set(kinds))
-        params = {
-            "owner": row.text_fit(owner, "owner"),
-            "ttl": row.interval(ttl_delta),
-            "now": self._now(),
-            "understood": self._models(),
-            "kinds": wanted,
-            "limit": limit,
-        }
-        if skipped is None and unreadable is None:
-            rows = self.session.all(Q["claim_next"], params)
-            unpicked: Rows = []
-        else:
-            with self.session.tx(pipelined=True) as conn:
-                picked = conn.execute(Q["claim_next"], params, binary=True)
-                left = conn.execute(Q["unpickable"], {"understood": params["understood"], "now": params["now"]})
-            rows, unpicked = picked.fetchall(), left.fetchall()  # after the Sync: one round trip
-        if unpicked:
-            self._name_unpicked(sorted(unpicked, key=_first), wanted, skipped, unreadable)
-        for got in rows:
-            self._held.wrote(got[0], got[row.REVISION])
-        claimed = [self._holding(got) for got in rows]
-        claimed.sort(key=lambda rec: (rec.created_at, rec.id))
-        return claimed
-
-    def _name_unpicked(
-        self, rows: Iterable[Row], kinds: Iterable[str] | None, skipped: Skipped | None, unreadable: Skipped | None
-    ) -> None:
-        """What the pick left out for what is at the row, named as the directory's pick names it.
-
-        A row this reader cannot read, in ``unreadable``; an orphan of the
-        wanted kinds that :func:`jobctl.schedule.blocked_by` cannot judge
-        (its scheduling data cannot be read), in ``skipped`` with that
-        refusal -- judged as the directory's pick judges it, dependencies
-        first, so one that waits or is paused is not named.
-        """
-        wanted = None if kinds is None else set(kinds)
-        for got in rows:
-            job_id = got[0]
-            try:
-                rec = row.record_of(got)
-            except JobError as exc:
-                if unreadable is not None:
-                    unreadable.append((job_id, exc))
-                continue
-            if skipped is None or (wanted is not None and rec.kind not in wanted) or not is_orphan(rec, got[-1]):
-                continue
-            try:
-                blocked_by(rec, _States(self), got[-1])
-            except JobError as exc:
-                if not exc.job_id:
-                    exc.job_id = job_id
-                skipped.append((job_id, exc))
-
-    @read
-    def _state(self, job_id: str) -> str | None:
-        """A job's state, None when there is none this reader can read (what a listing's states say)."""
-        got = self.session.one(Q["state_of"], {"id": job_id})
-        if got is None or not known_models().issuperset(got[1]):
-            return None
-        return str(got[0])
-
-    # -- the rules' path: a locked read, the contract's Python, a whole write -------
-
-    @retried
-    def _write(self, job_id: str, apply: Apply, fresh: bool = False, *, wait: bool = True) -> Record:
-        """Lock the row, run ``apply`` on its record with the server's clock read under the lock, write it back.
-
-        In pipeline mode: two round trips, the locked read and then the write
-        with the commit. A refusal ``apply`` raises leaves a transaction that
-        only read and locked, which ends with nothing written.
-        """
-        ids.check(job_id)
-        while True:
-            try:
-                return self._written(job_id, apply, fresh)
-            except LockBusy as exc:
-                if not exc.job_id:
-                    exc.job_id = job_id
-                if not wait:  # the session waited LOCK_PATIENCE for the row: a writer stopped mid-write
-                    raise
-            except JobError as exc:
-                if not exc.job_id:
-                    exc.job_id = job_id
-                raise
-
-    def _written(self, job_id: str, apply: Apply, fresh: bool) -> Record:
-        """:meth:`_write`'s one try."""
-        with self.session.tx(pipelined=True) as conn:
-            got = conn.execute(Q["lock_record"], {"id": job_id}, binary=True).fetchone()
-            if got is None:
-                raise NotFound(f"no job {job_id}", job_id)
-            now = self._clock() if self._clock is not None else got[-1]
-            rec = row.record_of(got)
-            rec._exposed = False  # only update() hands it to outside code
-            apply(rec, now)
-            values = row.values(rec, prepare(rec, settle=True))
-            conn.execute(Q["write"], values)
-        written = (*(values[name] for name in row.COLUMNS), got[row.REVISION] + 1)
-        if fresh:  # decoded afresh: nothing the caller's mutate holds is in it [JOB-M2]
-            return self._holding(written)
-        self._held.hold(written)
-        return rec
 
     def submit(self, record: Record) -> str:
         """Write a new job in one statement; its times are the store's clock as it is written [JOB-S1]."""
@@ -757,38 +270,3 @@ class PostgresStore(ContractStore, WorkerRows):
         the echo of their own renewals and their own claim.
         """
         return Listener(self.url, mine=self._held.mine if news_only else None)
-
-
-def _first(got: Row) -> Any:
-    return got[0]
-
-
-def _finish_terms(epoch: int, state: str, error: Any, given: Content) -> dict[str, Any] | None:
-    """The ``finish`` statement's terms; None for a state, an error or content it cannot take.
-
-    The rules then word the refusal, in the contract's order: the record's
-    verdicts (terminal, stale epoch, lapsed lease) before the mutation's own.
-    """
-    if state not in STATES or given.refusal or (error is not None and not (isinstance(error, str) and row.fits(error))):
-        return None
-    params = {"epoch": epoch, "state": state, "done": given.done, "error": error}
-    return {**params, **row.checkpoint_params(given.checkpoint, given.ranged)}
-
-
-class _States(Mapping[str, str]):
-    """The states of jobs a judgement of dependencies asks for, each read when asked (few: an odd row's)."""
-
-    def __init__(self, store: PostgresStore) -> None:
-        self._store = store
-
-    def __getitem__(self, job_id: str) -> str:
-        state = self._store._state(job_id)
-        if state is None:
-            raise KeyError(job_id)
-        return state
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(())  # never walked: only looked up
-
-    def __len__(self) -> int:
-        return 0
