@@ -11,6 +11,7 @@ pays for no import of jobctl.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import socket
@@ -153,7 +154,15 @@ class Guardian:
         finally:
             theirs.close()
         self.proc, self._sock, self._fd = proc, ours, ours.fileno()
-        # The whole environment comes now, on the socket: read only once the guardian is sealed.
+        try:
+            _sealed(ours)
+        except OSError:
+            proc.kill()
+            proc.wait()
+            self._hang_up()
+            self._fd = -1
+            raise
+        # The whole environment comes now, on the socket, to a guardian that said it is sealed.
         write_all(self._fd, b"E" + json.dumps(dict(os.environ)).encode().hex().encode() + b"\n")
 
     def _hang_up(self) -> None:
@@ -234,6 +243,33 @@ class Guardian:
             return
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(10)
+
+
+#: Seconds a new guardian has to say it is sealed (it starts in about 15 ms).
+SEAL_WAIT = 10.0
+
+
+def _sealed(sock: socket.socket) -> None:
+    """Wait for the guardian's ``S`` line: it is non-dumpable now, so a job may start and secrets may follow.
+
+    Until then the registration does not return, so the start gate keeps the
+    job's command from running: no job can open the guardian's memory while
+    it could still be read.
+    """
+    sock.settimeout(SEAL_WAIT)
+    try:
+        said = b""
+        while not said.endswith(b"\n"):
+            chunk = sock.recv(2 - len(said))
+            if not chunk:
+                raise OSError(errno.EPIPE, "the guardian ended before it was sealed")
+            said += chunk
+    except TimeoutError:
+        raise OSError(errno.ETIMEDOUT, f"the guardian did not say it was sealed within {SEAL_WAIT:g} s") from None
+    finally:
+        sock.settimeout(None)
+    if said != b"S\n":
+        raise OSError(errno.EPROTO, f"the guardian said {said!r}, not that it was sealed")
 
 
 def _guardian_env(environ: Mapping[str, str]) -> dict[str, str]:

@@ -424,6 +424,12 @@ class Guard:
 def main(paths: list[str]) -> None:
     """The guardian process: sealed first, deaf to terminal signals, then guarding until its stdin ends."""
     seal()
+    # Said once sealed: the supervisor lets no job start, and sends no secret, before it reads this
+    # (a job that opened /proc/<pid>/mem before the seal could read whatever came after it).
+    try:
+        os.write(0, b"S\n")
+    except OSError:
+        return  # nobody listens: there is nothing to guard
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU):
         signal.signal(sig, signal.SIG_IGN)
     Guard(0, paths).run()

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -50,21 +50,24 @@ def test_its_start_imports_neither_jobctl_nor_typing() -> None:
     assert PROGRAM_DIR not in path  # the program's directory leaves the path once it is imported
 
 
+_UTC = timezone.utc
+
+
 @pytest.mark.parametrize(
-    "text",
+    ("text", "when"),
     [
-        "2024-02-29T23:59:59Z",
-        "1970-01-01T00:00:00Z",
-        "2031-07-04T12:30:05.25z",
-        "2000-03-01T00:00:00.000001+05:30",
-        "1999-12-31T23:00:00-01:00",
-        "2100-02-28T08:00:00.5Z",
-        "2024-02-29 23:59:59Z",  # RFC 3339 lets a space part the date and the time
+        ("2024-02-29T23:59:59Z", datetime(2024, 2, 29, 23, 59, 59, tzinfo=_UTC)),
+        ("1970-01-01T00:00:00Z", datetime(1970, 1, 1, tzinfo=_UTC)),
+        ("2031-07-04T12:30:05.25z", datetime(2031, 7, 4, 12, 30, 5, 250000, tzinfo=_UTC)),
+        ("2000-03-01T00:00:00.000001+05:30", datetime(2000, 3, 1, 0, 0, 0, 1, tzinfo=timezone(timedelta(hours=5.5)))),
+        ("1999-12-31T23:00:00-01:00", datetime(1999, 12, 31, 23, tzinfo=timezone(timedelta(hours=-1)))),
+        ("2100-02-28T08:00:00.5Z", datetime(2100, 2, 28, 8, 0, 0, 500000, tzinfo=_UTC)),
+        ("2024-02-29 23:59:59Z", datetime(2024, 2, 29, 23, 59, 59, tzinfo=_UTC)),  # RFC 3339: a space may part them
     ],
 )
-def test_an_rfc_3339_time_is_read_as_datetime_reads_it(text: str) -> None:
-    expected = datetime.fromisoformat(text.replace("z", "+00:00").replace("Z", "+00:00")).timestamp()
-    assert instant(text) == pytest.approx(expected, abs=1e-6)
+def test_an_rfc_3339_time_is_read_as_the_instant_it_names(text: str, when: datetime) -> None:
+    # The instants written out, not datetime.fromisoformat: before 3.11 it refuses a fraction of 1 or 2 digits.
+    assert instant(text) == pytest.approx(when.timestamp(), abs=1e-6)
 
 
 @pytest.mark.parametrize(
@@ -228,3 +231,24 @@ def test_when_the_supervisor_is_gone_every_group_left_is_killed(group: subproces
     os.close(w)
     guard.run()
     assert group.wait(10) == -signal.SIGKILL
+
+
+@pytest.mark.parametrize(
+    ("said", "why"),
+    [(b"S\n", None), (b"X\n", "not that it was sealed"), (b"", "ended before it was sealed")],
+)
+def test_a_supervisor_waits_for_the_guardian_to_say_it_is_sealed(said: bytes, why: str | None) -> None:
+    """No job may start, and no secret go out, before the guardian is non-dumpable: it says so first."""
+    import socket
+
+    from jobctl.guardian import _sealed
+
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        theirs.sendall(said)
+        theirs.shutdown(socket.SHUT_WR)
+        if why is None:
+            _sealed(ours)
+        else:
+            with pytest.raises(OSError, match=why):
+                _sealed(ours)
