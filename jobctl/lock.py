@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from . import fsio, limits
 from .errors import LockBusy, Refused
 
-__all__ = ["change", "read", "remove", "sweep"]
+__all__ = ["change", "read", "remove", "stage", "sweep"]
 
 # Locks this process holds, by thread: taking one again inside its own edit
 # would deadlock on flock. (_thread, not threading: this is on every start-up.)
@@ -41,8 +41,8 @@ def _held() -> set[str]:
     return _holding.setdefault(_thread.get_ident(), set())
 
 
-def _stage(at: fsio.Dir, name: str, data: bytes, job_id: str) -> str:
-    """Write ``data`` to a fresh ``<name>.<unique>.tmp`` beside ``name``, fsynced; return its name."""
+def stage(at: fsio.Dir, name: str, data: bytes, job_id: str = "") -> str:
+    """Write ``data`` to a fresh ``<name>.<unique>.tmp`` (0600) beside ``name``, fsynced; return its name."""
     while True:
         tmp = f"{name}.{os.urandom(5).hex()}.tmp"
         try:
@@ -161,7 +161,7 @@ def change(
             new = edit(current)
             if new == current:
                 return new
-            tmp = _stage(at, name, new, job_id)
+            tmp = stage(at, name, new, job_id)
             try:
                 fsio.replace(at, tmp, name)
             except BaseException:

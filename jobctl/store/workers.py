@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
-from .. import fsio
+from .. import fsio, lock
 from ..errors import Invalid, JobError
 from ..record import format_time, parse_time
 from .base import Announcement
@@ -91,7 +91,7 @@ class WorkerFiles:
             if odd is not None:
                 raise odd
             first = not _exists(at, name)
-            tmp = _stage(at, name, data)
+            tmp = lock.stage(at, name, data)
             try:
                 fsio.replace(at, tmp, name)
             except OSError as exc:
@@ -142,29 +142,6 @@ def _read(at: fsio.Dir, name: str) -> Announcement | None:
     except (JobError, OSError):  # a link, a FIFO, a directory, too big, unreadable: not an announcement
         return None
     return None if data is None else _parsed(data, name)
-
-
-def _stage(at: fsio.Dir, name: str, data: bytes) -> str:
-    """``data`` in a fresh ``<name>.<unique>.tmp`` (0600), fsynced; its name."""
-    while True:
-        tmp = f"{name}.{os.urandom(5).hex()}.tmp"
-        try:
-            fd = fsio.create_file(at, tmp)
-        except FileExistsError:
-            continue
-        break
-    try:
-        fsio.write_all(fd, data, at.join(name))
-        try:
-            os.fsync(fd)
-        except OSError as exc:
-            raise fsio.refusal(at.join(name), exc, doing="write") from None
-    except BaseException:
-        os.close(fd)
-        fsio.unlink(at, tmp)
-        raise
-    os.close(fd)
-    return tmp
 
 
 def _prune(at: fsio.Dir, now: datetime) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from webtools import Server, serve_env
+from webtools import Server, next_event, serve_env
 
 from jobctl.results import set_result
 
@@ -164,21 +164,11 @@ def test_retry_resubmits_a_failed_stage_and_the_stages_it_cancelled(server: Serv
 
 def read_event(stream: Any, wanted: str = "jobs") -> dict[str, Any]:
     """The next ``wanted`` event of a Server-Sent Events stream (comments, ``retry:`` and other events skipped)."""
-    name, data = "", []
     while True:
-        line = stream.readline().decode()
-        assert line, "the stream ended"
-        line = line.rstrip("\n")
-        if line.startswith("event:"):
-            name = line[6:].strip()
-        elif line.startswith("data:"):
-            data.append(line[5:].strip())
-        elif line == "" and data:
-            assert name in ("jobs", "status"), name
-            event: dict[str, Any] = json.loads("\n".join(data))
-            if name == wanted:
-                return event
-            name, data = "", []
+        name, event = next_event(stream)
+        assert name in ("jobs", "status"), name
+        if name == wanted:
+            return event
 
 
 def test_the_event_stream_delivers_a_change(server: Server) -> None:

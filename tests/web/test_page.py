@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from devtools import Browser, find_chromium
+from devtools import Browser
 from webtools import REPO, Server
 
 from jobctl import Record
@@ -34,18 +34,9 @@ UPDATE_SCREENSHOT = "JOBCTL_SCREENSHOT"
 
 
 @pytest.fixture
-def browser(tmp_path: Path) -> Iterator[Browser]:
-    binary = find_chromium()
-    if binary is None:
-        reason = "no chromium (apt-get install chromium)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"the browser test is mandatory in CI: {reason}", pytrace=False)
-        pytest.skip(reason)
-    chrome = Browser(binary, tmp_path / "profile")
-    try:
-        yield chrome
-    finally:
-        chrome.close()
+def browser(chromium: Browser) -> Browser:
+    """The suite's headless chromium (conftest.py: mandatory under CI=true)."""
+    return chromium
 
 
 def submit(

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 from devtools import Browser
-from webtools import Server, serve_env, start_server, stop
+from webtools import Server, next_event, serve_env, start_server, stop
 
 from jobctl import Record
 from jobctl.schedule import plan
@@ -94,17 +94,7 @@ class Events:
         self.stream = urllib.request.urlopen(url + "/api/events", timeout=60)  # status events come every 15 s
 
     def next(self) -> tuple[str, dict[str, Any]]:
-        name, data = "", []
-        while True:
-            line = self.stream.readline().decode()
-            assert line, "the stream ended"
-            line = line.rstrip("\n")
-            if line.startswith("event:"):
-                name = line[6:].strip()
-            elif line.startswith("data:"):
-                data.append(line[5:].strip())
-            elif line == "" and data:
-                return name, json.loads("\n".join(data))
+        return next_event(self.stream)
 
     def until(self, name: str, check: Any = lambda data: True) -> dict[str, Any]:
         while True:

@@ -119,3 +119,18 @@ def stop(proc: subprocess.Popen[str]) -> str:
         proc.communicate()
         raise
     return err
+
+
+def next_event(stream: Any) -> tuple[str, dict[str, Any]]:
+    """The next event of a Server-Sent Events stream, as ``(name, data)``; comments and ``retry:`` skipped."""
+    name, data = "", []
+    while True:
+        line = stream.readline().decode()
+        assert line, "the stream ended"
+        line = line.rstrip("\n")
+        if line.startswith("event:"):
+            name = line[6:].strip()
+        elif line.startswith("data:"):
+            data.append(line[5:].strip())
+        elif line == "" and data:
+            return name, json.loads("\n".join(data))
