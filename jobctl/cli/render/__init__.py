@@ -20,7 +20,10 @@ command module.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from .piped import (
+    by_creation,
     cancel_line,
     checkpoint_word,
     claim_line,
@@ -38,6 +41,8 @@ from .piped import (
     state_line,
     summary_line,
     unreadable_line,
+    view_order,
+    view_rank,
     watch_line,
     word,
 )
@@ -49,24 +54,43 @@ from .screen import (
     out,
     out_json,
 )
-from .terminal import (
-    BAR,
-    RESULT_SHOWN,
-    SHRUNK,
-    WATCH_FRAME,
-    LiveTable,
-    by_creation,
-    jobs_table,
-    one_line,
-    print_job,
-    print_jobs,
-    print_pairs,
-    relative,
-    result_text,
-    view_order,
-    view_rank,
-    wait_table,
-    watch_table,
+
+if TYPE_CHECKING:  # loaded on first use (__getattr__): a piped command never reads the terminal's views
+    from .terminal import (
+        BAR,
+        RESULT_SHOWN,
+        SHRUNK,
+        WATCH_FRAME,
+        LiveTable,
+        jobs_table,
+        one_line,
+        print_job,
+        print_jobs,
+        print_pairs,
+        relative,
+        result_text,
+        wait_table,
+        watch_table,
+    )
+
+#: The names :mod:`.terminal` holds: imported when one is first asked for, not by every command's start.
+_TERMINAL = frozenset(
+    {
+        "BAR",
+        "RESULT_SHOWN",
+        "SHRUNK",
+        "WATCH_FRAME",
+        "LiveTable",
+        "jobs_table",
+        "one_line",
+        "print_job",
+        "print_jobs",
+        "print_pairs",
+        "relative",
+        "result_text",
+        "wait_table",
+        "watch_table",
+    }
 )
 
 __all__ = [
@@ -113,3 +137,13 @@ __all__ = [
     "watch_table",
     "wait_table",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _TERMINAL:
+        from . import terminal
+
+        value = getattr(terminal, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -213,3 +213,21 @@ def live_lease(rec: Record, now: datetime) -> bool:
     the contract writes them), but nothing can be done under it any more.
     """
     return not rec.terminal and held(rec.lease, now)
+
+
+def view_rank(rec: Record) -> int:
+    """Running (and transferred) jobs first, then pending ones (held included), then ended ones."""
+    if rec.terminal:
+        return 2
+    return 0 if rec.state in ("running", "transferred") else 1
+
+
+def by_creation(records: Iterable[Record], newest: bool = False) -> list[Record]:
+    """Oldest first by creation time, then id (so ``fetch-2`` comes before ``fetch-10`` when it was made first)."""
+    recs = sorted(records, key=lambda r: (r.created_at or ZERO_TIME, r.id))
+    return recs[::-1] if newest else recs
+
+
+def view_order(records: Iterable[Record], newest: bool = False) -> list[Record]:
+    """Active jobs before ended ones (:func:`view_rank`); each group by creation (:func:`by_creation`)."""
+    return sorted(by_creation(records, newest), key=view_rank)  # sorted() is stable: creation order stays

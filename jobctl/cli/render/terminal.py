@@ -14,7 +14,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only; rich is imported where it d
     from rich.text import Text
 
 
-from .piped import checkpoint_word, scheduling, word
+from .piped import checkpoint_word, scheduling, view_order, word
 from .screen import Screen
 
 # -- terminal views (rich, imported here only) ------------------------------------
@@ -95,24 +95,6 @@ def _waits(rec: Record, info: Mapping[str, Any]) -> str:
 
 
 # -- which rows, in which order, and which columns fit ------------------------------
-
-
-def view_rank(rec: Record) -> int:
-    """Running (and transferred) jobs first, then pending ones (held included), then ended ones."""
-    if rec.terminal:
-        return 2
-    return 0 if rec.state in ("running", "transferred") else 1
-
-
-def by_creation(records: Iterable[Record], newest: bool = False) -> list[Record]:
-    """Oldest first by creation time, then id (so ``fetch-2`` comes before ``fetch-10`` when it was made first)."""
-    recs = sorted(records, key=lambda r: (r.created_at or ZERO_TIME, r.id))
-    return recs[::-1] if newest else recs
-
-
-def view_order(records: Iterable[Record], newest: bool = False) -> list[Record]:
-    """Active jobs before ended ones (:func:`view_rank`); each group by creation (:func:`by_creation`)."""
-    return sorted(by_creation(records, newest), key=view_rank)  # sorted() is stable: creation order stays
 
 
 def one_line(text: str) -> str:
