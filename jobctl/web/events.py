@@ -271,6 +271,12 @@ class _Pump:
             if not self._read_once:
                 return  # the first read: every stream is sent it whole
             subs = list(self._subs)
+            if self._failure is not None:
+                # The read that ends an outage: every reader is sent the whole present, never a part of it
+                # first (a stream that took these as changes would show them before the full event).
+                for sub in subs:
+                    sub.full = True
+                return
             for sub in subs:
                 if sub.full:
                     continue  # it is sent the whole present, which has these

@@ -22,7 +22,7 @@ import pytest
 from jobctl import FileStore, Record
 from jobctl.errors import Refused
 from jobctl.schedule import plan
-from jobctl.web.events import Feed
+from jobctl.web.events import _TICK, Feed, _Pump
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -107,7 +107,21 @@ async def wait_until(what: str, check: Any, within: float = 30.0) -> None:
         await asyncio.sleep(0.05)
 
 
-def test_the_stream_outlives_outages_says_each_once_and_sends_the_present_after(tmp_path: Path) -> None:
+@pytest.mark.parametrize("slow_end", [False, True], ids=["as-it-comes", "slow-end-of-outage"])
+def test_the_stream_outlives_outages_says_each_once_and_sends_the_present_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slow_end: bool
+) -> None:
+    if slow_end:
+        # The read that ends an outage found changes: it is published, and the outage is marked over after.
+        # A reader that woke in between was once sent those changes as a part, before the full event.
+        ended = _Pump._succeeded
+
+        def late(pump: _Pump) -> None:
+            if pump._failure is not None:
+                time.sleep(1.5 * _TICK)
+            ended(pump)
+
+        monkeypatch.setattr(_Pump, "_succeeded", late)
     inner = FileStore(tmp_path / "store", create=True)
     store = Away(inner)
     first = submit(inner, "fetch", "report")
