@@ -14,6 +14,7 @@ from typing import Any
 
 from ... import ids
 from ...errors import Invalid, JobError, LockBusy
+from ...priority import pick_key
 from ...record import STATES, Record, is_orphan, known_models
 from ...schedule import blocked_by
 from ..base import Records, Skipped, Verdicts
@@ -77,7 +78,7 @@ class BatchClaims(RowSteps):
         for got in rows:
             self._held.wrote(got[0], got[row.REVISION])
         claimed = [self._holding(got) for got in rows]
-        claimed.sort(key=lambda rec: (rec.created_at, rec.id))
+        claimed.sort(key=pick_key)  # the order the statement picked them in
         return claimed
 
     def _name_unpicked(
