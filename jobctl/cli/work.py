@@ -218,7 +218,8 @@ def _stopping(run_: Run) -> Iterator[list[int]]:
 
 _RUN_HELP = """Run a command under a job's lease, which jobctl keeps alive.
 
-Claims job ID (or, with --next, the oldest runnable job) and runs CMD with
+Claims job ID (or, with --next, the first runnable job: the highest
+priority, then the oldest) and runs CMD with
 JOB_STORE, JOB_ID, JOB_EPOCH, JOB_KIND, JOB_WORK, JOB_CHECKPOINT (the
 predecessor's checkpoint as JSON; null when none), JOB_ATTEMPT and
 JOB_RESULT in its environment, so it can call `jobctl checkpoint` with no
@@ -231,7 +232,9 @@ claim --next: nothing is claimed.
 
 While CMD runs the lease is renewed every third of --ttl, and the job's
 intent and recall are read: cancel, pause and recall stop CMD (SIGTERM to
-its process group, SIGKILL after --grace). Exit 0 completes the job;
+its process group, SIGKILL after --grace), and so does the job's --timeout
+when an attempt runs past it (the attempt fails: "timed out after 15m").
+Exit 0 completes the job;
 anything else fails it, or schedules the next attempt under its retry
 policy. CMD's output goes to stdout and to the attempt's log (`jobctl logs
 ID`); with --json only to the log, and stdout gets one object saying how the
@@ -275,7 +278,7 @@ class _RunCommand(JobCommand):
 
 @click.command(cls=_RunCommand, help=_RUN_HELP, short_help="Run a command under a job's lease.")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED, metavar="[ID] [-- CMD...]")
-@click.option("--next", "next_", is_flag=True, help="Claim the oldest runnable job instead of ID.")
+@click.option("--next", "next_", is_flag=True, help="Claim the first runnable job (priority, then age) instead of ID.")
 @click.option("--kind", "kinds", multiple=True, type=TEXT, metavar="K", help="With --next: only kind K (repeatable).")
 @click.option("--owner", type=TEXT, help="The lease owner. [default: jobctl@HOST:PID]")
 @run_ttl_option
