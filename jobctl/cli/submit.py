@@ -150,6 +150,12 @@ def _env_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
     metavar="NAME",
     help="Who submits it, kept as its submitter (list --by finds it); with --hold, who holds it. [default: $USER@HOST]",
 )
+@click.option(
+    "--exclusive",
+    type=TEXT,
+    metavar="KEY",
+    help="Run it only while no other job with KEY runs (on any worker); it waits its turn, oldest first.",
+)
 @common
 @pass_state
 def submit(
@@ -171,6 +177,7 @@ def submit(
     stage: str | None,
     not_before: str | None,
     by: str | None,
+    exclusive: str | None,
 ) -> None:
     """Submit a job and print its id.
 
@@ -192,6 +199,12 @@ def submit(
     as submitted_by, and list --by NAME chooses by it. A held job's hold is
     in the same name.
 
+    With --exclusive KEY, at most one job with KEY runs at a time across
+    every worker of the store; the others stay pending and run one after
+    another, oldest first (jobctl.run/exclusive@1; show prints it as
+    exclusive). A KEY that is blank, longer than 200 bytes or holds a
+    control character is refused `invalid` (exit 9).
+
     An --id that is already in the store is refused `exists` (exit 15);
     with --exists-ok its id is printed and the exit is 0, so a producer that
     runs twice enqueues the work once. The existing job is not compared
@@ -206,6 +219,7 @@ def submit(
       jobctl submit --kind report --spec @report.json --after "$FETCH_ID" --retries 3
       jobctl submit --id "backup-$(date +%F)" --exists-ok -- ./backup.sh
       id=$(jobctl submit --kind backup --hold --by alice) && jobctl approve "$id"
+      jobctl submit --exclusive db-migrate -- ./migrate.sh
     """
     from ..shell import SHELL, check_kind
 
@@ -229,6 +243,10 @@ def submit(
         rec.requires = names
     who = by or default_submitter()
     set_submitter(rec, who, "--by")  # the hold's `by` too: one name says who asked
+    if exclusive is not None:
+        from ..exclusive import set_exclusive
+
+        set_exclusive(rec, exclusive, "--exclusive")
     scheduled = any(value is not None for value in (retries, retry_intervals, no_retry_on, pipeline, stage, not_before))
     configured = bool(os.environ.get("JOB_RETRY_INTERVALS", "").strip())  # a schedule to use (schedule.plan)
     if scheduled or after or hold or configured:

@@ -141,10 +141,12 @@ def scheduling(rec: Record, states: Mapping[str, str] | None, now: datetime) -> 
     every other record.
     """
     from ... import schedule  # only views that show scheduling pay for it
+    from ...exclusive import exclusive_of
     from ...submitter import submitter_of
 
     info: dict[str, Any] = {"attempt": 1, "not_before": None, "after": [], "pipeline": None, "stage": None}
     info["submitted_by"] = submitter_of(rec)
+    info["exclusive"] = exclusive_of(rec)
     try:
         info["attempt"] = schedule.shown_attempt(rec)
         # An ended job starts no further attempt: a not-before time left over

@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from ... import ids
 from ...errors import Invalid, JobError, LockBusy
+from ...exclusive import exclusive_of
 from ...record import STATES, Record, is_orphan, known_models
 from ...schedule import blocked_by
-from ..base import Records, Skipped, Verdicts
+from ..base import OpenListing, Records, Skipped, Verdicts
 from ..contract import NO_CONTENT, Content, _claim_terms, _epoch, claiming, finishing, holding, verdict
 from . import row
 from .handle import Row, Rows, first
+from .keys import KEYS
 from .schema import Q
 from .session import read, retried
 from .steps import RowSteps
@@ -64,6 +66,10 @@ class BatchClaims(RowSteps):
             "kinds": wanted,
             "limit": limit,
         }
+        keyed = self._claim_keyed(owner, ttl, limit, wanted, skipped)
+        params["limit"] = limit - len(keyed)
+        if not params["limit"]:
+            return keyed
         if skipped is None and unreadable is None:
             rows = self.session.all(Q["claim_next"], params)
             unpicked: Rows = []
@@ -76,9 +82,41 @@ class BatchClaims(RowSteps):
             self._name_unpicked(sorted(unpicked, key=first), wanted, skipped, unreadable)
         for got in rows:
             self._held.wrote(got[0], got[row.REVISION])
-        claimed = [self._holding(got) for got in rows]
+        claimed = keyed + [self._holding(got) for got in rows]
         claimed.sort(key=lambda rec: (rec.created_at, rec.id))
         return claimed
+
+    def _claim_keyed(
+        self, owner: str, ttl: float, limit: int, wanted: list[str] | None, skipped: Skipped | None
+    ) -> Records:
+        """The oldest runnable jobs with an exclusive key whose key is free, up to ``limit``: each claimed with its key.
+
+        The pick statement passes them over; here each is judged as the
+        directory's pick judges it (:func:`.picking.claim_some`), under its
+        row lock and its key's lock (:mod:`.keys`): a key another job holds
+        passes its jobs over, and one job a key is tried.
+        """
+        from ...schedule import runnable
+        from ..picking import Claimer, claim_some
+
+        rows = self.session.all(Q["keyed_open"], {"now": self._now(), "kinds": wanted})
+        if not rows:
+            return []
+        opened: list[Record] = []
+        for got in rows:
+            with contextlib.suppress(JobError):  # a row no reader here can read: named by the pick's own look
+                opened.append(row.record_of(got))
+        states = _States(self)
+        found: list[Record] = []
+        keys: set[str] = set()
+        for rec in runnable(opened, rows[0][-1], wanted, None, states):
+            key = exclusive_of(rec)
+            if key is not None and key not in keys:  # the oldest runnable job of each key is the one to try
+                keys.add(key)
+                found.append(rec)
+        # The store is the whole PostgresStore; this call never needs its list_open (the records are given).
+        store = cast("Claimer", self)
+        return claim_some(store, owner, ttl, limit, wanted, records=OpenListing(found), skipped=skipped, states=states)
 
     def _name_unpicked(
         self, rows: Iterable[Row], kinds: Iterable[str] | None, skipped: Skipped | None, unreadable: Skipped | None
@@ -146,7 +184,7 @@ class BatchClaims(RowSteps):
         got = {found[0]: found for found in rows}
         out: Verdicts = []
         for job_id in job_ids:
-            found, rules = got.get(job_id), claiming(job_id, owner, ttl)
+            found, rules = got.get(job_id), claiming(job_id, owner, ttl, keys=KEYS)
             out.append(verdict(job_id, self._concluded, job_id, "claim", found, rules, None, None, wait=False))
         return out
 
@@ -192,7 +230,7 @@ class BatchClaims(RowSteps):
             )
         rules = holding(job_id, epoch, finishing(job_id, state, error))
         done = verdict(job_id, self._concluded, job_id, "finish", got[0], rules, held, None, wait=True)
-        rules = claiming(next_id, owner, ttl)
+        rules = claiming(next_id, owner, ttl, keys=KEYS)
         return done, verdict(next_id, self._concluded, next_id, "claim", got[1], rules, None, None, wait=False)
 
     @retried
