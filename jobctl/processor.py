@@ -64,7 +64,8 @@ class NewJob:
     which it otherwise inherits. ``id`` replaces the derived one (exists-ok all the same).
     ``hold`` makes it a gate, as ``jobctl submit --hold``: it waits for an
     approval (``jobctl approve``) once its dependencies complete, and so
-    does every retry of it. ``total`` and ``requires`` are ``submit``'s.
+    does every retry of it. ``total`` and ``requires`` are ``submit``'s, and
+    so is ``exclusive``: its exclusive key (``submit --exclusive``).
     """
 
     def __init__(
@@ -79,9 +80,13 @@ class NewJob:
         hold: bool = False,
         total: int = 0,
         requires: Iterable[str] = (),
+        exclusive: str | None = None,
     ) -> None:
         if not isinstance(kind, str) or not kind:
             raise Invalid(f"a next job's kind must be a non-empty string, not {kind!r}")
+        from .exclusive import check_key
+
+        self.exclusive = None if exclusive is None else check_key(exclusive, "a next job's exclusive key")
         self.kind = kind
         self.spec = {} if spec is None else spec
         self.after = list(after)
@@ -258,6 +263,10 @@ def submit_next(store: Any, parent: Record, next_jobs: Sequence[NewJob]) -> list
         rec = Record(id=ids[id(job)], kind=job.kind, spec=job.spec)
         rec.progress.total = job.total
         rec.requires = list(job.requires)
+        if job.exclusive is not None:
+            from .exclusive import set_exclusive
+
+            set_exclusive(rec, job.exclusive)
         schedule.plan(
             rec,
             retries=job.retries,

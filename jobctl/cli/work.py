@@ -575,7 +575,7 @@ def worker(
         env=state.env,
         environment=JobEnvironment(resolved.pass_env, resolved.allow_loader_env),
         functions=None if defined is None else defined.processors,
-        limits={**(getattr(defined, "limits", None) or {}), **dict(kind_limits)},
+        limits={**(defined.limits if defined is not None else {}), **dict(kind_limits)},
     )
     unhandled = [kind for kind in resolved.kinds if kind not in loop.handled]
     if unhandled:

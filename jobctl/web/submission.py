@@ -38,6 +38,7 @@ FIELDS = (
     "stage",
     "not_before",
     "by",
+    "exclusive",
 )
 #: The longest ``Idempotency-Key`` header taken.
 IDEMPOTENCY_KEY_MAX = 200
@@ -155,4 +156,9 @@ def record_from(body: Any, now: datetime, by: str, *, allow_shell: bool = False)
         hold=hold,
         by=who,
     )
+    exclusive = body.get("exclusive")
+    if exclusive is not None:  # as `jobctl submit --exclusive KEY`
+        from ..exclusive import set_exclusive
+
+        set_exclusive(rec, exclusive, "exclusive")
     return set_submitter(rec, who)  # as `jobctl submit --by`: the submitter, and the hold's name

@@ -125,5 +125,5 @@ def test_bad_keys_are_refused(key: str, why: str) -> None:
 def test_keys_are_kept_as_given() -> None:
     rec = set_exclusive(Record(kind="k", spec={}), "x" * 200)
     assert exclusive_of(rec) == "x" * 200 and rec.extensions[EXCLUSIVE] == "x" * 200
-    assert check_key("résumé/α β") == "résumé/α β"
+    assert check_key("résumé/x y") == "résumé/x y"
     assert exclusive_of(Record(kind="k", spec={}, extensions={EXCLUSIVE: 5})) is None
