@@ -57,11 +57,15 @@ def all_ended(store: FileStore, ids: list[str]) -> bool:
 def test_workers_never_run_two_jobs_of_one_key_at_once(
     store: FileStore, workers: Callable[..., WorkerProcess], side_log: Path
 ) -> None:
-    """Three workers of three slots each, eight jobs of key "db" and four of another: one "db" job at a time."""
+    """Three workers of three slots each, eight jobs of key "db" and four of another: one "db" job at a time.
+
+    The workers are up and idle first, so that every one of them wakes to the same new jobs at once and
+    races for them: without the key's lock in the claim, two of them take two "db" jobs together.
+    """
+    procs = [workers("loop", concurrency=3) for _ in range(3)]
     keyed = [submit_keyed(store, side_log, "db", 0.3) for _ in range(8)]
     others = [submit_keyed(store, side_log, "cache", 0.3) for _ in range(4)]
     plain = [submit_keyed(store, side_log, None, 0.3) for _ in range(4)]
-    procs = [workers("loop", concurrency=3) for _ in range(3)]
     wait_until(lambda: all_ended(store, keyed + others + plain), timeout=120, what="every job to end")
     for proc in procs:
         proc.stop()
@@ -74,6 +78,33 @@ def test_workers_never_run_two_jobs_of_one_key_at_once(
     # Oldest first within a key: each started after the one submitted before it ended.
     order = sorted(keyed, key=lambda j: ran[j][0])
     assert order == keyed
+
+
+def test_racing_claims_of_the_next_job_never_run_two_of_one_key(
+    store: FileStore, root: object, side_log: Path, tmp_path: Path
+) -> None:
+    """Rounds of five `jobctl run --next` processes started together over six jobs of one key.
+
+    Nothing but the claim keeps them apart here (no worker's view): each process lists the runnable
+    jobs, and the one that loses the oldest to another goes on to the next of the same key. Its claim
+    must find the key taken.
+    """
+    import os
+    import subprocess
+
+    keyed = [submit_keyed(store, side_log, "db", 0.3) for _ in range(6)]
+    env = {**os.environ, "JOB_STORE": str(root), "JOBCTL_CONFIG": str(tmp_path / "no-config.ini")}
+    argv = [sys.executable, "-m", "jobctl", "run", "--next", "--ttl", "5"]
+    for _ in range(20):
+        if all_ended(store, keyed):
+            break
+        procs = [subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for _ in range(5)]
+        for proc in procs:
+            _, err = proc.communicate(timeout=60)
+            assert proc.returncode in (0, 3), err  # ran one, or found nothing it may start
+    ran = spans(side_log)
+    assert [store.load(j).state for j in keyed] == ["complete"] * 6
+    assert most_at_once([ran[j] for j in keyed]) == 1, "two jobs of key db ran at once"
 
 
 def test_limit_runs_at_most_n_of_a_kind(
