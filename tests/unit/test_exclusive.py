@@ -127,3 +127,21 @@ def test_keys_are_kept_as_given() -> None:
     assert exclusive_of(rec) == "x" * 200 and rec.extensions[EXCLUSIVE] == "x" * 200
     assert check_key("résumé/x y") == "résumé/x y"
     assert exclusive_of(Record(kind="k", spec={}, extensions={EXCLUSIVE: 5})) is None
+
+
+def test_a_processors_next_job_carries_its_key(any_store: Store) -> None:
+    from jobctl.processor import NewJob, submit_next
+
+    parent = any_store.load(submit(any_store, None))
+    (made,) = submit_next(any_store, parent, [NewJob("deploy", {}, exclusive="site-www")])
+    assert exclusive_of(any_store.load(made)) == "site-www"
+    with pytest.raises(Invalid, match="a next job's exclusive key is blank"):
+        NewJob("deploy", {}, exclusive=" ")
+
+
+def test_a_python_worker_judges_its_limits(any_store: Store) -> None:
+    import jobctl
+
+    assert jobctl.Worker(any_store, limits={"render": 2}).limits == {"render": 2}
+    with pytest.raises(Invalid, match="limits: the limit of kind 'render' must be"):
+        jobctl.Worker(any_store, limits={"render": 0})
