@@ -47,6 +47,10 @@ class BatchClaims(RowSteps):
     ) -> Records:
         """Claim up to ``limit`` of the oldest runnable jobs in one statement (pgqueuer's batch dequeue).
 
+        Jobs with an exclusive key are read with the pick and claimed with
+        their keys (:meth:`_claim_keyed`) for the slots the other runnable
+        jobs leave free.
+
         Runnable as :func:`jobctl.schedule.runnable` says; ``FOR UPDATE SKIP
         LOCKED`` passes over rows other pickers hold, so pickers never wait on
         each other. Oldest first. Jobs never picked for their row (unreadable
@@ -66,32 +70,31 @@ class BatchClaims(RowSteps):
             "kinds": wanted,
             "limit": limit,
         }
-        keyed = self._claim_keyed(owner, ttl, limit, wanted, skipped)
-        params["limit"] = limit - len(keyed)
-        if not params["limit"]:
-            return keyed
-        if skipped is None and unreadable is None:
-            rows = self.session.all(Q["claim_next"], params)
-            unpicked: Rows = []
-        else:
-            with self.session.tx(pipelined=True) as conn:
-                picked = conn.execute(Q["claim_next"], params, binary=True)
-                left = conn.execute(Q["unpickable"], {"understood": params["understood"], "now": params["now"]})
-            rows, unpicked = picked.fetchall(), left.fetchall()  # after the Sync: one round trip
+        looks = {"understood": params["understood"], "now": params["now"]}
+        with self.session.tx(pipelined=True) as conn:
+            picked = conn.execute(Q["claim_next"], params, binary=True)
+            keyed = conn.execute(Q["keyed_open"], {"now": params["now"], "kinds": wanted}, binary=True)
+            left = None if skipped is None and unreadable is None else conn.execute(Q["unpickable"], looks)
+        # After the Sync: one round trip.
+        rows, waiting, unpicked = picked.fetchall(), keyed.fetchall(), [] if left is None else left.fetchall()
         if unpicked:
             self._name_unpicked(sorted(unpicked, key=first), wanted, skipped, unreadable)
         for got in rows:
             self._held.wrote(got[0], got[row.REVISION])
-        claimed = keyed + [self._holding(got) for got in rows]
+        claimed = [self._holding(got) for got in rows]
+        if waiting and len(claimed) < limit:
+            claimed += self._claim_keyed(owner, ttl, limit - len(claimed), wanted, skipped, waiting)
         claimed.sort(key=lambda rec: (rec.created_at, rec.id))
         return claimed
 
     def _claim_keyed(
-        self, owner: str, ttl: float, limit: int, wanted: list[str] | None, skipped: Skipped | None
+        self, owner: str, ttl: float, limit: int, wanted: list[str] | None, skipped: Skipped | None, rows: Rows
     ) -> Records:
         """The oldest runnable jobs with an exclusive key whose key is free, up to ``limit``: each claimed with its key.
 
-        The pick statement passes them over; here each is judged as the
+        ``rows`` are the open jobs with a key nobody holds (``keyed_open``,
+        read with the pick). The pick statement passes them over, so they
+        take the slots it leaves; here each is judged as the
         directory's pick judges it (:func:`.picking.claim_some`), under its
         row lock and its key's lock (:mod:`.keys`): a key another job holds
         passes its jobs over, and one job a key is tried.
@@ -99,9 +102,6 @@ class BatchClaims(RowSteps):
         from ...schedule import runnable
         from ..picking import Claimer, claim_some
 
-        rows = self.session.all(Q["keyed_open"], {"now": self._now(), "kinds": wanted})
-        if not rows:
-            return []
         opened: list[Record] = []
         for got in rows:
             with contextlib.suppress(JobError):  # a row no reader here can read: named by the pick's own look
