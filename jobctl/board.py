@@ -30,12 +30,13 @@ from __future__ import annotations
 
 import bisect
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
 from .errors import JobError, NotFound
+from .exclusive import exclusive_of, holds
 from .priority import pick_key
 from .record import TERMINAL, Record, held
 from .schedule import blocked_by, not_before
@@ -259,7 +260,13 @@ class Board:
         # can be released properly [JOB-I12]; the run checks the intent first.
         return "run", "", None
 
-    def pick(self, now: datetime, exclude: Iterable[str] = (), only: set[str] | None = None) -> Pick:
+    def pick(
+        self,
+        now: datetime,
+        exclude: Iterable[str] = (),
+        only: set[str] | None = None,
+        blocked: Callable[[Record], bool] | None = None,
+    ) -> Pick:
         """The first open record in pick order (priority, then age) a worker may claim now.
 
         Runnable: not held, not ``transferred``, dependencies complete,
@@ -268,22 +275,47 @@ class Board:
         way, records whose dependencies ended ``failed``/``cancelled`` or are
         missing are collected as doomed. ``wake`` is the earliest moment a
         lease lapses or a not-before time passes among the records passed over.
+        A record whose exclusive key another open job holds (as the view
+        shows it) is passed over until that lease's end, and so is one that
+        ``blocked`` says this worker may not take now (its ``--limit``). The
+        claim has the last word on a key (:mod:`jobctl.exclusive`).
         """
         skip = exclude if isinstance(exclude, (set, frozenset, dict)) else set(exclude)
         doomed: list[tuple[Record, str]] = []
         wake: datetime | None = None
+        keys: dict[str, Record] | None = None
         for *_, job_id in self._order:
             if job_id in skip or (only is not None and job_id not in only):
                 continue
             rec = self.open[job_id]
             verdict, detail, when = self._judge(rec, now)
             if verdict == "run":
+                key = exclusive_of(rec)
+                holder = None
+                if key is not None:
+                    keys = self._held_keys(now) if keys is None else keys
+                    holder = keys.get(key)
+                if holder is not None and holder.id != job_id:
+                    until = holder.lease.expires_at
+                    wake = until if until is not None and (wake is None or until < wake) else wake
+                    continue
+                if blocked is not None and blocked(rec):
+                    continue
                 return Pick(rec, doomed, wake)
             if verdict == "doomed":
                 doomed.append((rec, detail))
             elif when is not None and (wake is None or when < wake):
                 wake = when
         return Pick(None, doomed, wake)
+
+    def _held_keys(self, now: datetime) -> dict[str, Record]:
+        """The exclusive keys the open jobs in view hold at ``now``, each with its holder."""
+        out: dict[str, Record] = {}
+        for rec in self.open.values():
+            key = exclusive_of(rec)
+            if key is not None and holds(rec, key, now):
+                out[key] = rec
+        return out
 
     def survey_doomed(self, now: datetime) -> list[tuple[Record, str]]:
         """Every open record whose dependencies can no longer complete, with the reason."""

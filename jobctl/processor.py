@@ -68,6 +68,7 @@ class NewJob:
     ``priority`` (a whole number, -1000 to 1000; higher runs first) and
     ``timeout`` (seconds an attempt may run) are ``submit --priority`` and
     ``--timeout``; a next job has neither unless given (``Invalid`` out of range).
+    ``exclusive`` is its exclusive key (``submit --exclusive``).
     """
 
     def __init__(
@@ -84,9 +85,13 @@ class NewJob:
         requires: Iterable[str] = (),
         priority: int = 0,
         timeout: float | None = None,
+        exclusive: str | None = None,
     ) -> None:
         if not isinstance(kind, str) or not kind:
             raise Invalid(f"a next job's kind must be a non-empty string, not {kind!r}")
+        from .exclusive import check_key
+
+        self.exclusive = None if exclusive is None else check_key(exclusive, "a next job's exclusive key")
         self.kind = kind
         self.spec = {} if spec is None else spec
         self.after = list(after)
@@ -270,6 +275,10 @@ def submit_next(store: Any, parent: Record, next_jobs: Sequence[NewJob]) -> list
         rec = Record(id=ids[id(job)], kind=job.kind, spec=job.spec)
         rec.progress.total = job.total
         rec.requires = list(job.requires)
+        if job.exclusive is not None:
+            from .exclusive import set_exclusive
+
+            set_exclusive(rec, job.exclusive)
         schedule.plan(
             rec,
             retries=job.retries,

@@ -221,3 +221,27 @@ def raw_json(text: str, what: str) -> Any:
         return Raw(text)
     except Invalid as exc:
         raise Invalid(f"{what} is not JSON: {exc.message}") from None
+
+
+class _KindLimit(_StrType):
+    """``KIND=N`` (``worker --limit``): a kind and how many of its jobs at once, N a whole number of at least 1."""
+
+    name = "kind_limit"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, tuple):
+            return value
+        text = _Text().convert(value, param, ctx)
+        kind, eq, most = text.rpartition("=")
+        if not eq or not kind:
+            self.fail(f"{text!r} is not KIND=N (a kind, '=', how many of its jobs at once)", param, ctx)
+        try:
+            n = int(most, 10)
+        except ValueError:
+            self.fail(f"{text!r}: {most!r} is not a whole number", param, ctx)
+        if n < 1:
+            self.fail(f"{text!r}: N must be at least 1", param, ctx)
+        return (kind, n)
+
+
+KIND_LIMIT = _KindLimit()

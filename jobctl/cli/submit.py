@@ -160,6 +160,12 @@ def _env_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
     metavar="DURATION",
     help="Stop an attempt that runs longer (90s, 15m, 2h): a failed attempt, retried as --retries says.",
 )
+@click.option(
+    "--exclusive",
+    type=TEXT,
+    metavar="KEY",
+    help="Run it only while no other job with KEY runs (on any worker); it waits its turn, oldest first.",
+)
 @common
 @pass_state
 def submit(
@@ -183,6 +189,7 @@ def submit(
     by: str | None,
     priority: int,
     timeout: str | None,
+    exclusive: str | None,
 ) -> None:
     """Submit a job and print its id.
 
@@ -212,6 +219,12 @@ def submit(
     as submitted_by, and list --by NAME chooses by it. A held job's hold is
     in the same name.
 
+    With --exclusive KEY, at most one job with KEY runs at a time across
+    every worker of the store; the others stay pending and run one after
+    another, oldest first (jobctl.run/exclusive@1; show prints it as
+    exclusive). A KEY that is blank, longer than 200 bytes or holds a
+    control character is refused `invalid` (exit 9).
+
     An --id that is already in the store is refused `exists` (exit 15);
     with --exists-ok its id is printed and the exit is 0, so a producer that
     runs twice enqueues the work once. The existing job is not compared
@@ -227,6 +240,7 @@ def submit(
       jobctl submit --id "backup-$(date +%F)" --exists-ok -- ./backup.sh
       id=$(jobctl submit --kind backup --hold --by alice) && jobctl approve "$id"
       jobctl submit --priority 10 --timeout 15m --retries 2 -- ./nightly-report.sh
+      jobctl submit --exclusive db-migrate -- ./migrate.sh
     """
     from ..shell import SHELL, check_kind
 
@@ -253,6 +267,10 @@ def submit(
     set_priority(rec, priority, "--priority")
     if timeout is not None:
         set_timeout(rec, limits.duration(timeout, "--timeout", limits.JOB_TIMEOUT), "--timeout")
+    if exclusive is not None:
+        from ..exclusive import set_exclusive
+
+        set_exclusive(rec, exclusive, "--exclusive")
     scheduled = any(value is not None for value in (retries, retry_intervals, no_retry_on, pipeline, stage, not_before))
     configured = bool(os.environ.get("JOB_RETRY_INTERVALS", "").strip())  # a schedule to use (schedule.plan)
     if scheduled or after or hold or configured:

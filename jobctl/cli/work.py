@@ -35,6 +35,7 @@ from .main import (
     run_ttl_option,
     seconds,
 )
+from .params import KIND_LIMIT
 
 if TYPE_CHECKING:
     from ..record import Record
@@ -392,6 +393,10 @@ tried 4 times over about 20 s, each failure said in the log, never holding
 up the worker (docs/howto/workers.md, Alerts). Any number of workers may share a store:
 the lease's epoch makes sure no job runs twice at once.
 
+--limit KIND=N (repeatable): at most N jobs of KIND at once in this
+worker; its other slots take other kinds. A job submitted with
+--exclusive KEY waits while another job with that key runs, on any worker.
+
 --once: one pass over what is runnable now, then exit. --drain: go on while
 anything is runnable or running, and wait for the retries of the jobs it
 ran (one line per wait), then exit (the cron form); it does not wait for
@@ -439,6 +444,7 @@ environment or the config file.
 \b
 Examples:
   jobctl worker --concurrency 4
+  jobctl worker --concurrency 4 --limit render=1
   jobctl worker --drain --handler fetch=./fetch.sh
   jobctl worker --app myapp.jobs:worker --concurrency 8
   jobctl worker --on-failure 'curl -fsS -d "text=$JOB_ID failed: $JOB_ERROR" "$HOOK"'
@@ -477,6 +483,9 @@ _QUIET_SHOWS = frozenset(
 )
 @click.option("--name", type=TEXT, help="Lease owner prefix: NAME@HOST:PID. [default: worker]")
 @click.option("--kind", "kinds", multiple=True, type=TEXT, metavar="K", help="Only kind K (repeatable).")
+@click.option(
+    "--limit", "kind_limits", multiple=True, type=KIND_LIMIT, metavar="KIND=N", help="At most N jobs of KIND at once."
+)
 @_handler_option
 @click.option("--on-failure", type=TEXT, metavar="CMD", help="Shell command run when a job finally fails.")
 @click.option(
@@ -510,6 +519,7 @@ def worker(
     shutdown_grace: float | None,
     name: str | None,
     kinds: tuple[str, ...],
+    kind_limits: tuple[tuple[str, int], ...],
     handlers: tuple[str, ...],
     on_failure: str | None,
     on_failure_url: str | None,
@@ -568,6 +578,7 @@ def worker(
         env=state.env,
         environment=JobEnvironment(resolved.pass_env, resolved.allow_loader_env),
         functions=None if defined is None else defined.processors,
+        limits={**(defined.limits if defined is not None else {}), **dict(kind_limits)},
     )
     unhandled = [kind for kind in resolved.kinds if kind not in loop.handled]
     if unhandled:

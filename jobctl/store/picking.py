@@ -63,6 +63,7 @@ def claim_some(
     *,
     records: Listing | None = None,
     skipped: list[tuple[str, JobError]] | None = None,
+    states: Mapping[str, str] | None = None,
 ) -> list[Record]:
     """Claim up to ``limit`` runnable jobs (of ``kinds``): higher priority first, then oldest first.
 
@@ -88,7 +89,8 @@ def claim_some(
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise Invalid(f"a claim takes at least one job, not {limit!r}")
     listing = store.list_open() if records is None else records
-    states: Mapping[str, str] = listing.states if isinstance(listing, OpenListing) else {r.id: r.state for r in listing}
+    if states is None:
+        states = listing.states if isinstance(listing, OpenListing) else {r.id: r.state for r in listing}
     vet = _still_runnable(states)
     claimed: list[Record] = []
     for rec in runnable(listing, store.now(), kinds, skipped, states):

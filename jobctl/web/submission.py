@@ -40,6 +40,7 @@ FIELDS = (
     "by",
     "priority",
     "timeout",
+    "exclusive",
 )
 #: The longest ``Idempotency-Key`` header taken.
 IDEMPOTENCY_KEY_MAX = 200
@@ -159,6 +160,11 @@ def record_from(body: Any, now: datetime, by: str, *, allow_shell: bool = False)
     )
     set_submitter(rec, who)  # as `jobctl submit --by`: the submitter, and the hold's name
     _priority_and_timeout(rec, body)
+    exclusive = body.get("exclusive")
+    if exclusive is not None:  # as `jobctl submit --exclusive KEY`
+        from ..exclusive import set_exclusive
+
+        set_exclusive(rec, exclusive, "exclusive")
     return rec
 
 

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from ..errors import JobError
+from ..exclusive import exclusive_of
 from ..lifecycle import RETRYABLE, doomed_by, replacements, retry_of_link
 from ..limits import duration_text
 from ..priority import priority_of
@@ -93,6 +94,7 @@ def job_view(rec: Record, now: datetime, replaced_by: str | None = None, roster:
         "id": rec.id,
         "kind": rec.kind,
         "submitted_by": submitter_of(rec),
+        "exclusive": exclusive_of(rec),
         "state": rec.state,
         "step": step(rec, now),
         "spec": _json(rec.opaque_text("spec")),

@@ -343,6 +343,8 @@ def print_job(
     row("kind", rec.kind)
     if info["submitted_by"]:
         row("submitted by", info["submitted_by"])
+    if info["exclusive"]:
+        row("exclusive", info["exclusive"])
     row("state", _state(rec))
     row("progress", _bar(rec))
     lease = rec.lease

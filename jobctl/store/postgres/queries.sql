@@ -185,6 +185,8 @@ SET epoch = j.epoch + 1, owner = %(owner)s,
 WHERE j.id = ANY(%(ids)s::text[])
   AND j.critical <@ %(understood)s::text[]
   AND j.state NOT IN ('complete', 'failed', 'cancelled')
+  -- A job with an exclusive key is claimed by the rules' path, which takes its key (exclusive.sql).
+  AND NOT coalesce(j.extension_keys @> ARRAY['jobctl.run/exclusive@1']::text[], false)
   AND NOT (j.owner <> '' AND j.expires_at > coalesce(%(now)s::timestamptz, statement_timestamp())
            AND (j.owner <> %(owner)s OR j.recall_reason IS NOT NULL))
 RETURNING j.id, j.kind, j.state, j.envelope_schema, j.envelope_actions, j.spec, j.checkpoint, j.done, j.total,
@@ -219,6 +221,8 @@ FROM (
       AND r.critical <@ %(understood)s::text[]
       AND (r.not_before IS NULL OR r.not_before <= coalesce(%(now)s::timestamptz, statement_timestamp()))
       AND (%(kinds)s::text[] IS NULL OR r.kind = ANY(%(kinds)s::text[]))
+      -- A job with an exclusive key is picked by keyed_open and claimed with its key (exclusive.sql).
+      AND NOT coalesce(r.extension_keys @> ARRAY['jobctl.run/exclusive@1']::text[], false)
       AND (cardinality(r.after) = 0 OR NOT EXISTS (
           SELECT 1 FROM unnest(r.after) AS dep(id)
           WHERE NOT EXISTS (
@@ -379,3 +383,25 @@ DELETE FROM jobctl_workers WHERE owner = %(owner)s;
 -- name: announcements
 SELECT owner, kinds, expires_at FROM jobctl_workers
 WHERE expires_at > coalesce(%(now)s::timestamptz, statement_timestamp());
+
+-- name: keyed_open
+-- The open jobs with an exclusive key that nobody holds, oldest first, with the
+-- time of the look: what claim_some offers its key's claim (each judged again
+-- under its row lock and its key's). Through jobctl_jobs_open, as list_open.
+SELECT j.*, coalesce(%(now)s::timestamptz, statement_timestamp()) FROM jobctl_jobs j
+WHERE j.unfinished AND j.state IN ('pending', 'running')
+  AND j.extension_keys @> ARRAY['jobctl.run/exclusive@1']::text[]
+  AND (j.owner = '' OR j.expires_at <= coalesce(%(now)s::timestamptz, statement_timestamp()))
+  AND (%(kinds)s::text[] IS NULL OR j.kind = ANY(%(kinds)s::text[]))
+ORDER BY j.created_at, j.id;
+
+-- name: exclusive_take
+-- An exclusive key's row, made when missing and locked for the rest of the
+-- claim's transaction either way (exclusive.sql): its holder, as last written.
+INSERT INTO jobctl_exclusive (key, job_id, epoch) VALUES (%(key)s, '', 0)
+ON CONFLICT (key) DO UPDATE SET key = excluded.key
+RETURNING job_id, epoch;
+
+-- name: exclusive_hold
+-- The claim's job as the key's holder, in the transaction that claims it.
+UPDATE jobctl_exclusive SET job_id = %(job)s, epoch = %(epoch)s WHERE key = %(key)s;

@@ -9,7 +9,8 @@ open index by it; :func:`_fill_4` sets it on the rows that carry one.
 A database is initialised by the same steps a migration runs, from nothing,
 in one transaction; so is every migration.
 
-``workers.sql`` (the table of workers' announcements) is no version of its
+``workers.sql`` (the table of workers' announcements) and ``exclusive.sql``
+(the holders of exclusive keys) are no version of their
 own: it only adds a table, so ``init`` and ``migrate`` run it on a store of
 any version, and a store made before it is not refused for lacking it.
 """
@@ -92,7 +93,14 @@ def _additions() -> Step:
 
     Always this jobctl's own, whatever directory the versions' steps come from.
     """
-    return _script(os.path.join(SQL_DIR, "workers.sql"))
+    workers = _script(os.path.join(SQL_DIR, "workers.sql"))
+    keys = _script(os.path.join(SQL_DIR, "exclusive.sql"))
+
+    def run(conn: psycopg.Connection[Any]) -> None:
+        workers(conn)
+        keys(conn)
+
+    return run
 
 
 def init(url: str, *, sql_dir: str = SQL_DIR, target: int = SCHEMA_VERSION) -> tuple[int, int]:

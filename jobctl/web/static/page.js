@@ -156,11 +156,17 @@ function pipelineView(pipeline) {
     el("ol", { class: "steps" }, ...pipeline.stages.map(stepView)));
 }
 
+// A job with an exclusive key runs only while no other job with that key runs: say which key it waits on.
+function exclusive(job) {
+  if (!job.exclusive) return null;
+  return el("div", { class: "detail exclusive", "data-exclusive": job.exclusive }, `exclusive: ${job.exclusive}`);
+}
+
 function jobRow(job) {
   return el("tr", { "data-job": job.id, "data-step": job.step },
     el("td", { class: "id" }, job.id),
     el("td", {}, job.kind, job.pipeline ? el("div", { class: "detail" }, `${job.pipeline.name} / ${job.pipeline.stage}`) : null,
-      runLimits(job), unhandled(job)),
+      runLimits(job), exclusive(job), unhandled(job)),
     el("td", {}, el("span", { class: "badge", "data-step": job.step }, job.step)),
     el("td", {}, (!between(job) && progress(job)) || "-"),
     el("td", {}, String(job.attempt)),
