@@ -7,9 +7,10 @@ into their columns, decoding them in Python as every reader decodes them
 A database is initialised by the same steps a migration runs, from nothing,
 in one transaction; so is every migration.
 
-``workers.sql`` (the table of workers' announcements) is no version of its
-own: it only adds a table, so ``init`` and ``migrate`` run it on a store of
-any version, and a store made before it is not refused for lacking it.
+``workers.sql`` (the table of workers' announcements) and ``schedules.sql``
+(the table of recurring schedules) are no version of their own: each only
+adds a table, so ``init`` and ``migrate`` run them on a store of any
+version, and a store made before them is not refused for lacking them.
 """
 
 from __future__ import annotations
@@ -87,7 +88,13 @@ def _additions() -> Step:
 
     Always this jobctl's own, whatever directory the versions' steps come from.
     """
-    return _script(os.path.join(SQL_DIR, "workers.sql"))
+    scripts = [_script(os.path.join(SQL_DIR, name)) for name in ("workers.sql", "schedules.sql")]
+
+    def run(conn: psycopg.Connection[Any]) -> None:
+        for script in scripts:
+            script(conn)
+
+    return run
 
 
 def init(url: str, *, sql_dir: str = SQL_DIR, target: int = SCHEMA_VERSION) -> tuple[int, int]:
