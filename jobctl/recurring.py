@@ -245,9 +245,12 @@ def new(
     from .record import prepare
 
     rec = sched.job(_floor(now))
-    if kind == SHELL:
-        parse(rec.spec, rec.id)
-    prepare(rec)  # what a store would refuse at the first slot is refused now
+    try:
+        if kind == SHELL:
+            parse(rec.spec)
+        prepare(rec)  # what a store would refuse at the first slot is refused now
+    except Invalid as exc:
+        raise Invalid(f"schedule {name}: {exc.message}") from None
     return sched
 
 

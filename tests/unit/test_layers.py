@@ -14,7 +14,15 @@ import jobctl
 
 PACKAGE = Path(jobctl.__file__).parent
 #: Modules below every store: they may not import jobctl.store (nor anything above it).
-BELOW_THE_STORES = ("jobctl.record", "jobctl.schedule", "jobctl.summary", "jobctl.wire", "jobctl.errors")
+BELOW_THE_STORES = (
+    "jobctl.record",
+    "jobctl.schedule",
+    "jobctl.recurring",
+    "jobctl.cron",
+    "jobctl.summary",
+    "jobctl.wire",
+    "jobctl.errors",
+)
 
 
 def modules(root: Path) -> dict[str, Path]:
