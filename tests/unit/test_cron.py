@@ -102,7 +102,7 @@ def test_previous_is_at_or_before_and_reads_utc() -> None:
         ("1,,2 * * * *", "an empty item in its list"),
         ("-1 * * * *", "field 1 (minute) '-1'"),
         ("1.5 * * * *", "field 1 (minute) '1.5'"),
-        ("١ * * * *", "field 1 (minute)"),  # an Arabic-Indic digit is a digit to str.isdigit, not to cron
+        ("\u0661 * * * *", "field 1 (minute)"),  # an Arabic-Indic digit is a digit to str.isdigit, not to cron
         ("0 0 30 feb *", "no date matches"),
         ("0 0 31 4,6,9,11 *", "no date matches"),
         ("@often", "is not a shorthand"),
