@@ -38,6 +38,7 @@ def view(sched: Schedule, store: Store) -> dict[str, Any]:
     out["spec"] = json.loads(Raw(sched.spec).text)
     after = sched.next(store.now())
     out["next"] = None if after is None else format_time(after)
+    out["when"] = sched.when
     return out
 
 
@@ -82,6 +83,8 @@ class ScheduleApi:
             cron = body.get("cron")
             if cron is not None and not isinstance(cron, str):
                 raise Invalid("cron must be a string")
+            if not isinstance(name, str):
+                raise Invalid("name must be a string")
             spec = json.dumps(body.get("spec", {}), ensure_ascii=False)
             added = timetable.add(store, name, kind=kind, spec=spec, every=body.get("every"), cron=cron, by=by)
             return view(added, store)

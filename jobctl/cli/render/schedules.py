@@ -34,6 +34,7 @@ def schedule_json(sched: Schedule, now: datetime) -> dict[str, Any]:
     out = sched.to_json()
     out["spec"] = Raw(sched.spec)
     out["next"] = None if (after := sched.next(now)) is None else format_time(after)
+    out["when"] = sched.when
     return out
 
 

@@ -251,6 +251,7 @@ function connect() {
     const data = JSON.parse(e.data);
     applyEvent(data);
     if (data.full) {
+      loadSchedules();
       synced = true;
       document.body.dataset.loaded = String(Number(document.body.dataset.loaded || 0) + 1);
     }
@@ -272,6 +273,24 @@ function connect() {
     status("stale", null);
     if (events.readyState === EventSource.CLOSED) setTimeout(() => { if (events === stream) connect(); }, 2000);
   };
+}
+
+// -- recurring schedules: their next slots, read again with every full event --------------------------
+
+async function loadSchedules() {
+  let body;
+  try {
+    body = await api("api/schedules");
+  } catch (error) {
+    say(`schedules: ${error.message}`);
+    return;
+  }
+  const rows = body.schedules.map((s) => el("tr", { "data-schedule": s.name },
+    el("td", {}, s.name), el("td", {}, s.when), el("td", {}, s.kind),
+    el("td", { class: "next" }, s.next || "-"), el("td", {}, s.fired || "-")));
+  const empty = el("tr", {}, el("td", { colSpan: 5, class: "empty" }, "No schedules."));
+  document.querySelector("#schedules tbody").replaceChildren(...(rows.length ? rows : [empty]));
+  document.body.dataset.schedules = String(rows.length);
 }
 
 function watchdog() {
