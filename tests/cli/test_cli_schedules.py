@@ -1,4 +1,4 @@
-"""``jobctl schedule add/list/remove``: plain lines, JSON, a table on a terminal, and every refusal's one line and code."""
+"""``jobctl schedule``: plain lines, JSON, a table on a terminal, and every refusal's one line and code."""
 
 from __future__ import annotations
 
