@@ -56,7 +56,8 @@ class Worker:
     :data:`DEFAULTS` (or, under ``jobctl worker --app``, the command line's
     settings). ``handlers`` maps other kinds to shell commands, as
     ``--handler``. ``on_event`` gets every :class:`jobctl.worker.Event`; by
-    default they go to the ``jobctl.worker`` logger.
+    default they go to the ``jobctl.worker`` logger. ``limits`` maps a kind to
+    the most of its jobs run at once, as ``--limit KIND=N``.
     """
 
     def __init__(
@@ -74,6 +75,7 @@ class Worker:
         on_failure: str = "",
         on_failure_url: str = "",
         on_event: Callable[[Event], None] | None = None,
+        limits: Mapping[str, int] | None = None,
     ) -> None:
         if isinstance(store, (str, os.PathLike)):
             from .store import open_store
@@ -95,6 +97,13 @@ class Worker:
         self.options: dict[str, Any] = {key: check(key, value) for key, value in given.items() if value is not None}
         self.handlers: dict[str, str] = dict(handlers or {})
         self.kinds = None if kinds is None else list(kinds)
+        #: At most N jobs of a kind at once (``jobctl worker --limit KIND=N``, which adds to these).
+        from .quota import Quota
+
+        try:
+            self.limits: dict[str, int] = Quota(limits).limits
+        except ValueError as exc:
+            raise Invalid(f"limits: {exc}") from None
         self.on_failure = on_failure
         if on_failure_url:
             from .webhook import check_url
@@ -141,6 +150,7 @@ class Worker:
         options = {**DEFAULTS, **self.options, **{k: v for k, v in overrides.items() if v is not None}}
         options.setdefault("handlers", self.handlers)
         options.setdefault("kinds", self.kinds)
+        options.setdefault("limits", self.limits)
         options.setdefault("on_failure", self.on_failure)
         options.setdefault("on_failure_url", self.on_failure_url)
         options.setdefault("on_event", self.on_event or _log_event)

@@ -212,6 +212,11 @@ class Slots:
         with self.lock:
             self._ahead.append(rec)
 
+    def ahead_records(self) -> list[Record]:
+        """The jobs picked ahead, oldest first."""
+        with self.lock:
+            return list(self._ahead)
+
     def take_ahead(self) -> Record | None:
         """The oldest job picked ahead, for the loop to hand to a free slot; None when there is none."""
         with self.lock:

@@ -62,6 +62,7 @@ from .keeper import Keeper, Lookout
 from .ledger import Ledger, Summary
 from .picker import Picker
 from .prctl import seal
+from .quota import Quota
 from .record import TERMINAL, Record
 from .roster import Announcer, announce_ttl
 from .runner import Guardian, Processor, Run, processors
@@ -125,9 +126,12 @@ class Worker:
         notices: bool = True,
         environment: JobEnvironment | None = None,
         functions: Mapping[str, ProcessorFunction] | None = None,
+        limits: Mapping[str, int] | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        #: At most N jobs of a kind at once (``--limit KIND=N``); and one job of an exclusive key.
+        self.quota = Quota(limits)
         self.store = store
         self.owner = default_owner(name)
         self.concurrency = int(concurrency)
@@ -333,25 +337,28 @@ class Worker:
         time) may run.
         """
         skip = self._picker.excluded(self._busy, self._slots.taken(), now_mono)
+        tally = self.quota.tally([*self._busy.values(), *self._slots.ahead_records()])
         batch: list[Record] = []
         wake: datetime | None = None
         idle = False
         while len(self._busy) < self.concurrency:
-            rec = self._slots.take_ahead()  # picked ahead of time, before any newer pick
+            rec = self._slots.take_ahead()  # picked ahead of time, before any newer pick (counted already)
             if rec is None:
-                rec, wake = self._picker.next(board, only, skip)
+                rec, wake = self._picker.next(board, only, skip, tally.blocks)
                 if rec is None:
                     idle = True
                     break
+                tally.add(rec)
             elif only is not None:
                 only.discard(rec.id)
             self._busy[rec.id] = rec
             batch.append(rec)
         self._slots.hand(batch)
         while not idle and self._slots.ahead() < self.concurrency:
-            rec, _ = self._picker.next(board, only, skip)
+            rec, _ = self._picker.next(board, only, skip, tally.blocks)
             if rec is None:
                 break
+            tally.add(rec)
             self._slots.add_ahead(rec)
         return idle, wake
 

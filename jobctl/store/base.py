@@ -321,7 +321,7 @@ class Store(Protocol):
         skipped: Skipped | None = None,
         unreadable: Skipped | None = None,
     ) -> Record | None:
-        """Claim the oldest runnable job (of ``kinds``); None when nothing may start now.
+        """Claim the first runnable job (of ``kinds``): the highest priority, then the oldest; None when none may start.
 
         Runnable as :func:`jobctl.schedule.runnable` says: an orphan whose
         dependencies are complete, whose not-before time has passed, not
@@ -343,7 +343,9 @@ class Store(Protocol):
         skipped: Skipped | None = None,
         unreadable: Skipped | None = None,
     ) -> Records:
-        """Claim up to ``limit`` of the oldest runnable jobs (of ``kinds``), oldest first; ``[]`` when none may start.
+        """Claim up to ``limit`` runnable jobs (of ``kinds``) in pick order; ``[]`` when none may start.
+
+        Pick order is :func:`jobctl.priority.pick_key`: higher priority first, then oldest first.
 
         :meth:`claim_next` for a worker with several free slots: one listing
         on a directory, one statement on PostgreSQL (a batch dequeue).

@@ -33,6 +33,7 @@ from ..wire import lazy_pattern
 from .base import Listing, Notices, Records, Refusals, Skipped
 from .contract import ContractStore
 from .file_listing import FileIdentity, FileListing, Finished, collector_paused, summary_fields, summary_of
+from .keys import FileKeys
 from .schedules import ScheduleFiles
 from .workers import WorkerFiles
 
@@ -248,6 +249,10 @@ class FileStore(FileListing, ContractStore, WorkerFiles, ScheduleFiles):
         return claim_some(self, owner, ttl, limit, kinds, records=listing, skipped=skipped)
 
     # -- writes --------------------------------------------------------------
+
+    def _keys(self, wait: bool) -> FileKeys:
+        """A claim's exclusive keys: a lock file each under ``work/.jobctl/exclusive/`` (:mod:`.keys`)."""
+        return FileKeys(self, wait)
 
     def _write(
         self,

@@ -19,6 +19,8 @@ BELOW_THE_STORES = (
     "jobctl.schedule",
     "jobctl.recurring",
     "jobctl.cron",
+    "jobctl.priority",
+    "jobctl.timeout",
     "jobctl.summary",
     "jobctl.wire",
     "jobctl.errors",

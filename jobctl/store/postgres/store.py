@@ -45,6 +45,7 @@ from ..contract import (
 )
 from . import row
 from .batch import BatchClaims, finish_terms
+from .keys import KEYS
 from .listener import Listener
 from .reads import SCAN_PAGE, RowReads
 from .schedules import ScheduleRows
@@ -88,9 +89,9 @@ class PostgresStore(RowReads, BatchClaims, WorkerRows, ScheduleRows):
     ) -> Record:
         ttl = _claim_terms(job_id, owner, ttl_seconds, self.max_ttl)
         if vet is not None:  # the caller's judgement runs under the lock: the rules' path from the start
-            return self._write(job_id, claiming(job_id, owner, ttl, None, vet), wait=wait)
+            return self._write(job_id, claiming(job_id, owner, ttl, None, vet, KEYS), wait=wait)
         params = {"owner": row.text_fit(owner, "owner", job_id), "ttl": row.interval(ttl)}
-        return self._step(job_id, "claim", params, claiming(job_id, owner, ttl), wait=wait)
+        return self._step(job_id, "claim", params, claiming(job_id, owner, ttl, keys=KEYS), wait=wait)
 
     def renew(self, job_id: str, epoch: int, ttl_seconds: float) -> Record:
         _epoch(epoch)
