@@ -170,6 +170,10 @@ class Schedule:
             return _EPOCH + timedelta(seconds=seconds)
         return self._line().next(start)
 
+    def same_plan(self, other: Schedule) -> bool:
+        """Whether ``other`` recurs the same way and makes the same job (who added it and when aside)."""
+        return (self.every, self.cron, self.kind, self.spec) == (other.every, other.cron, other.kind, other.spec)
+
     def job(self, slot: datetime) -> Record:
         """The job of the slot at ``slot``: its id (:func:`slot_id`), kind, spec, submitter, and where it came from."""
         rec = Record(id=slot_id(self.name, slot), kind=self.kind, spec=Raw(self.spec))

@@ -27,7 +27,7 @@ from .record import Record, format_time
 from .recurring import Schedule, new
 from .store.base import Unreadable
 
-__all__ = ["add", "remove", "listing", "Firing", "FiringStore", "REREAD"]
+__all__ = ["add", "declare", "remove", "listing", "Firing", "FiringStore", "REREAD"]
 
 #: Seconds between a worker's reads of the schedules when no slot is due sooner: a schedule added
 #: is fired from its first slot on, if that slot comes later than this after the add.
@@ -45,6 +45,7 @@ class FiringStore(Protocol):
 
 class ScheduleStore(FiringStore, Protocol):
     def add_schedule(self, schedule: Schedule) -> None: ...
+    def put_schedule(self, schedule: Schedule) -> str: ...
     def remove_schedule(self, name: str) -> bool: ...
 
 
@@ -67,6 +68,27 @@ def add(
     sched = new(name, kind=kind, spec=spec, every=every, cron=cron, by=by, now=store.now())
     store.add_schedule(sched)
     return sched
+
+
+def declare(
+    store: ScheduleStore,
+    name: str,
+    *,
+    kind: str,
+    spec: str = "{}",
+    every: object = None,
+    cron: str | None = None,
+    by: str = "",
+) -> str:
+    """Keep schedule ``name`` as given, whether or not it is there: ``"added"``, ``"updated"`` or ``"unchanged"``.
+
+    Checked as :func:`add` checks it. Declaring the same plan again writes
+    nothing; a changed plan replaces the kept one, which keeps its
+    ``created_at`` and the latest slot fired (:meth:`jobctl.store.base.Store.put_schedule`).
+    What :meth:`jobctl.Worker.every` and :meth:`jobctl.Worker.cron` do at each start.
+    """
+    sched = new(name, kind=kind, spec=spec, every=every, cron=cron, by=by, now=store.now())
+    return store.put_schedule(sched)
 
 
 def remove(store: ScheduleStore, name: str) -> bool:
@@ -94,32 +116,50 @@ class Firing:
         self.reread = reread
         #: When (monotonic) to look again.
         self.due_mono = 0.0
-        self._failing = False
+        self._failing: set[str] = set()  # what was said to fail ("": the reading of them all)
 
     def tick(self, now_mono: float | None = None) -> int:
-        """Fire every due slot if it is time to look; return how many jobs this call created."""
+        """Fire every due slot if it is time to look; return how many jobs this call created.
+
+        A schedule that cannot be read or fired is said once (until it works
+        again) and passed over: the others fire as ever.
+        """
         now_mono = time.monotonic() if now_mono is None else now_mono
         if now_mono < self.due_mono:
             return 0
         self.due_mono = now_mono + self.reread
+        unreadable: Unreadable = []
         try:
             now = self.store.now()
-            created = 0
-            upcoming: datetime | None = None
-            for sched in self.store.schedules():
-                created += self._fire(sched, now)
-                after = sched.next(now)
-                if after is not None and (upcoming is None or after < upcoming):
-                    upcoming = after
+            scheds = self.store.schedules(unreadable)
         except (JobError, OSError) as exc:
-            if not self._failing:
-                self.say("schedule-failed", "", f"cannot fire schedules: {exc}")
-            self._failing = True
+            self._failed("", f"cannot read the schedules: {exc}")
             return 0
-        self._failing = False
+        self._failing.discard("")
+        failing = {where for where, _ in unreadable}
+        for where, why in unreadable:
+            self._failed(where, f"cannot read schedule {where}: {why}")
+        created = 0
+        upcoming: datetime | None = None
+        for sched in scheds:
+            try:
+                created += self._fire(sched, now)
+            except (JobError, OSError) as exc:
+                self._failed(sched.name, f"cannot fire schedule {sched.name}: {exc}")
+                failing.add(sched.name)
+                continue
+            after = sched.next(now)
+            if after is not None and (upcoming is None or after < upcoming):
+                upcoming = after
+        self._failing &= failing  # what works again is said again when it next fails
         if upcoming is not None:
             self.due_mono = min(self.due_mono, now_mono + max(0.0, (upcoming - now).total_seconds()))
         return created
+
+    def _failed(self, where: str, line: str) -> None:
+        if where not in self._failing:
+            self.say("schedule-failed", "", line)
+        self._failing.add(where)
 
     def _fire(self, sched: Schedule, now: datetime) -> int:
         slot = sched.due(now)

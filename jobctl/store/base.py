@@ -505,6 +505,19 @@ class Store(Protocol):
         """
         ...
 
+    def put_schedule(self, schedule: Schedule) -> str:
+        """Keep ``schedule`` as declared, in one atomic write: ``"added"``, ``"updated"`` or ``"unchanged"``.
+
+        None of that name: added, as :meth:`add_schedule` adds it. One with
+        the same plan (:meth:`jobctl.recurring.Schedule.same_plan`): nothing
+        is written. One with another plan: its ``every``, ``cron``, ``kind``,
+        ``spec`` and ``by`` are replaced, while its ``created_at`` and
+        ``fired`` stay, so a slot fired before is not fired again. What an
+        application's :meth:`jobctl.Worker.every` and ``cron`` declare at each
+        start; refused as :meth:`add_schedule` is.
+        """
+        ...
+
     def schedules(self, unreadable: Unreadable | None = None) -> Schedules:
         """Every schedule, sorted by name; the ones that cannot be read named in ``unreadable`` when given.
 

@@ -6,7 +6,8 @@ upstream readers look at ``jobs/`` alone. A file is named by a digest of its
 schedule's name, so no name becomes a path, and holds
 :meth:`jobctl.recurring.Schedule.to_json`. Every write -- an add, a worker
 marking a slot fired, a removal -- happens under ``flock`` on the file's
-``.lock`` beside it and is a fresh temporary, ``fsync``, ``rename``
+``.lock`` beside it (a declaration, :meth:`put_schedule`, too: it reads,
+compares and writes under that lock) and is a fresh temporary, ``fsync``, ``rename``
 (:func:`jobctl.lock.change`), so an add never replaces a schedule, a slot
 marked fired never brings back a removed one, and a reader never sees half
 a file. Nothing is opened by following a link (:mod:`jobctl.fsio`).
@@ -15,6 +16,7 @@ a file. Nothing is opened by following a link (:mod:`jobctl.fsio`).
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime
 
 from .. import fsio, lock
@@ -76,6 +78,24 @@ class ScheduleFiles:
         with self._schedules_dir(create=True) as at:
             lock.change(at, name, edit, schedule.name)
 
+    def put_schedule(self, schedule: Schedule) -> str:
+        name = file_name(schedule.name)
+        said = ["unchanged"]
+
+        def edit(current: bytes | None) -> bytes:
+            if current is None:
+                said[0] = "added"
+                return _encoded(schedule)
+            kept = _decoded(current, name)
+            if kept.same_plan(schedule):
+                return current  # equal bytes: lock.change writes nothing
+            said[0] = "updated"
+            return _encoded(replace(schedule, created_at=kept.created_at, fired=kept.fired))
+
+        with self._schedules_dir(create=True) as at:
+            lock.change(at, name, edit, schedule.name)
+        return said[0]
+
     def schedules(self, unreadable: Unreadable | None = None) -> list[Schedule]:
         try:
             at = self._schedules_dir(create=False)
@@ -128,8 +148,6 @@ class ScheduleFiles:
                 raise _Gone  # removed and added again meanwhile: that one has fired nothing
             if sched.fired is not None and sched.fired >= slot:
                 return current
-            from dataclasses import replace
-
             return _encoded(replace(sched, fired=slot))
 
         try:

@@ -78,3 +78,47 @@ def test_a_removed_schedule_stops_firing(store: Any, workers: Callable[..., Work
     time.sleep(3)
     assert len(fired(store)) <= count + 1  # one slot may have been under way as it was removed
     worker.stop()
+
+
+def test_worker_app_keeps_the_applications_schedules_before_it_runs(tmp_path: Any) -> None:
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    import jobctl
+
+    (tmp_path / "myapp.py").write_text(
+        textwrap.dedent(
+            """
+            import os
+            import jobctl
+
+            worker = jobctl.Worker(os.environ["APP_STORE"], poll_interval=0.05)
+            worker.processor("report")(lambda job: {"to": job.spec["to"]})
+            worker.cron("nightly", os.environ["APP_CRON"], kind="report", spec={"to": "ops"})
+            """
+        )
+    )
+    root = tmp_path / "store"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOB")}
+
+    def run(line: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "jobctl", "worker", "--app", "myapp:worker", "--once"]
+        return subprocess.run(
+            argv, cwd=tmp_path, env={**env, "APP_STORE": str(root), "APP_CRON": line},
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+
+    done = run("0 3 * * *")
+    assert done.returncode == 0, done.stderr
+    store = jobctl.FileStore(root)
+    kept = store.schedule("nightly")
+    assert (kept.cron, kept.kind, kept.spec) == ("0 3 * * *", "report", '{"to": "ops"}')
+    assert run("0 3 * * *").returncode == 0 and store.schedule("nightly") == kept  # the same again: unchanged
+    assert run("0 4 * * *").returncode == 0
+    assert store.schedule("nightly").cron == "0 4 * * *" and store.schedule("nightly").created_at == kept.created_at
+    refused = run("0 25 * * *")
+    assert refused.returncode == 9 and len(refused.stderr.strip().splitlines()) == 1
+    assert refused.stderr.splitlines()[-1].startswith("jobctl: invalid: --app myapp:worker: cannot import myapp")
+    assert "field 2 (hour) '25': 25 is out of range 0-23" in refused.stderr and "Traceback" not in refused.stderr

@@ -2,7 +2,10 @@
 
 Each call is one statement. An add is an ``INSERT ... ON CONFLICT DO
 NOTHING``: of two adds of one name, the table's primary key lets one through
-and the other is ``Exists``. A slot marked fired moves ``fired`` forward
+and the other is ``Exists``. A declaration (:meth:`ScheduleRows.put_schedule`)
+is an ``INSERT ... ON CONFLICT DO UPDATE`` whose ``WHERE`` leaves a row of
+the same plan untouched: of two declarations at once, the row's lock
+orders them, and neither sees half of the other. A slot marked fired moves ``fired`` forward
 only, and touches no row of another ``created_at`` (a schedule removed and
 added again). A store whose schema predates the table reads as one with no
 schedule; writing one there is ``Refused`` with the advice to migrate.
@@ -65,6 +68,21 @@ class ScheduleRows:
         }
         if self._run("schedule_add", params) is None:
             raise Exists(f"schedule {schedule.name} exists already", schedule.name)
+
+    def put_schedule(self, schedule: Schedule) -> str:
+        params = {
+            "name": row.text_fit(schedule.name, "schedule name"),
+            "every": schedule.every,
+            "cron": schedule.cron,
+            "kind": row.text_fit(schedule.kind, "kind"),
+            "spec": row.text_fit(schedule.spec, "spec"),
+            "by": row.text_fit(schedule.by, "by"),
+            "created_at": schedule.created_at,
+        }
+        got = self._run("schedule_put", params)
+        if got is None:
+            return "unchanged"
+        return "added" if got[0] else "updated"
 
     @read
     def schedules(self, unreadable: Unreadable | None = None) -> list[Schedule]:
