@@ -3,7 +3,8 @@
 ``GET /api/schedules`` answers ``{"schedules": [...]}``, each as ``schedule
 list --json`` prints it (``next`` its next slot). ``POST`` takes ``{"name",
 "every" or "cron", "kind", "spec"?, "by"?}`` and answers the schedule (201);
-``DELETE /api/schedules/NAME`` answers ``{"name", "removed": true}``, or
+The change stream (``GET /api/events``) carries the same views
+(:mod:`jobctl.web.events`). ``DELETE /api/schedules/NAME`` answers ``{"name", "removed": true}``, or
 ``not_found`` (404). A ``shell`` schedule runs a command as the workers'
 user at every slot: it is refused unless the server takes shell jobs
 (``jobctl serve --allow-shell``), as a ``shell`` job is.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -25,18 +27,18 @@ from ..recurring import Schedule
 from ..store.base import Store
 from ..wire import Raw
 
-__all__ = ["ScheduleApi"]
+__all__ = ["ScheduleApi", "schedule_view"]
 
 _KEYS = ("name", "every", "cron", "kind", "spec", "by")
 
 
-def view(sched: Schedule, store: Store) -> dict[str, Any]:
-    """The schedule as the API answers it: ``schedule list --json``'s keys."""
+def schedule_view(sched: Schedule, now: datetime) -> dict[str, Any]:
+    """The schedule as the API and the change stream show it (``schedule list --json``; ``next`` after ``now``)."""
     from ..record import format_time
 
     out = sched.to_json()
     out["spec"] = json.loads(Raw(sched.spec).text)
-    after = sched.next(store.now())
+    after = sched.next(now)
     out["next"] = None if after is None else format_time(after)
     out["when"] = sched.when
     return out
@@ -54,7 +56,8 @@ class ScheduleApi:
         store = self.store
 
         def work() -> dict[str, Any]:
-            return {"schedules": [view(s, store) for s in timetable.listing(store)]}
+            now = store.now()
+            return {"schedules": [schedule_view(s, now) for s in timetable.listing(store)]}
 
         return JSONResponse(await run_in_threadpool(work))
 
@@ -87,7 +90,7 @@ class ScheduleApi:
                 raise Invalid("name must be a string")
             spec = json.dumps(body.get("spec", {}), ensure_ascii=False)
             added = timetable.add(store, name, kind=kind, spec=spec, every=body.get("every"), cron=cron, by=by)
-            return view(added, store)
+            return schedule_view(added, store.now())
 
         got = await run_in_threadpool(work)
         return JSONResponse(got, status_code=201)

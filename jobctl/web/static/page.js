@@ -266,8 +266,8 @@ function connect() {
     heard = Date.now();
     const data = JSON.parse(e.data);
     applyEvent(data);
+    if (data.schedules) drawSchedules(data.schedules);
     if (data.full) {
-      loadSchedules();
       synced = true;
       document.body.dataset.loaded = String(Number(document.body.dataset.loaded || 0) + 1);
     }
@@ -291,17 +291,10 @@ function connect() {
   };
 }
 
-// -- recurring schedules: their next slots, read again with every full event --------------------------
+// -- recurring schedules: the stream sends them all, with a full event and whenever they change ------------
 
-async function loadSchedules() {
-  let body;
-  try {
-    body = await api("api/schedules");
-  } catch (error) {
-    say(`schedules: ${error.message}`);
-    return;
-  }
-  const rows = body.schedules.map((s) => el("tr", { "data-schedule": s.name },
+function drawSchedules(schedules) {
+  const rows = schedules.map((s) => el("tr", { "data-schedule": s.name },
     el("td", {}, s.name), el("td", {}, s.when), el("td", {}, s.kind),
     el("td", { class: "next" }, s.next || "-"), el("td", {}, s.fired || "-")));
   const empty = el("tr", {}, el("td", { colSpan: 5, class: "empty" }, "No schedules."));
