@@ -170,3 +170,23 @@ def test_the_python_api_pages_schedule_example_runs(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     kept = {s.name: s.when for s in timetable.listing(jobctl.FileStore(tmp_path / "jobs"))}
     assert kept == {"feeds": "every 15m", "nightly": "cron 30 3 * * *"}
+
+
+def test_a_link_at_the_schedules_directory_is_refused_and_never_followed(tmp_path: Path, clock: Any) -> None:
+    from jobctl.store.schedules import SCHEDULES
+
+    store = jobctl.FileStore(tmp_path / "root", clock=clock)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    Path(store.root, *SCHEDULES[:-1]).mkdir(parents=True)
+    os.symlink(elsewhere, Path(store.root, *SCHEDULES))
+    for write in (timetable.add, timetable.declare):
+        with pytest.raises(Invalid, match="is a symbolic link, not a directory"):
+            write(store, "beat", kind="ping", every=60)
+    with pytest.raises(Invalid, match="is a symbolic link"):
+        timetable.listing(store)
+    said: list[tuple[str, str, str]] = []
+    firing = timetable.Firing(store, lambda *line: said.append(line), reread=0)
+    assert firing.tick(0.0) == 0 and firing.tick(1.0) == 0
+    assert [what for what, _, _ in said] == ["schedule-failed"]  # once, however often it looks
+    assert list(elsewhere.iterdir()) == []
