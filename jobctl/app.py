@@ -8,11 +8,17 @@
     def script(job: jobctl.Job) -> jobctl.Result:
         ...
 
+    worker.every("refresh-feeds", "15m", kind="script_generation", spec={"topic": "news"})
+    worker.cron("nightly", "0 3 * * *", kind="script_generation", spec={"topic": "the day"})
+
     worker.run()      # until SIGTERM/SIGINT; or worker.drain()
 
 The same object runs from the command line with ``jobctl worker --app
 module:worker`` (:func:`load`). Jobs of other kinds run as they do under
 ``jobctl worker``: ``shell`` jobs, and the handler commands given here.
+The recurring schedules an application declares (:meth:`Worker.every`,
+:meth:`Worker.cron`) are kept in the store each time it starts
+(:meth:`Worker.declare`), where every worker of the store fires them.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from .errors import Invalid
 
 if TYPE_CHECKING:
     from .processor import ProcessorFunction
+    from .recurring import Schedule
     from .worker import Event, Summary
     from .worker import Worker as Loop
 
@@ -116,6 +123,8 @@ class Worker:
         self.on_event = on_event
         #: The registered processors, by kind.
         self.processors: dict[str, ProcessorFunction] = {}
+        #: The declared schedules, by name: checked when declared, kept in the store at each start.
+        self.schedules: dict[str, Schedule] = {}
         self._lock = threading.Lock()
         self._loop: Loop | None = None
         self._stop: bool | None = None  # a stop asked for before the loop existed: immediate or not
@@ -140,6 +149,56 @@ class Worker:
         if kind in self.processors:
             raise Invalid(f"kind {kind} has a processor already: {self.processors[kind]!r}")
         self.processors[kind] = function
+
+    # -- recurring schedules ----------------------------------------------------------
+
+    def every(self, name: str, duration: object, *, kind: str, spec: Any = None, by: str | None = None) -> None:
+        """Declare schedule ``name``: a job of ``kind`` with ``spec`` (a JSON object) every ``duration``.
+
+        ``duration`` as ``jobctl schedule add --every`` takes it (``"15m"``,
+        seconds, a ``timedelta``); the slots fall on its multiples since
+        1970-01-01 UTC. Checked now (``Invalid`` naming the schedule); kept in
+        the store when the worker starts (:meth:`declare`).
+        """
+        self._declare(name, kind, spec, by, every=duration)
+
+    def cron(self, name: str, line: str, *, kind: str, spec: Any = None, by: str | None = None) -> None:
+        """Declare schedule ``name``: a job of ``kind`` with ``spec`` at each minute cron ``line`` names (UTC).
+
+        As :meth:`every`, with a line ``jobctl schedule add --cron`` takes.
+        """
+        self._declare(name, kind, spec, by, cron=line)
+
+    def _declare(self, name: str, kind: str, spec: Any, by: str | None, **when: Any) -> None:
+        import json
+        from datetime import datetime, timezone
+
+        from .recurring import new
+        from .submitter import default_submitter
+
+        if isinstance(name, str) and name in self.schedules:
+            raise Invalid(f"schedule {name} is declared already on this worker")
+        try:
+            text = json.dumps({} if spec is None else spec, ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise Invalid(f"schedule {name}: spec is not JSON: {exc}") from None
+        # The time is the store's when it is kept (declare()); this one only lets it be checked now.
+        sched = new(name, kind=kind, spec=text, by=by or default_submitter(), now=datetime.now(timezone.utc), **when)
+        self.schedules[sched.name] = sched
+
+    def declare(self) -> dict[str, str]:
+        """Keep every declared schedule in the store; by name, ``"added"``, ``"updated"`` or ``"unchanged"``.
+
+        Idempotent: the same declarations again write nothing; a changed one
+        replaces the kept plan (which keeps its latest slot fired). A schedule
+        kept in the store but no longer declared stays (``jobctl schedule
+        remove NAME`` removes it). :meth:`run`, :meth:`drain`, :meth:`once`
+        and ``jobctl worker --app`` call it before the loop starts.
+        """
+        from dataclasses import replace
+
+        now = self.store.now()
+        return {name: self.store.put_schedule(replace(sched, created_at=now)) for name, sched in self.schedules.items()}
 
     # -- running ------------------------------------------------------------------------
 
@@ -179,6 +238,7 @@ class Worker:
 
     def _go(self, mode: str, loop: Loop | None = None) -> Summary:
         loop = loop or self.loop()
+        self.declare()
         with self._lock:
             if self._loop is not None:
                 raise Invalid("this worker is running already")

@@ -68,7 +68,9 @@ class Event:
     ``unreadable`` (a record that cannot be read, once per record), ``blocked`` (a job waits for an unreadable
     record, once per job), ``unhandled`` (``drain``/``once`` leaves pending
     jobs of a kind nothing here can run, once per kind), ``unannounced`` (the store
-    would not take the worker's word on the kinds it runs: said once).
+    would not take the worker's word on the kinds it runs: said once), ``scheduled`` (it
+    fired a schedule's slot: the job it submitted), ``schedule-failed`` (it could not read or
+    fire the schedules: said once until they work again).
     """
 
     what: str

@@ -68,6 +68,7 @@ from .roster import Announcer, announce_ttl
 from .runner import Guardian, Processor, Run, processors
 from .slots import Event, Report, Slots, SlotStore, Started
 from .store.base import Notices, OpenListing
+from .timetable import Firing, FiringStore
 
 if TYPE_CHECKING:
     from .processor import AsyncLoop, ProcessorFunction
@@ -77,7 +78,7 @@ __all__ = ["Worker", "WorkerStore", "Event", "Summary", "MODES", "default_owner"
 MODES = ("loop", "once", "drain")
 
 
-class WorkerStore(SlotStore, Protocol):
+class WorkerStore(SlotStore, FiringStore, Protocol):
     """What the loop needs of a store beyond its slots' needs."""
 
     def claim(self, job_id: str, owner: str, ttl_seconds: float, *, wait: bool = True) -> Record: ...
@@ -187,6 +188,8 @@ class Worker:
         self._word = Announcer(
             store, self.owner, self.kinds, announce_ttl(self.ttl, self.poll_interval), self._unannounced
         )
+        # Recurring schedules: every worker fires the due slots, each once however many fire (jobctl.timetable).
+        self._firing = Firing(store, lambda what, job_id, detail: self._emit(Event(what, job_id, detail=detail)))
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -287,6 +290,7 @@ class Worker:
             wake: datetime | None = None
             if self._stop_level == 0:
                 self._word.tick(now_mono)
+                self._firing.tick(now_mono)
                 board.refresh(max_age=self.poll_interval, skip=self._busy)
                 self.ledger.say_unreadable(board)
                 idle, wake = self._hand_out(board, only, now_mono)
@@ -362,6 +366,8 @@ class Worker:
         timeout = self.poll_interval
         if wake is not None:
             timeout = min(timeout, max(0.0, (wake - self.store.now()).total_seconds()) + 0.001)
+        if self._stop_level == 0:
+            timeout = min(timeout, max(0.0, self._firing.due_mono - now_mono))
         if self._stop_level == 1:
             timeout = min(timeout, max(0.0, self._stop_deadline - now_mono))
         if self.alerts.running:

@@ -18,7 +18,7 @@ from . import render
 from .main import JSON_TEXT, TEXT, JobCommand, State, common, count, not_utf8, pass_state, raw_json
 from .params import signed
 
-__all__ = ["submit", "parse_when", "parse_duration"]
+__all__ = ["submit", "parse_when", "parse_duration", "kind_and_spec"]
 
 _DELAY = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)\Z")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -248,7 +248,7 @@ def submit(
         raise click.UsageError("--stage needs --pipeline")
     if exists_ok and not job_id:
         raise click.UsageError("--exists-ok needs --id")
-    kind, spec = _kind_and_spec(command, kind, spec, env_pairs)
+    kind, spec = kind_and_spec(command, kind, spec, env_pairs)
     check_kind(kind, "--kind")  # the rule POST /api/jobs applies too
     # Only a --spec not given at all is {}: an empty file or stdin is JSON that does not parse, as a checkpoint's.
     body_text = "{}" if spec is None else spec
@@ -293,7 +293,7 @@ def submit(
     _submit(state, rec, exists_ok)
 
 
-def _kind_and_spec(
+def kind_and_spec(
     command: tuple[str, ...], kind: str | None, spec: str | None, env_pairs: tuple[str, ...]
 ) -> tuple[str, str | None]:
     """The job's kind and spec text: a ``shell`` job's from the words after ``--``, else as given."""

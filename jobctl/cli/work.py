@@ -587,6 +587,8 @@ def worker(
             f"no handler for kind {kind}: give one with --handler {kind}=CMD or in the config file "
             f"(this worker runs: {', '.join(sorted(loop.handled)) or 'nothing'})"
         )
+    if defined is not None:
+        defined.declare()  # the application's schedules, kept in the store before the first pick
     if not quiet and not state.json:
         _say(
             f"jobctl worker: {loop.owner} on {store.root}: kinds {', '.join(sorted(loop.kinds)) or 'none'}, "

@@ -34,6 +34,7 @@ from .base import Listing, Notices, Records, Refusals, Skipped
 from .contract import ContractStore
 from .file_listing import FileIdentity, FileListing, Finished, collector_paused, summary_fields, summary_of
 from .keys import FileKeys
+from .schedules import ScheduleFiles
 from .workers import WorkerFiles
 
 # is_orphan is the record's rule (jobctl.record); the listing's names live in jobctl.store.file_listing.
@@ -66,7 +67,7 @@ _EPOCH: re.Pattern[bytes] = lazy_pattern(
 _TEMP: re.Pattern[str] = lazy_pattern(globals(), "_TEMP", r"(.+\.json)\.[A-Za-z0-9_]+\.tmp\Z")
 
 
-class FileStore(FileListing, ContractStore, WorkerFiles):
+class FileStore(FileListing, ContractStore, WorkerFiles, ScheduleFiles):
     """A store rooted at a directory; opening it creates ``jobs/`` and ``work/``.
 
     ``create=False`` opens only a store that is already there: a root that

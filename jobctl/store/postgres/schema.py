@@ -9,10 +9,11 @@ open index by it; :func:`_fill_4` sets it on the rows that carry one.
 A database is initialised by the same steps a migration runs, from nothing,
 in one transaction; so is every migration.
 
-``workers.sql`` (the table of workers' announcements) and ``exclusive.sql``
-(the holders of exclusive keys) are no version of their
-own: it only adds a table, so ``init`` and ``migrate`` run it on a store of
-any version, and a store made before it is not refused for lacking it.
+``workers.sql`` (the table of workers' announcements), ``exclusive.sql``
+(the holders of exclusive keys) and ``schedules.sql`` (the table of
+recurring schedules) are no version of their own: each only adds a table,
+so ``init`` and ``migrate`` run them on a store of any version, and a store
+made before them is not refused for lacking them.
 """
 
 from __future__ import annotations
@@ -95,10 +96,12 @@ def _additions() -> Step:
     """
     workers = _script(os.path.join(SQL_DIR, "workers.sql"))
     keys = _script(os.path.join(SQL_DIR, "exclusive.sql"))
+    schedules = _script(os.path.join(SQL_DIR, "schedules.sql"))
 
     def run(conn: psycopg.Connection[Any]) -> None:
         workers(conn)
         keys(conn)
+        schedules(conn)
 
     return run
 

@@ -48,6 +48,7 @@ from .batch import BatchClaims, finish_terms
 from .keys import KEYS
 from .listener import Listener
 from .reads import SCAN_PAGE, RowReads
+from .schedules import ScheduleRows
 from .schema import UNDECODABLE, Q, values_kept
 from .session import RECONNECT_WAIT, RECONNECT_WAIT_ENV, Unsure, reconnect_wait_of, retried
 from .workers import WorkerRows
@@ -55,7 +56,7 @@ from .workers import WorkerRows
 __all__ = ["PostgresStore", "SCAN_PAGE", "RECONNECT_WAIT", "RECONNECT_WAIT_ENV", "reconnect_wait_of"]
 
 
-class PostgresStore(RowReads, BatchClaims, WorkerRows):
+class PostgresStore(RowReads, BatchClaims, WorkerRows, ScheduleRows):
     """A store in a PostgreSQL database (schema made by ``jobctl db init``).
 
     ``clock`` replaces the server's clock; only tests that move time by hand

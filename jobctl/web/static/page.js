@@ -266,6 +266,7 @@ function connect() {
     heard = Date.now();
     const data = JSON.parse(e.data);
     applyEvent(data);
+    if (data.schedules) drawSchedules(data.schedules);
     if (data.full) {
       synced = true;
       document.body.dataset.loaded = String(Number(document.body.dataset.loaded || 0) + 1);
@@ -288,6 +289,17 @@ function connect() {
     status("stale", null);
     if (events.readyState === EventSource.CLOSED) setTimeout(() => { if (events === stream) connect(); }, 2000);
   };
+}
+
+// -- recurring schedules: the stream sends them all, with a full event and whenever they change ------------
+
+function drawSchedules(schedules) {
+  const rows = schedules.map((s) => el("tr", { "data-schedule": s.name },
+    el("td", {}, s.name), el("td", {}, s.when), el("td", {}, s.kind),
+    el("td", { class: "next" }, s.next || "-"), el("td", {}, s.fired || "-")));
+  const empty = el("tr", {}, el("td", { colSpan: 5, class: "empty" }, "No schedules."));
+  document.querySelector("#schedules tbody").replaceChildren(...(rows.length ? rows : [empty]));
+  document.body.dataset.schedules = String(rows.length);
 }
 
 function watchdog() {
