@@ -7,6 +7,7 @@ Every directory below the store's is opened without following a link
 from __future__ import annotations
 
 import os
+import stat
 import threading
 from typing import IO
 
@@ -85,10 +86,11 @@ class LogRoot:
     a ``mkdir`` and an ``open``, not the walk from the store's root through
     ``work`` and ``.jobctl`` that :func:`log_dir_open` makes for one job.
     Nothing is followed either way: the walk refuses a link at any part, and
-    so does the open of a job's directory below it. Before each use one
-    ``lstat`` of the ``logs`` path checks it is still the directory held: one
-    removed or moved away meanwhile is walked to again, so no log lands where
-    ``jobctl logs`` does not look. Safe from several threads; :meth:`close`
+    so does the open of a job's directory below it. Before each use an
+    ``lstat`` of each part of the path checks it is still the directory held,
+    reached through no link: one removed or moved away meanwhile is walked to
+    again (and a link refused there), so no log lands where ``jobctl logs``
+    does not look. Safe from several threads; :meth:`close`
     closes the directory.
     """
 
@@ -105,7 +107,7 @@ class LogRoot:
         try:
             with self._lock:  # held over the open below too: nobody closes the directory under it
                 at = self._at
-                if at is None or at.path != logs or _identity(logs) != self._id:
+                if at is None or at.path != logs or _identity(base, parts[:-1]) != self._id:
                     self._close()
                     os.makedirs(base, mode=0o755, exist_ok=True)  # as log_dir_open: the root of the walk
                     at = self._at = fsio.open_dir(base, *parts[:-1], create=True)
@@ -125,10 +127,22 @@ class LogRoot:
             self._close()
 
 
-def _identity(path: str) -> tuple[int, int] | None:
-    """(device, inode) of what is at ``path`` now (a link itself, never its target); None when nothing is."""
+def _identity(base: str, parts: tuple[str, ...]) -> tuple[int, int] | None:
+    """(device, inode) of the directory ``parts`` name below ``base`` now; None when one of them is not a directory.
+
+    Each part is looked at with ``lstat``: a link at any of them (``work``,
+    ``.jobctl``, ``logs``) is not a directory, so a ``logs`` moved away and
+    linked back is walked to again, and refused there.
+    """
+    if not parts:
+        return None
+    path = base
     try:
-        st = os.lstat(path)
+        for part in parts:
+            path = os.path.join(path, part)
+            st = os.lstat(path)
+            if not stat.S_ISDIR(st.st_mode):
+                return None
     except OSError:
         return None
     return st.st_dev, st.st_ino

@@ -77,6 +77,22 @@ def test_a_link_planted_after_the_first_walk_is_refused(store: FileStore, tmp_pa
     assert os.listdir(outside) == []
 
 
+def test_a_directory_moved_away_and_linked_back_is_not_written_through(store: FileStore, tmp_path: Path) -> None:
+    """The directory held is still ``logs``, but reached through a link now: walked to again, and refused."""
+    root = LogRoot(store)
+    try:
+        write_log(root, "a-1", b"first\n")
+        jobctl_dir = Path(log_dir(store, "a-1")).parent.parent
+        moved = tmp_path / "moved"
+        jobctl_dir.rename(moved)
+        jobctl_dir.symlink_to(moved)
+        with pytest.raises(JobError, match="symbolic link"):
+            root.job_dir("b-2")
+    finally:
+        root.close()
+    assert not (moved / "logs" / "b-2").exists()
+
+
 @pytest.mark.parametrize("how", ["removed", "moved"])
 def test_a_logs_directory_gone_meanwhile_is_walked_to_again(store: FileStore, tmp_path: Path, how: str) -> None:
     root = LogRoot(store)
