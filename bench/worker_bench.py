@@ -23,7 +23,7 @@ Run with ``make bench`` (``.venv/bin/python bench/worker_bench.py``). Three part
 
 Stores are made in temporary directories inside the repository (its file
 system's fsync is the one that counts, as in store_bench.py) and removed.
-The numbers are checked against the issue's targets and printed; the exit
+The numbers are checked against the targets and printed; the exit
 code is 0 either way: timing is not a test. About 45 s on 2 CPUs.
 """
 
@@ -50,7 +50,7 @@ JOBS = 500
 FINISHED = 5_000
 PICKS = 300
 RUNS = 2
-TARGETS = {1: 350.0, 4: 600.0}  # issue 29, on 2 CPUs
+TARGETS = {1: 350.0, 4: 600.0}  # jobs/s on 2 CPUs
 TRUE = shutil.which("true") or "/bin/true"
 
 
