@@ -32,10 +32,16 @@ notice's line (a notice includes reading the watched records again).
 
 Timing is reported, never asserted; the exit code is 0. Several minutes
 on 2 CPUs (the 100,000-record store dominates).
+
+``--list [--samples N]`` times only a piped ``list`` on the 100,000-record
+store (a minute or so): cold (the cache removed before each sample) and warm,
+taking turns, each sample's first line, total and the ``list`` process's
+peak memory; its output is checked to be the same in every sample.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import select
@@ -196,14 +202,28 @@ def run(args: list[str], env: dict[str, str], ok: tuple[int, ...] = (0,)) -> flo
 
 def first_line(args: list[str], env: dict[str, str]) -> tuple[float, float]:
     """(seconds to the first line of stdout, seconds to the end)."""
+    first, total, _, _, _ = first_line_memory(args, env)
+    return first, total
+
+
+def first_line_memory(args: list[str], env: dict[str, str]) -> tuple[float, float, float, float, bytes]:
+    """(seconds to the first line of stdout, to the end, the process's peak memory in MB, its CPU seconds, its stdout).
+
+    The CPU seconds (user and system, its reaped children's included) say what the machine's other
+    work cannot: the shared 2 CPUs make the wall clock move run to run.
+    """
     t = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "jobctl", *args], env=env, stdout=subprocess.PIPE)
     assert proc.stdout is not None
-    proc.stdout.readline()
+    head = proc.stdout.readline()
     first = time.perf_counter() - t
-    proc.stdout.read()
-    proc.wait()
-    return first, time.perf_counter() - t
+    out = head + proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)  # the process's own peak, not its children's
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    total = time.perf_counter() - t
+    if proc.returncode != 0:
+        raise SystemExit(f"{args}: exit {proc.returncode}")
+    return first, total, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime, out
 
 
 def median(f: Callable[[], float], samples: int, before: Callable[[], None] | None = None) -> float:
@@ -391,7 +411,54 @@ def latency(work: str, n: int) -> list[float]:
     return out
 
 
+def list_only(samples: int) -> None:
+    """``--list``: a piped ``list`` on 100,000 records, cold and warm taking turns, ``samples`` of each."""
+    work = tempfile.mkdtemp(prefix="scale-bench-", dir=REPO)
+    os.chdir(work)  # as in main(): never the checkout's own directory first on sys.path
+    try:
+        compiled(str(REPO / "jobctl"))
+        n = max(SIZES)
+        root, cache = os.path.join(work, f"store-{n}"), os.path.join(work, "cache")
+        build(root, n)
+        env = dict(os.environ, XDG_CACHE_HOME=cache, JOB_STORE=root, PYTHONPATH=str(REPO))
+        jobs = os.path.join(root, "jobs")
+        print(
+            f"scale bench, list only: python {platform.python_version()}, {os.cpu_count()} cpus,"
+            f" load average {os.getloadavg()[0]:.1f}; {n:,} records (1% open), floor {floor(jobs):.3f} s"
+        )
+        got: dict[str, list[tuple[float, float, float, float]]] = {"cold": [], "warm": []}
+        outputs = set()
+        for _ in range(samples):
+            for mode in got:
+                shutil.rmtree(cache, ignore_errors=True)
+                if mode == "warm":
+                    warm_up([env])
+                first, total, mb, cpu, out = first_line_memory(["list"], env)
+                got[mode].append((first, total, mb, cpu))
+                outputs.add(out)
+        for mode, rows in got.items():
+            firsts, totals, mbs, cpus = zip(*rows, strict=True)
+            med = statistics.median(firsts)
+            print(
+                f"  list {mode}: first line {min(firsts):.3f}-{max(firsts):.3f} s (median {med:.3f}),"
+                f" total {min(totals):.3f}-{max(totals):.3f} s (median {statistics.median(totals):.3f}),"
+                f" CPU {statistics.median(cpus):.2f} s, peak {max(mbs):.0f} MB, {samples} samples"
+            )
+        print(f"  the same output in every sample: {'yes' if len(outputs) == 1 else 'NO'}")
+        print(f"  load average after: {os.getloadavg()[0]:.1f}")
+    finally:
+        os.chdir(REPO)
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--list", action="store_true", help="only a piped list on 100,000 records, cold and warm")
+    parser.add_argument("--samples", type=int, default=5, metavar="N", help="with --list: samples of each (5)")
+    args = parser.parse_args()
+    if args.list:
+        list_only(max(1, args.samples))
+        return
     work = tempfile.mkdtemp(prefix="scale-bench-", dir=REPO)
     # Every command runs from the work directory: `python -m jobctl` puts its working directory
     # first on sys.path, so from the checkout it would run the checkout whatever PYTHONPATH says.

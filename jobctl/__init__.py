@@ -26,20 +26,31 @@ from .errors import (
     Terminal,
     UnknownSchema,
 )
-from .record import Delegation, Envelope, Intent, Lease, Progress, Recall, Record, Step
-from .wire import JsonText, Raw
 
 if TYPE_CHECKING:
     from .app import Worker
     from .processor import Job, NewJob, NotRetryable, Result
+    from .record import Delegation, Envelope, Intent, Lease, Progress, Recall, Record, Step
     from .store import UNSET, FileStore, Listing, Store, open_store
     from .watch import Notice, Watch, watch
+    from .wire import JsonText, Raw
 
 #: Names loaded on first use, from the module that holds them: a command that
 #: never watches does not import the change notices (select, struct), nor one
-#: that opens no store the stores. ``jobctl.FileStore`` and ``from jobctl
-#: import watch`` work as before.
+#: that opens no store the stores, and the command line's start-up
+#: (``jobctl.cli`` is a submodule) pays for no part of the record it does not
+#: use. ``jobctl.FileStore`` and ``from jobctl import watch`` work as before.
 _LAZY = {
+    "Record": "record",
+    "Progress": "record",
+    "Step": "record",
+    "Lease": "record",
+    "Recall": "record",
+    "Intent": "record",
+    "Delegation": "record",
+    "Envelope": "record",
+    "Raw": "wire",
+    "JsonText": "wire",
     "UNSET": "store",
     "FileStore": "store",
     "Listing": "store",

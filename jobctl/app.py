@@ -8,11 +8,17 @@
     def script(job: jobctl.Job) -> jobctl.Result:
         ...
 
+    worker.every("refresh-feeds", "15m", kind="script_generation", spec={"topic": "news"})
+    worker.cron("nightly", "0 3 * * *", kind="script_generation", spec={"topic": "the day"})
+
     worker.run()      # until SIGTERM/SIGINT; or worker.drain()
 
 The same object runs from the command line with ``jobctl worker --app
 module:worker`` (:func:`load`). Jobs of other kinds run as they do under
 ``jobctl worker``: ``shell`` jobs, and the handler commands given here.
+The recurring schedules an application declares (:meth:`Worker.every`,
+:meth:`Worker.cron`) are kept in the store each time it starts
+(:meth:`Worker.declare`), where every worker of the store fires them.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from .errors import Invalid
 
 if TYPE_CHECKING:
     from .processor import ProcessorFunction
+    from .recurring import Schedule
     from .worker import Event, Summary
     from .worker import Worker as Loop
 
@@ -56,7 +63,8 @@ class Worker:
     :data:`DEFAULTS` (or, under ``jobctl worker --app``, the command line's
     settings). ``handlers`` maps other kinds to shell commands, as
     ``--handler``. ``on_event`` gets every :class:`jobctl.worker.Event`; by
-    default they go to the ``jobctl.worker`` logger.
+    default they go to the ``jobctl.worker`` logger. ``limits`` maps a kind to
+    the most of its jobs run at once, as ``--limit KIND=N``.
     """
 
     def __init__(
@@ -74,6 +82,7 @@ class Worker:
         on_failure: str = "",
         on_failure_url: str = "",
         on_event: Callable[[Event], None] | None = None,
+        limits: Mapping[str, int] | None = None,
     ) -> None:
         if isinstance(store, (str, os.PathLike)):
             from .store import open_store
@@ -95,6 +104,13 @@ class Worker:
         self.options: dict[str, Any] = {key: check(key, value) for key, value in given.items() if value is not None}
         self.handlers: dict[str, str] = dict(handlers or {})
         self.kinds = None if kinds is None else list(kinds)
+        #: At most N jobs of a kind at once (``jobctl worker --limit KIND=N``, which adds to these).
+        from .quota import Quota
+
+        try:
+            self.limits: dict[str, int] = Quota(limits).limits
+        except ValueError as exc:
+            raise Invalid(f"limits: {exc}") from None
         self.on_failure = on_failure
         if on_failure_url:
             from .webhook import check_url
@@ -107,6 +123,8 @@ class Worker:
         self.on_event = on_event
         #: The registered processors, by kind.
         self.processors: dict[str, ProcessorFunction] = {}
+        #: The declared schedules, by name: checked when declared, kept in the store at each start.
+        self.schedules: dict[str, Schedule] = {}
         self._lock = threading.Lock()
         self._loop: Loop | None = None
         self._stop: bool | None = None  # a stop asked for before the loop existed: immediate or not
@@ -132,6 +150,56 @@ class Worker:
             raise Invalid(f"kind {kind} has a processor already: {self.processors[kind]!r}")
         self.processors[kind] = function
 
+    # -- recurring schedules ----------------------------------------------------------
+
+    def every(self, name: str, duration: object, *, kind: str, spec: Any = None, by: str | None = None) -> None:
+        """Declare schedule ``name``: a job of ``kind`` with ``spec`` (a JSON object) every ``duration``.
+
+        ``duration`` as ``jobctl schedule add --every`` takes it (``"15m"``,
+        seconds, a ``timedelta``); the slots fall on its multiples since
+        1970-01-01 UTC. Checked now (``Invalid`` naming the schedule); kept in
+        the store when the worker starts (:meth:`declare`).
+        """
+        self._declare(name, kind, spec, by, every=duration)
+
+    def cron(self, name: str, line: str, *, kind: str, spec: Any = None, by: str | None = None) -> None:
+        """Declare schedule ``name``: a job of ``kind`` with ``spec`` at each minute cron ``line`` names (UTC).
+
+        As :meth:`every`, with a line ``jobctl schedule add --cron`` takes.
+        """
+        self._declare(name, kind, spec, by, cron=line)
+
+    def _declare(self, name: str, kind: str, spec: Any, by: str | None, **when: Any) -> None:
+        import json
+        from datetime import datetime, timezone
+
+        from .recurring import new
+        from .submitter import default_submitter
+
+        if isinstance(name, str) and name in self.schedules:
+            raise Invalid(f"schedule {name} is declared already on this worker")
+        try:
+            text = json.dumps({} if spec is None else spec, ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise Invalid(f"schedule {name}: spec is not JSON: {exc}") from None
+        # The time is the store's when it is kept (declare()); this one only lets it be checked now.
+        sched = new(name, kind=kind, spec=text, by=by or default_submitter(), now=datetime.now(timezone.utc), **when)
+        self.schedules[sched.name] = sched
+
+    def declare(self) -> dict[str, str]:
+        """Keep every declared schedule in the store; by name, ``"added"``, ``"updated"`` or ``"unchanged"``.
+
+        Idempotent: the same declarations again write nothing; a changed one
+        replaces the kept plan (which keeps its latest slot fired). A schedule
+        kept in the store but no longer declared stays (``jobctl schedule
+        remove NAME`` removes it). :meth:`run`, :meth:`drain`, :meth:`once`
+        and ``jobctl worker --app`` call it before the loop starts.
+        """
+        from dataclasses import replace
+
+        now = self.store.now()
+        return {name: self.store.put_schedule(replace(sched, created_at=now)) for name, sched in self.schedules.items()}
+
     # -- running ------------------------------------------------------------------------
 
     def loop(self, **overrides: Any) -> Loop:
@@ -141,6 +209,7 @@ class Worker:
         options = {**DEFAULTS, **self.options, **{k: v for k, v in overrides.items() if v is not None}}
         options.setdefault("handlers", self.handlers)
         options.setdefault("kinds", self.kinds)
+        options.setdefault("limits", self.limits)
         options.setdefault("on_failure", self.on_failure)
         options.setdefault("on_failure_url", self.on_failure_url)
         options.setdefault("on_event", self.on_event or _log_event)
@@ -169,6 +238,7 @@ class Worker:
 
     def _go(self, mode: str, loop: Loop | None = None) -> Summary:
         loop = loop or self.loop()
+        self.declare()
         with self._lock:
             if self._loop is not None:
                 raise Invalid("this worker is running already")

@@ -8,8 +8,9 @@ make that possible:
   state (for dependency look-ups) and never reads it again;
 * the board learns *which* records changed from the store's notices
   (:meth:`jobctl.store.base.Store.notices`: inotify on a directory's
-  ``jobs/``, LISTEN/NOTIFY on PostgreSQL), so it re-reads only those. The open records are kept in memory oldest first
-  (by ``created_at``, then id), and choosing walks them from the front.
+  ``jobs/``, LISTEN/NOTIFY on PostgreSQL), so it re-reads only those. The open records are kept in memory in pick
+  order (higher priority first, then by ``created_at``, then id: :func:`jobctl.priority.pick_key`), and
+  choosing walks them from the front.
 
 Time alone changes what is runnable (a lease lapses, a not-before time
 passes) without any write, so the board re-evaluates its open records against
@@ -29,13 +30,15 @@ from __future__ import annotations
 
 import bisect
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
 from .errors import JobError, NotFound
-from .record import TERMINAL, ZERO_TIME, Record, held
+from .exclusive import exclusive_of, holds
+from .priority import pick_key
+from .record import TERMINAL, Record, held
 from .schedule import blocked_by, not_before
 from .store.base import Notices, OpenListing
 from .summary import States
@@ -55,7 +58,7 @@ class BoardStore(Protocol):
 
 @dataclass
 class Pick:
-    """The oldest runnable record (or None), the doomed ones, and when time alone may change the answer."""
+    """The first runnable record in pick order (or None), the doomed ones, and when time alone may change the answer."""
 
     record: Record | None
     doomed: list[tuple[Record, str]]
@@ -66,7 +69,7 @@ class Pick:
 
 
 class Board:
-    """The open records of a store, oldest first, and the states of all.
+    """The open records of a store in pick order (priority, then age), and the states of all.
 
     ``kinds`` restricts what :meth:`pick` offers (None: every kind).
     ``notices=False`` forces the rescanning mode (the benchmark compares both).
@@ -79,9 +82,11 @@ class Board:
         self.open: dict[str, Record] = {}
         #: Records that cannot be read now, and why (their state is ``unreadable``).
         self.unreadable: dict[str, JobError] = {}
-        # (created_at, id) of the open records: oldest first, to the microsecond
-        # (ids minted in one millisecond sort by their random part). created_at never moves [JOB-M1].
-        self._order: list[tuple[datetime, str]] = []
+        # pick_key of the open records: higher priority first, then oldest first, to the microsecond
+        # (ids minted in one millisecond sort by their random part). created_at never moves [JOB-M1];
+        # a priority may (a holder's update rewrites its extensions), so each record's key is kept.
+        self._order: list[tuple[int, datetime, str]] = []
+        self._keys: dict[str, tuple[int, datetime, str]] = {}
         # Notices first, then the scan: a write between the two is seen twice, never missed.
         self._notices = store.notices() if notices else None
         self._scanned = 0.0
@@ -207,14 +212,20 @@ class Board:
         if rec.terminal:
             self._close(job_id)
             return
-        if job_id not in self.open:
-            bisect.insort(self._order, (rec.created_at or ZERO_TIME, job_id))
+        key = pick_key(rec)
+        if self._keys.get(job_id) != key:
+            self._unorder(job_id)
+            bisect.insort(self._order, key)
+            self._keys[job_id] = key
         self.open[job_id] = rec
 
     def _close(self, job_id: str) -> None:
-        rec = self.open.pop(job_id, None)
-        if rec is not None:
-            key = (rec.created_at or ZERO_TIME, job_id)
+        self.open.pop(job_id, None)
+        self._unorder(job_id)
+
+    def _unorder(self, job_id: str) -> None:
+        key = self._keys.pop(job_id, None)
+        if key is not None:
             i = bisect.bisect_left(self._order, key)
             if i < len(self._order) and self._order[i] == key:
                 del self._order[i]
@@ -249,8 +260,14 @@ class Board:
         # can be released properly [JOB-I12]; the run checks the intent first.
         return "run", "", None
 
-    def pick(self, now: datetime, exclude: Iterable[str] = (), only: set[str] | None = None) -> Pick:
-        """The oldest open record a worker may claim now.
+    def pick(
+        self,
+        now: datetime,
+        exclude: Iterable[str] = (),
+        only: set[str] | None = None,
+        blocked: Callable[[Record], bool] | None = None,
+    ) -> Pick:
+        """The first open record in pick order (priority, then age) a worker may claim now.
 
         Runnable: not held, not ``transferred``, dependencies complete,
         not-before passed, not paused (an orphan [JOB-I11] [JOB-I12]), of a
@@ -258,16 +275,32 @@ class Board:
         way, records whose dependencies ended ``failed``/``cancelled`` or are
         missing are collected as doomed. ``wake`` is the earliest moment a
         lease lapses or a not-before time passes among the records passed over.
+        A record whose exclusive key another open job holds (as the view
+        shows it) is passed over until that lease's end, and so is one that
+        ``blocked`` says this worker may not take now (its ``--limit``). The
+        claim has the last word on a key (:mod:`jobctl.exclusive`).
         """
         skip = exclude if isinstance(exclude, (set, frozenset, dict)) else set(exclude)
         doomed: list[tuple[Record, str]] = []
         wake: datetime | None = None
-        for _, job_id in self._order:
+        keys: dict[str, Record] | None = None
+        for *_, job_id in self._order:
             if job_id in skip or (only is not None and job_id not in only):
                 continue
             rec = self.open[job_id]
             verdict, detail, when = self._judge(rec, now)
             if verdict == "run":
+                key = exclusive_of(rec)
+                holder = None
+                if key is not None:
+                    keys = self._held_keys(now) if keys is None else keys
+                    holder = keys.get(key)
+                if holder is not None and holder.id != job_id:
+                    until = holder.lease.expires_at
+                    wake = until if until is not None and (wake is None or until < wake) else wake
+                    continue
+                if blocked is not None and blocked(rec):
+                    continue
                 return Pick(rec, doomed, wake)
             if verdict == "doomed":
                 doomed.append((rec, detail))
@@ -275,15 +308,24 @@ class Board:
                 wake = when
         return Pick(None, doomed, wake)
 
+    def _held_keys(self, now: datetime) -> dict[str, Record]:
+        """The exclusive keys the open jobs in view hold at ``now``, each with its holder."""
+        out: dict[str, Record] = {}
+        for rec in self.open.values():
+            key = exclusive_of(rec)
+            if key is not None and holds(rec, key, now):
+                out[key] = rec
+        return out
+
     def survey_doomed(self, now: datetime) -> list[tuple[Record, str]]:
         """Every open record whose dependencies can no longer complete, with the reason."""
         out = []
-        for _, job_id in self._order:
+        for *_, job_id in self._order:
             verdict, detail, _ = self._judge(self.open[job_id], now)
             if verdict == "doomed":
                 out.append((self.open[job_id], detail))
         return out
 
     def runnable_ids(self, now: datetime) -> list[str]:
-        """Every id :meth:`pick` would offer now, oldest first (``--once`` takes this snapshot)."""
-        return [job_id for _, job_id in self._order if self._judge(self.open[job_id], now)[0] == "run"]
+        """Every id :meth:`pick` would offer now, in pick order (``--once`` takes this snapshot)."""
+        return [job_id for *_, job_id in self._order if self._judge(self.open[job_id], now)[0] == "run"]

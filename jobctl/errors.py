@@ -14,6 +14,7 @@ __all__ = [
     "NotFound",
     "LeaseHeld",
     "LockBusy",
+    "KeyHeld",
     "StaleEpoch",
     "LeaseExpired",
     "Terminal",
@@ -80,6 +81,26 @@ class LeaseHeld(JobError):
 
 class LockBusy(LeaseHeld):
     """A claim that would not wait found the record's lock taken (a write under way, or a writer stopped in one)."""
+
+
+class KeyHeld(LeaseHeld):
+    """The job's exclusive key is held by another running job (:mod:`jobctl.exclusive`): not claimed now.
+
+    A ``LeaseHeld`` to a caller that catches that (a pick passes the job over
+    as it passes over one somebody else holds), with a word and code of its
+    own so a script can tell "its key is busy" from "somebody holds it".
+    ``key`` is the key, ``holder`` the job holding it.
+    """
+
+    verdict = "key_held"
+    legacy = "key-held"
+    exit_code = 21
+
+    def __init__(self, message: str, job_id: str, key: str, holder: str) -> None:
+        super().__init__(message, job_id)
+        self.key = key
+        self.holder = holder
+        self.hint = f"it runs once that job ends (jobctl show {holder})"
 
 
 class StaleEpoch(JobError):

@@ -21,6 +21,10 @@ deadline. At every deadline the keeper moves toward what the record asks
   ``pending`` and stays paused, so no sweep adopts it [JOB-I10] [JOB-I11];
 * a recall -> the work is stopped before ``until`` and the job released,
   keeping whatever checkpoint it wrote [JOB-R3] [JOB-R6];
+* the job's timeout (``jobctl.run/timeout@1``, :mod:`jobctl.timeout`) passed
+  since the work started -> the work is stopped as for a cancel (TERM, the
+  grace, KILL) and the attempt fails, ``timed out after …``, counted under
+  the retry policy;
 * a write refused ``stale_epoch`` or ``lease_expired`` (or a read showing that
   somebody else claimed) means the job is somebody else's now: the work is
   stopped at once (a child SIGKILLed) and the keeper ends fenced, writing
@@ -56,6 +60,7 @@ from .record import Record
 from .schedule import attempt as attempt_of
 from .schedule import not_before, record_failure
 from .store.contract import cancel_reason_of, cancelled_words
+from .timeout import timed_out, timeout_of
 
 if TYPE_CHECKING:
     from .store.base import LeaseSource, Notices
@@ -407,8 +412,13 @@ class Keeper:
         cap = work.register(poller)
         mono = time.monotonic
         w = _Watch(self, work)
+        limit = timeout_of(self.rec)
+        timeout_at = math.inf if limit is None else w.started + limit
         while not work.done():
             now = mono()
+            if now >= timeout_at:
+                timeout_at = math.inf  # asked once; the grace and the kill are the work's
+                w.begin("timeout", timed_out(limit or 0), None)
             while self._handled < len(self._requests):
                 why, grace = self._requests[self._handled]
                 self._handled += 1
@@ -431,7 +441,7 @@ class Keeper:
                 else:
                     w.examine(rec)
                 w.check_at = mono() + self.check_every
-            deadline = min(w.renew_at, w.check_at, work.due(), w.lease_end)
+            deadline = min(w.renew_at, w.check_at, work.due(), w.lease_end, timeout_at)
             if w.fenced is not None:
                 deadline = min(work.due(), mono() + 0.05)
             wait = min(max(0.0, deadline - mono()), cap)
@@ -467,7 +477,7 @@ class _Watch:
 
     def __init__(self, keeper: Keeper, work: Work) -> None:
         self.keeper, self.work = keeper, work
-        start = time.monotonic()
+        start = self.started = time.monotonic()
         self.margin = work.margin(keeper.ttl)
         self.expiry = keeper.lease_expiry()
         self.lease_end = self.expiry - self.margin

@@ -24,9 +24,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from .errors import CancelledByDependency, Exists, Invalid, JobError, Refused
+from .priority import PRIORITY
 from .record import AFTER, PIPELINE, RETRY, ZERO_TIME, Intent, Record
 from .schedule import APPROVAL, RETRY_OF, after_of, gated, retry_of, retry_of_link
 from .store.base import Store
+from .timeout import TIMEOUT
 from .wire import Raw
 
 __all__ = [
@@ -150,6 +152,9 @@ def _again(old: Record, rewire: dict[str, str], by: str) -> Record:
         rec.critical.append(AFTER)  # [JOB-D1]: a reader that cannot honour it must not adopt it
     if PIPELINE in old.extensions:
         rec.extensions[PIPELINE] = old.extensions[PIPELINE]
+    for key in (PRIORITY, TIMEOUT):  # its place in the pick order and its attempts' limit, as they were
+        if key in old.extensions:
+            rec.extensions[key] = old.extensions[key]
     if gated(old):  # whether it was rejected, cancelled or failed after its approval: a new approval
         rec.extensions[APPROVAL] = {"required": True}
         rec.intent = Intent("pause", by or "jobctl retry")

@@ -54,7 +54,11 @@ __all__ = [
     "NOT_BEFORE_DELAY",
     "OLDER_THAN",
     "ATTEMPT",
+    "PRIORITY",
+    "JOB_TIMEOUT",
     "later",
+    "duration",
+    "duration_text",
     "lease_too_long",
 ]
 
@@ -159,6 +163,44 @@ NOT_BEFORE_DELAY = Range("delay", 0, 10 * YEAR)
 #: ``gc --older-than``: as far back as a ``--not-before`` delay reaches ahead.
 OLDER_THAN = Range("older_than", 0, 10 * YEAR)
 ATTEMPT = Range("attempt", 1, INT64_MAX, whole=True)
+#: A job's priority (``submit --priority``, :mod:`jobctl.priority`): higher runs first, 0 when not given.
+PRIORITY = Range("priority", -1000, 1000, whole=True)
+#: How long one attempt of a job may run (``submit --timeout``, :mod:`jobctl.timeout`): never 0, at most a year.
+JOB_TIMEOUT = Range("timeout", 0, YEAR, open_low=True)
+
+
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def duration(text: str, what: str, bounds: Range) -> float:
+    """Seconds in ``bounds`` from ``90``, ``90s``, ``15m``, ``2h``, ``7d`` (``1.5h`` too); ``Invalid`` naming ``what``.
+
+    The range is checked on the number, before any time is made of it:
+    ``99999999999999999999d`` is a refusal, never ``OverflowError``.
+    """
+    import re
+
+    match = re.match(r"(\d+(?:\.\d+)?)([smhd]?)\Z", text.strip())
+    if match is None:
+        raise Invalid(f"{what}: {text!r} is not a duration (90s, 15m, 2h, 7d)")
+    seconds = float(match.group(1)) * _UNITS[match.group(2)]
+    if not bounds.holds(seconds):
+        days = bounds.high / DAY
+        raise Invalid(f"{what}: {text!r} is out of range ({bounds.text()} seconds: at most {days:g}d)")
+    return int(seconds) if seconds.is_integer() else seconds
+
+
+def duration_text(seconds: float) -> str:
+    """A span as people write it: ``1m30s``, ``2h``, ``1d2h``, ``45s``, ``0.5s`` (whole seconds past a minute)."""
+    if seconds < 60:
+        return f"{seconds:g}s"
+    left = round(seconds)
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if left >= size:
+            parts.append(f"{left // size}{unit}")
+            left %= size
+    return "".join(parts)
 
 
 def later(now: datetime, seconds: float, what: str, job_id: str = "") -> datetime:

@@ -16,12 +16,12 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 from . import fsio, limits
 from .errors import LockBusy, Refused
 
-__all__ = ["change", "read", "remove", "stage", "sweep"]
+__all__ = ["change", "hold", "read", "remove", "stage", "sweep"]
 
 # Locks this process holds, by thread: taking one again inside its own edit
 # would deadlock on flock. (_thread, not threading: this is on every start-up.)
@@ -136,6 +136,15 @@ def _locked(at: fsio.Dir, name: str, job_id: str = "", wait: bool = True) -> Ite
                 fsio.unlink(at, lock_name)  # still under the flock: nobody else holds it
         finally:
             os.close(fd)  # releases the flock
+
+
+def hold(at: fsio.Dir, name: str, job_id: str = "", wait: bool = True) -> AbstractContextManager[object]:
+    """Hold ``flock(LOCK_EX)`` on ``<name>.lock`` for a block (as :func:`change` does), for a caller that writes more.
+
+    An exclusive key's claim holds its key's lock over the claim's own
+    record write (:mod:`jobctl.store.keys`). ``wait`` as for :func:`change`.
+    """
+    return _locked(at, name, job_id, wait)
 
 
 def change(

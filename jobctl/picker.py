@@ -60,10 +60,15 @@ class Picker:
         skip.update(j for j, until in self.passed.items() if until > now_mono)
         return skip
 
-    def next(self, board: Board, only: set[str] | None, skip: set[str]) -> tuple[Record | None, datetime | None]:
-        """The oldest job the view would run, left out of later picks; doomed ones are cancelled on the way."""
+    def next(
+        self, board: Board, only: set[str] | None, skip: set[str], blocked: Callable[[Record], bool] | None = None
+    ) -> tuple[Record | None, datetime | None]:
+        """The oldest job the view would run (and ``blocked`` allows), left out of later picks.
+
+        Doomed ones are cancelled on the way.
+        """
         while True:
-            got = board.pick(self.store.now(), exclude=skip, only=only)
+            got = board.pick(self.store.now(), exclude=skip, only=only, blocked=blocked)
             if not got.doomed:
                 break
             for doomed, why in got.doomed:

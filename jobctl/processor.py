@@ -65,6 +65,10 @@ class NewJob:
     ``hold`` makes it a gate, as ``jobctl submit --hold``: it waits for an
     approval (``jobctl approve``) once its dependencies complete, and so
     does every retry of it. ``total`` and ``requires`` are ``submit``'s.
+    ``priority`` (a whole number, -1000 to 1000; higher runs first) and
+    ``timeout`` (seconds an attempt may run) are ``submit --priority`` and
+    ``--timeout``; a next job has neither unless given (``Invalid`` out of range).
+    ``exclusive`` is its exclusive key (``submit --exclusive``).
     """
 
     def __init__(
@@ -79,9 +83,15 @@ class NewJob:
         hold: bool = False,
         total: int = 0,
         requires: Iterable[str] = (),
+        priority: int = 0,
+        timeout: float | None = None,
+        exclusive: str | None = None,
     ) -> None:
         if not isinstance(kind, str) or not kind:
             raise Invalid(f"a next job's kind must be a non-empty string, not {kind!r}")
+        from .exclusive import check_key
+
+        self.exclusive = None if exclusive is None else check_key(exclusive, "a next job's exclusive key")
         self.kind = kind
         self.spec = {} if spec is None else spec
         self.after = list(after)
@@ -99,6 +109,11 @@ class NewJob:
         self.requires = list(requires)
         if not all(isinstance(r, str) and r.strip() for r in self.requires):
             raise Invalid(f"a next job's requires must be non-empty strings, not {self.requires!r}")
+        from .priority import check_priority
+        from .timeout import check_timeout
+
+        self.priority = check_priority(priority, "a next job's priority")
+        self.timeout = None if timeout is None else check_timeout(timeout, "a next job's timeout")
 
     def __repr__(self) -> str:
         return f"NewJob({self.kind!r}, after={len(self.after)})"
@@ -228,6 +243,8 @@ def submit_next(store: Any, parent: Record, next_jobs: Sequence[NewJob]) -> list
     (exists-ok).
     """
     from . import schedule
+    from .priority import set_priority
+    from .timeout import set_timeout
 
     ids = {id(job): (job.id or next_id(parent, n, job.kind)) for n, job in enumerate(next_jobs)}
     if len(set(ids.values())) != len(ids):
@@ -258,6 +275,10 @@ def submit_next(store: Any, parent: Record, next_jobs: Sequence[NewJob]) -> list
         rec = Record(id=ids[id(job)], kind=job.kind, spec=job.spec)
         rec.progress.total = job.total
         rec.requires = list(job.requires)
+        if job.exclusive is not None:
+            from .exclusive import set_exclusive
+
+            set_exclusive(rec, job.exclusive)
         schedule.plan(
             rec,
             retries=job.retries,
@@ -267,6 +288,9 @@ def submit_next(store: Any, parent: Record, next_jobs: Sequence[NewJob]) -> list
             hold=job.hold,
             by=f"job {parent.id}",
         )
+        set_priority(rec, job.priority)
+        if job.timeout is not None:
+            set_timeout(rec, job.timeout)
         if job.retries is None and inherited is not None and inherited.intervals:
             rec.extensions[schedule.RETRY] = schedule.Retry(
                 list(inherited.intervals), list(inherited.no_retry_on), 0, None

@@ -36,6 +36,7 @@ from typing import Any
 
 from . import ids
 from .errors import Invalid, JobError
+from .priority import pick_key
 from .record import AFTER, PIPELINE, RETRY, ZERO_TIME, Intent, Record, format_time, held, is_orphan, parse_time
 
 __all__ = [
@@ -348,7 +349,7 @@ def runnable(
     skipped: list[tuple[str, JobError]] | None = None,
     states: Mapping[str, str] | None = None,
 ) -> list[Record]:
-    """The records a worker may claim now, oldest first.
+    """The records a worker may claim now: higher priority first, then oldest first.
 
     Orphans [JOB-I11] [JOB-I12] whose dependencies are all complete, whose
     not-before time has passed, not paused, and (when ``kinds`` is given) of
@@ -376,8 +377,8 @@ def runnable(
             continue
         if blocked == "":
             out.append(rec)
-    # Oldest first to the microsecond: ids minted within one millisecond sort by their random part.
-    out.sort(key=lambda r: (r.created_at or ZERO_TIME, r.id))
+    # Higher priority first, then oldest first to the microsecond (jobctl.priority.pick_key).
+    out.sort(key=pick_key)
     return out
 
 

@@ -68,7 +68,9 @@ class Event:
     ``unreadable`` (a record that cannot be read, once per record), ``blocked`` (a job waits for an unreadable
     record, once per job), ``unhandled`` (``drain``/``once`` leaves pending
     jobs of a kind nothing here can run, once per kind), ``unannounced`` (the store
-    would not take the worker's word on the kinds it runs: said once).
+    would not take the worker's word on the kinds it runs: said once), ``scheduled`` (it
+    fired a schedule's slot: the job it submitted), ``schedule-failed`` (it could not read or
+    fire the schedules: said once until they work again).
     """
 
     what: str
@@ -209,6 +211,11 @@ class Slots:
         """A job picked ahead of a free slot: the next slot that finishes claims it with its finish."""
         with self.lock:
             self._ahead.append(rec)
+
+    def ahead_records(self) -> list[Record]:
+        """The jobs picked ahead, oldest first."""
+        with self.lock:
+            return list(self._ahead)
 
     def take_ahead(self) -> Record | None:
         """The oldest job picked ahead, for the loop to hand to a free slot; None when there is none."""

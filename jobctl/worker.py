@@ -62,11 +62,13 @@ from .keeper import Keeper, Lookout
 from .ledger import Ledger, Summary
 from .picker import Picker
 from .prctl import seal
+from .quota import Quota
 from .record import TERMINAL, Record
 from .roster import Announcer, announce_ttl
 from .runner import Guardian, LogRoot, Processor, Run, processors
 from .slots import Event, Report, Slots, SlotStore, Started
 from .store.base import Notices, OpenListing
+from .timetable import Firing, FiringStore
 
 if TYPE_CHECKING:
     from .processor import AsyncLoop, ProcessorFunction
@@ -76,7 +78,7 @@ __all__ = ["Worker", "WorkerStore", "Event", "Summary", "MODES", "default_owner"
 MODES = ("loop", "once", "drain")
 
 
-class WorkerStore(SlotStore, Protocol):
+class WorkerStore(SlotStore, FiringStore, Protocol):
     """What the loop needs of a store beyond its slots' needs."""
 
     def claim(self, job_id: str, owner: str, ttl_seconds: float, *, wait: bool = True) -> Record: ...
@@ -124,9 +126,12 @@ class Worker:
         notices: bool = True,
         environment: JobEnvironment | None = None,
         functions: Mapping[str, ProcessorFunction] | None = None,
+        limits: Mapping[str, int] | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        #: At most N jobs of a kind at once (``--limit KIND=N``); and one job of an exclusive key.
+        self.quota = Quota(limits)
         self.store = store
         self.owner = default_owner(name)
         self.concurrency = int(concurrency)
@@ -184,6 +189,8 @@ class Worker:
         self._word = Announcer(
             store, self.owner, self.kinds, announce_ttl(self.ttl, self.poll_interval), self._unannounced
         )
+        # Recurring schedules: every worker fires the due slots, each once however many fire (jobctl.timetable).
+        self._firing = Firing(store, lambda what, job_id, detail: self._emit(Event(what, job_id, detail=detail)))
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -285,6 +292,7 @@ class Worker:
             wake: datetime | None = None
             if self._stop_level == 0:
                 self._word.tick(now_mono)
+                self._firing.tick(now_mono)
                 board.refresh(max_age=self.poll_interval, skip=self._busy)
                 self.ledger.say_unreadable(board)
                 idle, wake = self._hand_out(board, only, now_mono)
@@ -331,25 +339,28 @@ class Worker:
         time) may run.
         """
         skip = self._picker.excluded(self._busy, self._slots.taken(), now_mono)
+        tally = self.quota.tally([*self._busy.values(), *self._slots.ahead_records()])
         batch: list[Record] = []
         wake: datetime | None = None
         idle = False
         while len(self._busy) < self.concurrency:
-            rec = self._slots.take_ahead()  # picked ahead of time, before any newer pick
+            rec = self._slots.take_ahead()  # picked ahead of time, before any newer pick (counted already)
             if rec is None:
-                rec, wake = self._picker.next(board, only, skip)
+                rec, wake = self._picker.next(board, only, skip, tally.blocks)
                 if rec is None:
                     idle = True
                     break
+                tally.add(rec)
             elif only is not None:
                 only.discard(rec.id)
             self._busy[rec.id] = rec
             batch.append(rec)
         self._slots.hand(batch)
         while not idle and self._slots.ahead() < self.concurrency:
-            rec, _ = self._picker.next(board, only, skip)
+            rec, _ = self._picker.next(board, only, skip, tally.blocks)
             if rec is None:
                 break
+            tally.add(rec)
             self._slots.add_ahead(rec)
         return idle, wake
 
@@ -357,6 +368,8 @@ class Worker:
         timeout = self.poll_interval
         if wake is not None:
             timeout = min(timeout, max(0.0, (wake - self.store.now()).total_seconds()) + 0.001)
+        if self._stop_level == 0:
+            timeout = min(timeout, max(0.0, self._firing.due_mono - now_mono))
         if self._stop_level == 1:
             timeout = min(timeout, max(0.0, self._stop_deadline - now_mono))
         if self.alerts.running:

@@ -53,7 +53,7 @@ def _emit(state: State, rec: Record, line: str) -> None:
 
 
 def _claim_next(state: State, owner: str, ttl: float, kinds: tuple[str, ...]) -> Record:
-    """Claim the oldest runnable orphan (of those kinds): the cron consumer's one step."""
+    """Claim the first runnable orphan (of those kinds), by priority then age: the cron consumer's one step."""
     store = state.lease_store(ttl)
     # A record with malformed scheduling data is left out (and named) so that
     # it cannot stop every other job from being claimed. Its dependents wait.
@@ -72,7 +72,7 @@ def _claim_next(state: State, owner: str, ttl: float, kinds: tuple[str, ...]) ->
 
 @click.command(cls=JobCommand, short_help="Take a job's lease; print its epoch and checkpoint.")
 @click.argument("job_id", metavar="[ID]", envvar="JOB_ID", type=TEXT, required=False, shell_complete=complete_ids)
-@click.option("--next", "take_next", is_flag=True, help="Claim the oldest runnable orphan instead of a named job.")
+@click.option("--next", "take_next", is_flag=True, help="Claim the first runnable orphan (priority, then age).")
 @click.option("--kind", multiple=True, type=TEXT, metavar="K", help="With --next: only jobs of kind K (repeatable).")
 @click.option(
     "--owner",
@@ -107,15 +107,16 @@ def claim(
     fmt: str,
     quiet: bool,
 ) -> None:
-    """Take the lease of job ID (or, with --next, of the oldest runnable orphan).
+    """Take the lease of job ID (or, with --next, of the first runnable orphan).
 
     The epoch rises by one; present it on every later write. The checkpoint
     printed is what the previous holder left for a successor. A job another
     owner holds is refused (lease_held); so is one that has ended (terminal).
 
-    With --next, the job is the oldest orphan whose dependencies are
-    complete, whose not-before time has passed and that is not paused; the
-    line starts with its id. Nothing runnable exits 3 (not_found); with -q
+    With --next, the job is the orphan of the highest priority (submit
+    --priority), the oldest among equals, whose dependencies are complete,
+    whose not-before time has passed and that is not paused; the line
+    starts with its id. Nothing runnable exits 3 (not_found); with -q
     it says nothing, so cron mails only real errors. A claim whose line
     nobody can read (stdout closed, `| head -0`) is given back at once and
     exits 141: nobody has its epoch.

@@ -514,6 +514,7 @@ LAZY: dict[str, tuple[str, str]] = {
     "retry": ("lifecycle", "retry"),
     "gc": ("lifecycle", "gc"),
     "db": ("db", "db"),
+    "schedule": ("schedules", "schedule"),
     "export": ("transfer", "export"),
     "import": ("transfer", "import_"),
 }
@@ -523,7 +524,7 @@ SECTIONS: list[tuple[str, tuple[str, ...]]] = [
     ("Submit and look", ("submit", "show", "result", "list", "orphans", "watch", "wait")),
     ("Hold a lease", ("claim", "progress", "checkpoint", "renew", "release", "finish")),
     ("Ask a holder", ("intent", "approve", "recall", "cancel")),
-    ("Do the work", ("run", "worker", "pipeline", "logs", "retry", "serve")),
+    ("Do the work", ("run", "worker", "pipeline", "logs", "retry", "serve", "schedule")),
     ("Upkeep", ("init", "gc", "sweep", "paths", "doctor", "help")),
     ("Move and set up", ("export", "import", "db")),
 ]

@@ -29,6 +29,7 @@ __all__ = [
     "COUNT",
     "seconds",
     "count",
+    "signed",
     "STATE_CHOICE",
     "STATES_HELP",
     "raw_json",
@@ -167,6 +168,24 @@ class _Count(_IntType):
         return number
 
 
+class _Signed(_Count):
+    """A whole number that may be negative (``-5``, ``+5``, ``5``), within a :class:`jobctl.limits.Range`."""
+
+    name = "integer"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int) and not isinstance(value, bool) and self.bounds.holds(value):
+            return value
+        text = str(value).strip()
+        digits = text[1:] if text[:1] in ("-", "+") else text
+        if not digits.isdigit() or not digits.isascii():
+            self.fail(f"{value!r} is not a whole number ({self.bounds.text()})", param, ctx)
+        number = int(text)
+        if not self.bounds.holds(number):
+            self.fail(f"{value!r} is out of range ({self.bounds.text()})", param, ctx)
+        return number
+
+
 def seconds(bounds: Range) -> _Seconds:
     """The option type for a duration in ``bounds``."""
     return _Seconds(bounds)
@@ -175,6 +194,11 @@ def seconds(bounds: Range) -> _Seconds:
 def count(bounds: Range) -> _Count:
     """The option type for a whole number in ``bounds``."""
     return _Count(bounds)
+
+
+def signed(bounds: Range) -> _Signed:
+    """The option type for a whole number in ``bounds`` that may be negative."""
+    return _Signed(bounds)
 
 
 #: The six states, for --state options; the list goes in the help text, not the metavar.
@@ -197,3 +221,27 @@ def raw_json(text: str, what: str) -> Any:
         return Raw(text)
     except Invalid as exc:
         raise Invalid(f"{what} is not JSON: {exc.message}") from None
+
+
+class _KindLimit(_StrType):
+    """``KIND=N`` (``worker --limit``): a kind and how many of its jobs at once, N a whole number of at least 1."""
+
+    name = "kind_limit"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, tuple):
+            return value
+        text = _Text().convert(value, param, ctx)
+        kind, eq, most = text.rpartition("=")
+        if not eq or not kind:
+            self.fail(f"{text!r} is not KIND=N (a kind, '=', how many of its jobs at once)", param, ctx)
+        try:
+            n = int(most, 10)
+        except ValueError:
+            self.fail(f"{text!r}: {most!r} is not a whole number", param, ctx)
+        if n < 1:
+            self.fail(f"{text!r}: N must be at least 1", param, ctx)
+        return (kind, n)
+
+
+KIND_LIMIT = _KindLimit()

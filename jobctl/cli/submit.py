@@ -10,12 +10,15 @@ import click
 
 from .. import limits
 from ..errors import Exists, Invalid
+from ..priority import set_priority
 from ..record import Progress, Record, parse_time
 from ..submitter import default_submitter, set_submitter
+from ..timeout import set_timeout
 from . import render
 from .main import JSON_TEXT, TEXT, JobCommand, State, common, count, not_utf8, pass_state, raw_json
+from .params import signed
 
-__all__ = ["submit", "parse_when", "parse_duration"]
+__all__ = ["submit", "parse_when", "parse_duration", "kind_and_spec"]
 
 _DELAY = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)\Z")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -27,14 +30,7 @@ def parse_duration(text: str, what: str, bounds: limits.Range) -> timedelta:
     The range is checked on the number, before a ``timedelta`` is made of it:
     ``99999999999999999999d`` is a refusal, never ``OverflowError``.
     """
-    match = _DELAY.match(text.strip())
-    if match is None:
-        raise Invalid(f"{what}: {text!r} is not a duration (90s, 15m, 2h, 7d)")
-    seconds = float(match.group(1)) * _UNITS[match.group(2)]
-    if not bounds.holds(seconds):
-        days = bounds.high / limits.DAY
-        raise Invalid(f"{what}: {text!r} is out of range ({bounds.text()} seconds: at most {days:g}d)")
-    return timedelta(seconds=seconds)
+    return timedelta(seconds=limits.duration(text, what, bounds))
 
 
 def parse_when(text: str, now: datetime) -> datetime:
@@ -150,6 +146,26 @@ def _env_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
     metavar="NAME",
     help="Who submits it, kept as its submitter (list --by finds it); with --hold, who holds it. [default: $USER@HOST]",
 )
+@click.option(
+    "--priority",
+    type=signed(limits.PRIORITY),
+    metavar="N",
+    default=0,
+    show_default=True,
+    help=f"Higher runs first; equal ones oldest first ({limits.PRIORITY.text()}; else a usage error).",
+)
+@click.option(
+    "--timeout",
+    type=TEXT,
+    metavar="DURATION",
+    help="Stop an attempt that runs longer (90s, 15m, 2h): a failed attempt, retried as --retries says.",
+)
+@click.option(
+    "--exclusive",
+    type=TEXT,
+    metavar="KEY",
+    help="Run it only while no other job with KEY runs (on any worker); it waits its turn, oldest first.",
+)
 @common
 @pass_state
 def submit(
@@ -171,6 +187,9 @@ def submit(
     stage: str | None,
     not_before: str | None,
     by: str | None,
+    priority: int,
+    timeout: str | None,
+    exclusive: str | None,
 ) -> None:
     """Submit a job and print its id.
 
@@ -187,10 +206,24 @@ def submit(
     env an object of strings, timeout a positive number) and refused
     `invalid` (exit 9) rather than failing later in a worker.
 
+    --priority and --timeout are jobctl's extension keys
+    jobctl.run/priority@1 and jobctl.run/timeout@1. Workers, claim --next and
+    run --next take the runnable job of the highest priority first, the
+    oldest among equals. An attempt that runs past its --timeout is stopped
+    (SIGTERM to its process group, then SIGKILL after the worker's --grace)
+    and fails "timed out after ..."; a --timeout of 0, a negative one or one
+    that is no duration is refused `invalid` (exit 9).
+
     The job keeps who submitted it (--by, else $USER@HOST) under jobctl's
     extension key jobctl.run/submitted-by@1; show and list --json print it
     as submitted_by, and list --by NAME chooses by it. A held job's hold is
     in the same name.
+
+    With --exclusive KEY, at most one job with KEY runs at a time across
+    every worker of the store; the others stay pending and run one after
+    another, oldest first (jobctl.run/exclusive@1; show prints it as
+    exclusive). A KEY that is blank, longer than 200 bytes or holds a
+    control character is refused `invalid` (exit 9).
 
     An --id that is already in the store is refused `exists` (exit 15);
     with --exists-ok its id is printed and the exit is 0, so a producer that
@@ -206,6 +239,8 @@ def submit(
       jobctl submit --kind report --spec @report.json --after "$FETCH_ID" --retries 3
       jobctl submit --id "backup-$(date +%F)" --exists-ok -- ./backup.sh
       id=$(jobctl submit --kind backup --hold --by alice) && jobctl approve "$id"
+      jobctl submit --priority 10 --timeout 15m --retries 2 -- ./nightly-report.sh
+      jobctl submit --exclusive db-migrate -- ./migrate.sh
     """
     from ..shell import SHELL, check_kind
 
@@ -213,7 +248,7 @@ def submit(
         raise click.UsageError("--stage needs --pipeline")
     if exists_ok and not job_id:
         raise click.UsageError("--exists-ok needs --id")
-    kind, spec = _kind_and_spec(command, kind, spec, env_pairs)
+    kind, spec = kind_and_spec(command, kind, spec, env_pairs)
     check_kind(kind, "--kind")  # the rule POST /api/jobs applies too
     # Only a --spec not given at all is {}: an empty file or stdin is JSON that does not parse, as a checkpoint's.
     body_text = "{}" if spec is None else spec
@@ -229,6 +264,13 @@ def submit(
         rec.requires = names
     who = by or default_submitter()
     set_submitter(rec, who, "--by")  # the hold's `by` too: one name says who asked
+    set_priority(rec, priority, "--priority")
+    if timeout is not None:
+        set_timeout(rec, limits.duration(timeout, "--timeout", limits.JOB_TIMEOUT), "--timeout")
+    if exclusive is not None:
+        from ..exclusive import set_exclusive
+
+        set_exclusive(rec, exclusive, "--exclusive")
     scheduled = any(value is not None for value in (retries, retry_intervals, no_retry_on, pipeline, stage, not_before))
     configured = bool(os.environ.get("JOB_RETRY_INTERVALS", "").strip())  # a schedule to use (schedule.plan)
     if scheduled or after or hold or configured:
@@ -251,7 +293,7 @@ def submit(
     _submit(state, rec, exists_ok)
 
 
-def _kind_and_spec(
+def kind_and_spec(
     command: tuple[str, ...], kind: str | None, spec: str | None, env_pairs: tuple[str, ...]
 ) -> tuple[str, str | None]:
     """The job's kind and spec text: a ``shell`` job's from the words after ``--``, else as given."""

@@ -35,6 +35,7 @@ from .main import (
     run_ttl_option,
     seconds,
 )
+from .params import KIND_LIMIT
 
 if TYPE_CHECKING:
     from ..record import Record
@@ -218,7 +219,8 @@ def _stopping(run_: Run) -> Iterator[list[int]]:
 
 _RUN_HELP = """Run a command under a job's lease, which jobctl keeps alive.
 
-Claims job ID (or, with --next, the oldest runnable job) and runs CMD with
+Claims job ID (or, with --next, the first runnable job: the highest
+priority, then the oldest) and runs CMD with
 JOB_STORE, JOB_ID, JOB_EPOCH, JOB_KIND, JOB_WORK, JOB_CHECKPOINT (the
 predecessor's checkpoint as JSON; null when none), JOB_ATTEMPT and
 JOB_RESULT in its environment, so it can call `jobctl checkpoint` with no
@@ -231,7 +233,9 @@ claim --next: nothing is claimed.
 
 While CMD runs the lease is renewed every third of --ttl, and the job's
 intent and recall are read: cancel, pause and recall stop CMD (SIGTERM to
-its process group, SIGKILL after --grace). Exit 0 completes the job;
+its process group, SIGKILL after --grace), and so does the job's --timeout
+when an attempt runs past it (the attempt fails: "timed out after 15m").
+Exit 0 completes the job;
 anything else fails it, or schedules the next attempt under its retry
 policy. CMD's output goes to stdout and to the attempt's log (`jobctl logs
 ID`); with --json only to the log, and stdout gets one object saying how the
@@ -275,7 +279,7 @@ class _RunCommand(JobCommand):
 
 @click.command(cls=_RunCommand, help=_RUN_HELP, short_help="Run a command under a job's lease.")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED, metavar="[ID] [-- CMD...]")
-@click.option("--next", "next_", is_flag=True, help="Claim the oldest runnable job instead of ID.")
+@click.option("--next", "next_", is_flag=True, help="Claim the first runnable job (priority, then age) instead of ID.")
 @click.option("--kind", "kinds", multiple=True, type=TEXT, metavar="K", help="With --next: only kind K (repeatable).")
 @click.option("--owner", type=TEXT, help="The lease owner. [default: jobctl@HOST:PID]")
 @run_ttl_option
@@ -389,6 +393,10 @@ tried 4 times over about 20 s, each failure said in the log, never holding
 up the worker (docs/howto/workers.md, Alerts). Any number of workers may share a store:
 the lease's epoch makes sure no job runs twice at once.
 
+--limit KIND=N (repeatable): at most N jobs of KIND at once in this
+worker; its other slots take other kinds. A job submitted with
+--exclusive KEY waits while another job with that key runs, on any worker.
+
 --once: one pass over what is runnable now, then exit. --drain: go on while
 anything is runnable or running, and wait for the retries of the jobs it
 ran (one line per wait), then exit (the cron form); it does not wait for
@@ -436,6 +444,7 @@ environment or the config file.
 \b
 Examples:
   jobctl worker --concurrency 4
+  jobctl worker --concurrency 4 --limit render=1
   jobctl worker --drain --handler fetch=./fetch.sh
   jobctl worker --app myapp.jobs:worker --concurrency 8
   jobctl worker --on-failure 'curl -fsS -d "text=$JOB_ID failed: $JOB_ERROR" "$HOOK"'
@@ -474,6 +483,9 @@ _QUIET_SHOWS = frozenset(
 )
 @click.option("--name", type=TEXT, help="Lease owner prefix: NAME@HOST:PID. [default: worker]")
 @click.option("--kind", "kinds", multiple=True, type=TEXT, metavar="K", help="Only kind K (repeatable).")
+@click.option(
+    "--limit", "kind_limits", multiple=True, type=KIND_LIMIT, metavar="KIND=N", help="At most N jobs of KIND at once."
+)
 @_handler_option
 @click.option("--on-failure", type=TEXT, metavar="CMD", help="Shell command run when a job finally fails.")
 @click.option(
@@ -507,6 +519,7 @@ def worker(
     shutdown_grace: float | None,
     name: str | None,
     kinds: tuple[str, ...],
+    kind_limits: tuple[tuple[str, int], ...],
     handlers: tuple[str, ...],
     on_failure: str | None,
     on_failure_url: str | None,
@@ -565,6 +578,7 @@ def worker(
         env=state.env,
         environment=JobEnvironment(resolved.pass_env, resolved.allow_loader_env),
         functions=None if defined is None else defined.processors,
+        limits={**(defined.limits if defined is not None else {}), **dict(kind_limits)},
     )
     unhandled = [kind for kind in resolved.kinds if kind not in loop.handled]
     if unhandled:
@@ -573,6 +587,8 @@ def worker(
             f"no handler for kind {kind}: give one with --handler {kind}=CMD or in the config file "
             f"(this worker runs: {', '.join(sorted(loop.handled)) or 'nothing'})"
         )
+    if defined is not None:
+        defined.declare()  # the application's schedules, kept in the store before the first pick
     if not quiet and not state.json:
         _say(
             f"jobctl worker: {loop.owner} on {store.root}: kinds {', '.join(sorted(loop.kinds)) or 'none'}, "

@@ -43,8 +43,9 @@ def summary_or_record(data: bytes | str, job_id: str = "", fields: bool = True) 
         ):
             if not fields:
                 return parts.state
+            # job_id, when given, is parts.id: the one string, carried once by marshal and held once.
             return summary_tuple(
-                parts.id, parts.kind, parts.state, parts.done, parts.total, parts.owner, parts.epoch,
+                job_id or parts.id, parts.kind, parts.state, parts.done, parts.total, parts.owner, parts.epoch,
                 parts.error or "", None, parts.created, parts.expires,
             )  # fmt: skip
     return decode(data if text is None else text, job_id, named=bool(job_id))

@@ -15,6 +15,7 @@ from ..errors import JobError
 from ..record import Record
 
 if TYPE_CHECKING:  # the summary cache loads only when a listing asks for it
+    from ..recurring import Schedule
     from ..summary import Summary
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "Notices",
     "Announcement",
     "Announcements",
+    "Schedules",
     "RowLease",
     "LeaseSource",
     "Listing",
@@ -118,6 +120,9 @@ class Announcement:
     kinds: frozenset[str]
     expires_at: datetime
 
+
+#: Schedules, by name (a name of its own: inside a store class, ``list`` is the method).
+Schedules = list["Schedule"]
 
 #: Live announcements, by owner (a name of its own: inside a store class, ``list`` is the method).
 Announcements = list[Announcement]
@@ -316,7 +321,7 @@ class Store(Protocol):
         skipped: Skipped | None = None,
         unreadable: Skipped | None = None,
     ) -> Record | None:
-        """Claim the oldest runnable job (of ``kinds``); None when nothing may start now.
+        """Claim the first runnable job (of ``kinds``): the highest priority, then the oldest; None when none may start.
 
         Runnable as :func:`jobctl.schedule.runnable` says: an orphan whose
         dependencies are complete, whose not-before time has passed, not
@@ -338,7 +343,9 @@ class Store(Protocol):
         skipped: Skipped | None = None,
         unreadable: Skipped | None = None,
     ) -> Records:
-        """Claim up to ``limit`` of the oldest runnable jobs (of ``kinds``), oldest first; ``[]`` when none may start.
+        """Claim up to ``limit`` runnable jobs (of ``kinds``) in pick order; ``[]`` when none may start.
+
+        Pick order is :func:`jobctl.priority.pick_key`: higher priority first, then oldest first.
 
         :meth:`claim_next` for a worker with several free slots: one listing
         on a directory, one statement on PostgreSQL (a batch dequeue).
@@ -482,5 +489,55 @@ class Store(Protocol):
         What cannot be read as one (garbage, a link, an odd file) is left
         out without a word: an announcement is a hint, never a record. A
         store that cannot keep them (an older PostgreSQL schema) answers ``[]``.
+        """
+        ...
+
+    # -- recurring schedules (jobctl.recurring): kept beside the jobs, never a job ----------------
+
+    def add_schedule(self, schedule: Schedule) -> None:
+        """Keep a new schedule, in one atomic write; ``Exists`` when one of that name is there.
+
+        A directory: a file of its own under ``work/.jobctl/schedules/``
+        (0600, written as a record is, no link followed: an odd file or a
+        link at its name is ``Invalid``); PostgreSQL: a row of
+        ``jobctl_schedules``, ``Refused`` where the schema predates the table
+        (``jobctl db migrate`` adds it).
+        """
+        ...
+
+    def put_schedule(self, schedule: Schedule) -> str:
+        """Keep ``schedule`` as declared, in one atomic write: ``"added"``, ``"updated"`` or ``"unchanged"``.
+
+        None of that name: added, as :meth:`add_schedule` adds it. One with
+        the same plan (:meth:`jobctl.recurring.Schedule.same_plan`): nothing
+        is written. One with another plan: its ``every``, ``cron``, ``kind``,
+        ``spec`` and ``by`` are replaced, while its ``created_at`` and
+        ``fired`` stay, so a slot fired before is not fired again. What an
+        application's :meth:`jobctl.Worker.every` and ``cron`` declare at each
+        start; refused as :meth:`add_schedule` is.
+        """
+        ...
+
+    def schedules(self, unreadable: Unreadable | None = None) -> Schedules:
+        """Every schedule, sorted by name; the ones that cannot be read named in ``unreadable`` when given.
+
+        A PostgreSQL store whose schema predates the table answers ``[]``.
+        """
+        ...
+
+    def schedule(self, name: str) -> Schedule:
+        """One schedule. ``NotFound``; ``Invalid`` when what is kept under its name cannot be read as one."""
+        ...
+
+    def remove_schedule(self, name: str) -> bool:
+        """Delete a schedule; False when there was none. Its jobs stay; no worker fires it after this call."""
+        ...
+
+    def mark_fired(self, name: str, created_at: datetime, slot: datetime) -> bool:
+        """Record that ``slot`` of the schedule ``name`` added at ``created_at`` was fired; atomically, never backwards.
+
+        The kept ``fired`` only moves forward (an earlier slot changes
+        nothing). False, nothing written, when that schedule is not there
+        (removed, or removed and added again: another ``created_at``).
         """
         ...

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from .. import ids, limits
 from ..errors import Invalid, JobError, LeaseExpired, LeaseHeld, Refused, StaleEpoch, Terminal
+from ..exclusive import Keys, exclusive_of
 from ..record import STATES, WANTS, Intent, Lease, Recall, Record, decode, encode, given_checkpoint, held
 from ..wire import JsonText, Raw
 from .base import UNSET, Skipped, Verdicts
@@ -198,7 +200,16 @@ class ContractStore:
     ) -> Record:
         ttl = _claim_terms(job_id, owner, ttl_seconds, self.max_ttl)
         seen, data, exact = self._read_epoch(job_id)
-        return self._write(job_id, claiming(job_id, owner, ttl, (seen, data, exact), vet), wait=wait)
+        with self._keys(wait) as keys:
+            return self._write(job_id, claiming(job_id, owner, ttl, (seen, data, exact), vet, keys), wait=wait)
+
+    def _keys(self, wait: bool) -> AbstractContextManager[Keys | None]:
+        """What a claim takes an exclusive key from (:func:`claiming`), held until its write is done; None: none.
+
+        A backend that keeps keys hands one out per claim; what it holds (a
+        key's lock) it lets go when the block ends, after the claim's write.
+        """
+        return nullcontext(None)
 
     def renew(self, job_id: str, epoch: int, ttl_seconds: float) -> Record:
         _epoch(epoch)
@@ -445,6 +456,7 @@ def claiming(
     ttl: float,
     seen: tuple[int, bytes, bool] | None = None,
     vet: Apply | None = None,
+    keys: Keys | None = None,
 ) -> Apply:
     """The claim's preconditions and effect [JOB-L4].
 
@@ -452,7 +464,10 @@ def claiming(
     the lock (:meth:`ContractStore._read_epoch`), when it read one: a record
     that moved since is ``LeaseHeld``. ``vet`` sees the record as found
     under the lock, after the contract's own checks, and refuses by raising
-    (nothing is written).
+    (nothing is written). A record with an exclusive key takes it from
+    ``keys`` once its lease is taken (``KeyHeld`` when another live job holds
+    it, nothing written); a store that gives no ``keys`` claims none
+    (``Refused``), so no claim runs such a job past its key.
     """
 
     def apply(rec: Record, now: datetime) -> None:
@@ -471,6 +486,11 @@ def claiming(
         rec.lease = Lease(owner, lease.epoch + 1, limits.later(now, ttl, "ttl", job_id))
         if rec.state in ("pending", "running"):
             rec.state = "running"
+        key = exclusive_of(rec)
+        if key is not None:
+            if keys is None:
+                raise Refused(f"job {job_id} has an exclusive key ({key!r}) this claim cannot take", job_id)
+            keys.take(key, rec, now)
 
     return apply
 

@@ -33,6 +33,8 @@ from ..wire import lazy_pattern
 from .base import Listing, Notices, Records, Refusals, Skipped
 from .contract import ContractStore
 from .file_listing import FileIdentity, FileListing, Finished, collector_paused, summary_fields, summary_of
+from .keys import FileKeys
+from .schedules import ScheduleFiles
 from .workers import WorkerFiles
 
 # is_orphan is the record's rule (jobctl.record); the listing's names live in jobctl.store.file_listing.
@@ -65,7 +67,7 @@ _EPOCH: re.Pattern[bytes] = lazy_pattern(
 _TEMP: re.Pattern[str] = lazy_pattern(globals(), "_TEMP", r"(.+\.json)\.[A-Za-z0-9_]+\.tmp\Z")
 
 
-class FileStore(FileListing, ContractStore, WorkerFiles):
+class FileStore(FileListing, ContractStore, WorkerFiles, ScheduleFiles):
     """A store rooted at a directory; opening it creates ``jobs/`` and ``work/``.
 
     ``create=False`` opens only a store that is already there: a root that
@@ -247,6 +249,10 @@ class FileStore(FileListing, ContractStore, WorkerFiles):
         return claim_some(self, owner, ttl, limit, kinds, records=listing, skipped=skipped)
 
     # -- writes --------------------------------------------------------------
+
+    def _keys(self, wait: bool) -> FileKeys:
+        """A claim's exclusive keys: a lock file each under ``work/.jobctl/exclusive/`` (:mod:`.keys`)."""
+        return FileKeys(self, wait)
 
     def _write(
         self,

@@ -460,12 +460,18 @@ def _read_share(
     rows = cache.directory is not None
     mod = _summary_module or _load_summary()
     ident_text, too_recent, started = mod.ident_text, mod.too_recent, cache.started
+    at, plain = jobs.fd, fsio.read_plain
+    if limit is None:
+        limit = -1  # a bad setting: read_plain refuses every record, read again (and refused) by the caller
     for job_id in share:
+        got = plain(at, job_id + ".json", limit)
+        if got is True:  # not a plain record: the caller reads it again, and says why
+            bad.append(job_id)
+            continue
+        if got is False:
+            continue  # removed since the directory was read
+        data, st = got
         try:
-            got = fsio.read_file_stat(jobs, job_id + ".json", job_id, limit)
-            if got is None:
-                continue
-            data, st = got
             # A finished record's line (or without brief its state alone), without the record.
             got_one = summary_or_record(data, job_id, brief)
         except JobError:

@@ -1,4 +1,6 @@
-"""Claiming the oldest runnable jobs of one listing: ``claim --next`` on a store that has no statement for it.
+"""Claiming the first runnable jobs of one listing: ``claim --next`` on a store that has no statement for it.
+
+First is higher priority, then older (:func:`jobctl.priority.pick_key`).
 
 The directory store picks this way (:meth:`jobctl.store.file.FileStore.claim_some`);
 the PostgreSQL store picks with one statement and judges what it passed over
@@ -47,7 +49,7 @@ def claim_next(
     records: Listing | None = None,
     skipped: list[tuple[str, JobError]] | None = None,
 ) -> Record | None:
-    """Claim the oldest runnable job (of ``kinds``); None when nothing may start now (:func:`claim_some` of one)."""
+    """Claim the first runnable job (of ``kinds``); None when nothing may start now (:func:`claim_some` of one)."""
     got = claim_some(store, owner, ttl, 1, kinds, records=records, skipped=skipped)
     return got[0] if got else None
 
@@ -61,8 +63,9 @@ def claim_some(
     *,
     records: Listing | None = None,
     skipped: list[tuple[str, JobError]] | None = None,
+    states: Mapping[str, str] | None = None,
 ) -> list[Record]:
-    """Claim up to ``limit`` of the oldest runnable jobs (of ``kinds``), oldest first.
+    """Claim up to ``limit`` runnable jobs (of ``kinds``): higher priority first, then oldest first.
 
     Reads the open records once (or takes ``records``, the caller's
     :meth:`list_open`, or a whole :meth:`list`): this is ``jobctl claim --next`` and ``jobctl run
@@ -86,7 +89,8 @@ def claim_some(
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise Invalid(f"a claim takes at least one job, not {limit!r}")
     listing = store.list_open() if records is None else records
-    states: Mapping[str, str] = listing.states if isinstance(listing, OpenListing) else {r.id: r.state for r in listing}
+    if states is None:
+        states = listing.states if isinstance(listing, OpenListing) else {r.id: r.state for r in listing}
     vet = _still_runnable(states)
     claimed: list[Record] = []
     for rec in runnable(listing, store.now(), kinds, skipped, states):

@@ -37,6 +37,7 @@ from ..store.base import Store
 from ..submitter import submitter_of
 from .events import Feed
 from .logs import parse_tail_query, tail
+from .schedules import ScheduleApi
 from .submission import idempotent_id, record_from
 from .views import job_view, pipeline_names, pipeline_view
 
@@ -453,6 +454,7 @@ def create_app(
     """
     api = _Api(store, allow_shell, max_body)
     page = _Page(token)
+    schedules = ScheduleApi(store, allow_shell, api.body_of)
     routes = [
         Route("/", page.page, methods=["GET"]),
         Route("/page.js", page.asset("page.js"), methods=["GET"]),
@@ -467,6 +469,10 @@ def create_app(
         Route("/api/pipelines", api.pipelines, methods=["GET"]),
         Route("/api/pipelines/{name:str}", api.pipeline, methods=["GET"]),
         Route("/api/events", api.events, methods=["GET"]),
+        # recurring schedules (jobctl.web.schedules)
+        Route("/api/schedules", schedules.listing, methods=["GET"]),
+        Route("/api/schedules", schedules.add, methods=["POST"]),
+        Route("/api/schedules/{name:str}", schedules.remove, methods=["DELETE"]),
     ]
     app = Starlette(
         routes=routes,

@@ -11,7 +11,11 @@ views, never a backlog.
 A stream begins with the whole present (``"full": true``), and after an
 outage every stream is sent the whole present again: a reader replaces what
 it holds with a full event and applies the others by job id and pipeline
-name. The ``status`` event says whether what was sent is up to date:
+name. The store's recurring schedules ride along: a full event holds them
+all (``"schedules"``), and another event holds them all again whenever one
+was added, removed, changed or fired, or its next slot moved on (the watch
+reads them every :data:`SCHEDULES_EVERY` seconds: no job is written when a
+schedule is). The ``status`` event says whether what was sent is up to date:
 ``live``, or ``stale`` with the time of the last read that succeeded. It is
 stale while the watch cannot read the store (a read failed; the thread
 tries again, waiting longer each time up to :data:`PAUSE_MOST`) or has been
@@ -35,9 +39,10 @@ from ..record import UTC, Record, format_time
 from ..roster import UNKNOWN, Roster, roster_for
 from ..store.base import Store
 from ..watch import Watch, fingerprint
+from .schedules import schedule_view
 from .views import changed_pipelines, changed_views
 
-__all__ = ["Feed", "Subscription", "KEEPALIVE_SECONDS", "STALE_AFTER", "PAUSE_MOST", "shown"]
+__all__ = ["Feed", "Subscription", "KEEPALIVE_SECONDS", "STALE_AFTER", "PAUSE_MOST", "SCHEDULES_EVERY", "shown"]
 
 #: A ``status`` event this often, changed or not: it keeps proxies from closing a quiet stream, and a
 #: reader that hears nothing for two of these knows the stream itself is gone.
@@ -49,6 +54,8 @@ PAUSE_FIRST = 0.5
 PAUSE_MOST = 5.0
 #: Seconds between two reads of what running workers handle (it changes with no job written).
 ROSTER_EVERY = 2.0
+#: Seconds between two reads of the recurring schedules (they change with no job written).
+SCHEDULES_EVERY = 2.0
 #: How long the watch waits at a time, so that it sees a closed feed soon after; and how often a
 #: stream looks at the feed's status.
 _TICK = 1.0
@@ -108,6 +115,7 @@ class Subscription:
         self.removed: set[str] = set()
         self.pipelines: dict[str, dict[str, Any]] = {}
         self.removed_pipelines: set[str] = set()
+        self.schedules = False  # the schedules changed since this stream last sent them
 
     def poke(self) -> None:
         """From the pump's thread: something waits to be sent."""
@@ -162,6 +170,10 @@ class _Pump:
         self._views: dict[str, dict[str, Any]] = {}
         self._pipes_seen: dict[str, str] = {}
         self._pipes: dict[str, dict[str, Any]] = {}
+        # The schedules' views as last read, their JSON text, and when (monotonic) to read them again.
+        self._schedules: list[dict[str, Any]] = []
+        self._schedules_seen = ""
+        self._schedules_due = 0.0
         self._read_once = False
         # The records of the last read, and what workers handled then (read again every ROSTER_EVERY s).
         self._records: list[Record] | None = None
@@ -192,18 +204,26 @@ class _Pump:
             if not self._read_once:
                 return None
             if sub.full:
-                sub.full = False
+                sub.full = sub.schedules = False
                 sub.jobs, sub.removed, sub.pipelines, sub.removed_pipelines = {}, set(), {}, set()
-                return {"full": True, "jobs": list(self._views.values()), "pipelines": list(self._pipes.values())}
-            if not (sub.jobs or sub.removed or sub.pipelines or sub.removed_pipelines):
+                return {
+                    "full": True,
+                    "jobs": list(self._views.values()),
+                    "pipelines": list(self._pipes.values()),
+                    "schedules": self._schedules,
+                }
+            if not (sub.jobs or sub.removed or sub.pipelines or sub.removed_pipelines or sub.schedules):
                 return None
-            data = {
+            data: dict[str, Any] = {
                 "jobs": list(sub.jobs.values()),
                 "removed": sorted(sub.removed),
                 "pipelines": list(sub.pipelines.values()),
                 "removed_pipelines": sorted(sub.removed_pipelines),
             }
+            if sub.schedules:
+                data["schedules"] = self._schedules  # all of them: a reader replaces what it holds
             sub.jobs, sub.removed, sub.pipelines, sub.removed_pipelines = {}, set(), {}, set()
+            sub.schedules = False
             return data
 
     def status(self) -> tuple[str, str | None]:
@@ -232,6 +252,8 @@ class _Pump:
                         self._publish(notice.records, self._store.now(), roster_for(self._store, notice.records))
                     elif self._records is not None and time.monotonic() >= self._roster_due:
                         self._recheck_roster(self._records)
+                    if time.monotonic() >= self._schedules_due:
+                        self._recheck_schedules()
                 except Exception as exc:  # whatever the store raised: said once, tried again; the thread lives on
                     self._busy = None
                     self._failed(exc)
@@ -253,6 +275,24 @@ class _Pump:
             self._publish(records, self._store.now(), roster)
         else:
             self._roster_due = time.monotonic() + ROSTER_EVERY
+
+    def _recheck_schedules(self) -> None:
+        """Read the schedules again; every stream that has been sent them is sent them all when they changed."""
+        now = self._store.now()
+        views = [schedule_view(sched, now) for sched in self._store.schedules()]
+        text = json.dumps(views, sort_keys=True)
+        self._schedules_due = time.monotonic() + SCHEDULES_EVERY
+        if text == self._schedules_seen:
+            return
+        with self._lock:
+            self._schedules, self._schedules_seen = views, text
+            if not self._read_once or self._failure is not None:
+                return  # every stream is sent the whole present next, which has them
+            subs = [sub for sub in self._subs if not sub.full]
+            for sub in subs:
+                sub.schedules = True
+        for sub in subs:
+            sub.poke()
 
     def _publish(self, records: list[Record], now: datetime, roster: Roster) -> None:
         self._roster, self._roster_due = roster, time.monotonic() + ROSTER_EVERY

@@ -38,6 +38,9 @@ FIELDS = (
     "stage",
     "not_before",
     "by",
+    "priority",
+    "timeout",
+    "exclusive",
 )
 #: The longest ``Idempotency-Key`` header taken.
 IDEMPOTENCY_KEY_MAX = 200
@@ -155,4 +158,26 @@ def record_from(body: Any, now: datetime, by: str, *, allow_shell: bool = False)
         hold=hold,
         by=who,
     )
-    return set_submitter(rec, who)  # as `jobctl submit --by`: the submitter, and the hold's name
+    set_submitter(rec, who)  # as `jobctl submit --by`: the submitter, and the hold's name
+    _priority_and_timeout(rec, body)
+    exclusive = body.get("exclusive")
+    if exclusive is not None:  # as `jobctl submit --exclusive KEY`
+        from ..exclusive import set_exclusive
+
+        set_exclusive(rec, exclusive, "exclusive")
+    return rec
+
+
+def _priority_and_timeout(rec: Record, body: dict[str, Any]) -> None:
+    """``priority`` (a whole number) and ``timeout`` (seconds, or a duration: ``"15m"``), as ``submit`` takes them."""
+    from ..priority import set_priority
+    from ..timeout import set_timeout
+
+    priority = body.get("priority")
+    if priority is not None:
+        set_priority(rec, priority)
+    timeout = body.get("timeout")
+    if isinstance(timeout, str):
+        timeout = limits.duration(timeout, "timeout", limits.JOB_TIMEOUT)
+    if timeout is not None:
+        set_timeout(rec, timeout)

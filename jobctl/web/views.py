@@ -13,12 +13,16 @@ from datetime import datetime
 from typing import Any
 
 from ..errors import JobError
+from ..exclusive import exclusive_of
 from ..lifecycle import RETRYABLE, doomed_by, replacements, retry_of_link
+from ..limits import duration_text
+from ..priority import priority_of
 from ..record import ZERO_TIME, Record, format_time, held, is_zero
 from ..results import has_result, result_of
 from ..roster import UNKNOWN, Roster
 from ..schedule import after_of, not_before, pipeline_of, pipeline_stages, pipeline_state, retry_of, shown_attempt
 from ..submitter import submitter_of
+from ..timeout import timeout_of
 
 __all__ = ["STEPS", "step", "job_view", "pipeline_view", "pipeline_names", "changed_views", "changed_pipelines"]
 
@@ -90,6 +94,7 @@ def job_view(rec: Record, now: datetime, replaced_by: str | None = None, roster:
         "id": rec.id,
         "kind": rec.kind,
         "submitted_by": submitter_of(rec),
+        "exclusive": exclusive_of(rec),
         "state": rec.state,
         "step": step(rec, now),
         "spec": _json(rec.opaque_text("spec")),
@@ -113,8 +118,19 @@ def job_view(rec: Record, now: datetime, replaced_by: str | None = None, roster:
         "not_before": None if rec.terminal else _time(start),
         "next_attempt_at": _time(start) if waiting_retry and start is not None and now < start else None,
         "previous_attempt": previous,
+        **_limits(rec),
         "created_at": _time(rec.created_at),
         "updated_at": _time(rec.updated_at),
+    }
+
+
+def _limits(rec: Record) -> dict[str, Any]:
+    """Its priority (0 when not set) and the seconds an attempt may run, and those as words (null: no limit)."""
+    seconds = timeout_of(rec)
+    return {
+        "priority": priority_of(rec),
+        "timeout": seconds,
+        "timeout_text": None if seconds is None else duration_text(seconds),
     }
 
 

@@ -75,6 +75,7 @@ def test_the_exit_code_page_matches_the_program() -> None:
         errors.NoResult.exit_code: errors.NoResult.verdict,
         errors.Retried.exit_code: errors.Retried.verdict,
         errors.CancelledByDependency.exit_code: errors.CancelledByDependency.verdict,
+        errors.KeyHeld.exit_code: errors.KeyHeld.verdict,
         cli_main.EXIT_DRAIN_INCOMPLETE: "drain_incomplete",
     }
     for cls in set(errors.VERDICTS.values()):

@@ -12,6 +12,7 @@ from clitools import Jobctl
 from jobctl import FileStore, Record, discovery
 from jobctl.errors import Refused
 from jobctl.store.location import masked
+from jobctl.store.postgres.schema import SCHEMA_VERSION as V
 
 
 @pytest.fixture
@@ -66,10 +67,10 @@ def test_a_patience_in_seconds_is_the_stores(pg_url: str, monkeypatch: pytest.Mo
 def test_db_init_then_every_command_works(jobctl: Jobctl, pg: str) -> None:
     env = {"JOB_STORE": pg}
     first = jobctl("db", "init", env=env)
-    assert (first.code, first.text) == (0, "schema_version=3 was=0\n"), first.err
+    assert (first.code, first.text) == (0, f"schema_version={V} was=0\n"), first.err
     again = jobctl("db", "init", env=env)
-    assert (again.code, again.text) == (0, "schema_version=3 was=3\n")
-    assert jobctl("db", "migrate", env=env).text == "schema_version=3 was=3\n"
+    assert (again.code, again.text) == (0, f"schema_version={V} was={V}\n")
+    assert jobctl("db", "migrate", env=env).text == f"schema_version={V} was={V}\n"
     ran = jobctl("submit", "--kind", "test", "--spec", '{"a": 1}', env=env)
     assert ran.code == 0, ran.err
     job_id = ran.text.strip()
@@ -93,7 +94,7 @@ def test_a_newer_schema_is_refused_everywhere(jobctl: Jobctl, pg: str) -> None:
     for args in (("list",), ("db", "init"), ("db", "migrate")):
         ran = jobctl(*args, env=env)
         assert ran.code != 0, args
-        assert "schema version 99, newer than this jobctl knows (3)" in ran.err, (args, ran.err)
+        assert f"schema version 99, newer than this jobctl knows ({V})" in ran.err, (args, ran.err)
         assert len(ran.err.splitlines()) == 1, ran.err
 
 
@@ -192,7 +193,7 @@ def test_libpq_settings_apply(jobctl: Jobctl, pg: str) -> None:
     env = {"JOB_STORE": bare, "PGHOST": query["host"][0], "PGPORT": query["port"][0]}
     ran = jobctl("db", "init", env=env)
     assert ran.code == 0, ran.err
-    assert jobctl("db", "init", env={"JOB_STORE": pg}).text == "schema_version=3 was=3\n"
+    assert jobctl("db", "init", env={"JOB_STORE": pg}).text == f"schema_version={V} was={V}\n"
 
 
 # -- export and import ---------------------------------------------------------------------------
@@ -266,7 +267,7 @@ def test_paths_on_a_database_store(jobctl: Jobctl, pg: str) -> None:
     assert ran.code == 0, ran.err
     facts = dict(line.split("=", 1) for line in ran.lines if "=" in line and not line.startswith("worker."))
     assert facts["root"] == pg and facts["rung"] == "the --store flag"
-    assert facts["schema_version"] == "3" and facts["check_open"] == "ok"
+    assert facts["schema_version"] == str(V) and facts["check_open"] == "ok"
     assert facts["clock_offset"].endswith("s") and abs(float(facts["clock_offset"][:-1])) < 60  # same host
 
 

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from oddfiles import bind_socket
 
 from jobctl import Record, summary
 from jobctl.store import file as file_store
@@ -265,15 +266,22 @@ def test_a_scan_shared_among_processes_prints_what_one_process_prints(
 
     finished, _ = populate(jobctl)
     monkeypatch.setattr(summary.listed, "_ASIDE_FROM", 1)
-    (jobctl.root / "jobs" / "1-broken.json").write_bytes(b"{")
-    os.symlink("/etc/passwd", jobctl.root / "jobs" / "2-link.json")
-    alone = jobctl(*args, env={"XDG_CACHE_HOME": str(tmp_path / "alone"), fanout.PROCESSES_ENV: "1"})
+    jobs = jobctl.root / "jobs"
+    (jobs / "1-broken.json").write_bytes(b"{")
+    os.symlink("/etc/passwd", jobs / "2-link.json")
+    # Every odd file a shared piece hands back to be read again here (fsio.read_plain), and one over the limit.
+    os.mkfifo(jobs / "3-fifo.json")
+    (jobs / "4-directory.json").mkdir()
+    bind_socket(jobs / "5-socket.json")
+    (jobs / "6-large.json").write_bytes(b" " * 5000)
+    limit = {"JOBCTL_MAX_RECORD_BYTES": "4000"}
+    alone = jobctl(*args, env={"XDG_CACHE_HOME": str(tmp_path / "alone"), fanout.PROCESSES_ENV: "1", **limit})
     monkeypatch.setattr(file_listing, "_SHARED_FROM", 2)
     monkeypatch.setattr(fanout, "MIN_SHARE", 1)
     forks: list[int] = []
     real_fork = fanout._fork
     monkeypatch.setattr(fanout, "_fork", lambda *a: forks.append(1) or real_fork(*a))
-    env = {"XDG_CACHE_HOME": str(tmp_path / "shared"), fanout.PROCESSES_ENV: "3"}
+    env = {"XDG_CACHE_HOME": str(tmp_path / "shared"), fanout.PROCESSES_ENV: "3", **limit}
     if args[0] == "claim":
         jobctl.store().release(alone.text.split("JOB_ID=")[1].split()[0], 1)
     shared = jobctl(*args, env=env)

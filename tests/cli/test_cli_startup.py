@@ -144,3 +144,70 @@ def test_a_short_lease_does_not_read_the_max_ttl_setting(jobctl: Jobctl, tmp_pat
     assert absent(modules, "platformdirs", "configparser", "jobctl.settings") == []
     modules = loaded(jobctl, tmp_path, "renew", job, "--epoch", "1", "--ttl", "600")
     assert "jobctl.settings" in modules  # a longer one is judged against the setting
+
+
+def test_the_record_package_loads_its_modules_on_first_use() -> None:
+    """``import jobctl`` and ``import jobctl.record`` load none of the record's modules; every name is there on use."""
+    code = (
+        "import sys, jobctl, jobctl.record as record\n"
+        "assert not [m for m in sys.modules if m.startswith('jobctl.record.')], sorted(sys.modules)\n"
+        "assert 'jobctl.wire' not in sys.modules and 'json' not in sys.modules, sorted(sys.modules)\n"
+        "from jobctl.record import Record, encode\n"
+        "assert 'jobctl.record.decoder' not in sys.modules, 'the encoder alone loaded the decoder'\n"
+        "import jobctl.record.model as model, jobctl.record.decoder as decoder, jobctl.record.canonical as canonical\n"
+        "assert record.Record is model.Record is jobctl.Record and record.decode is decoder.decode\n"
+        "assert record._canonical is canonical._canonical  # the private names the decoder tests reach\n"
+        "names = list(record.__all__) + list(record._FROM)\n"
+        "missing = [n for n in names if not hasattr(record, n)]\n"
+        "assert not missing and set(names) <= set(dir(record)), missing\n"
+        "from jobctl.record import *\n"
+        "try:\n"
+        "    record.nothing_of_that_name\n"
+        "except AttributeError as exc:\n"
+        "    assert 'nothing_of_that_name' in str(exc)\n"
+        "else:\n"
+        "    raise AssertionError('an unknown name was found')\n"
+        "print('ok')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, check=False, timeout=60)
+    assert proc.stdout == b"ok\n", proc.stderr.decode()
+
+
+GC_SEEN = """
+import gc, json, sys
+from jobctl.cli import main  # the console script's entry point (before the submodule of that name binds)
+import jobctl.cli.main as group
+seen = []
+group.cli.main = lambda **kw: seen.append(gc.isenabled())  # the command: what it finds
+gc.disable() if sys.argv[1] == "off" else None
+main()
+print(json.dumps([seen, gc.isenabled()]))
+"""
+
+
+@pytest.mark.parametrize(("before", "during"), [("on", True), ("off", False)])
+def test_the_collector_is_as_it_was_when_the_command_runs(before: str, during: bool) -> None:
+    """Start-up imports with the collector off; the command itself (a worker runs for days) has it back."""
+    proc = subprocess.run([sys.executable, "-c", GC_SEEN, before], capture_output=True, check=False, timeout=60)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert json.loads(proc.stdout) == [[during], during]
+
+
+def test_start_up_imports_with_the_collector_off() -> None:
+    """Whatever ``main`` imports is imported with the collector off (the collector's passes are what it saves)."""
+    code = (
+        "import gc, json, sys\n"
+        "sys.argv = ['jobctl', '--version']\n"
+        "seen = []\n"
+        "gc.callbacks.append(lambda phase, info: seen.append(phase) if phase == 'start' else None)\n"
+        "from jobctl.cli import main\n"
+        "seen.clear()\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(json.dumps([len(seen), 'click' in sys.modules]))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, check=False, timeout=60)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert json.loads(proc.stdout.splitlines()[-1]) == [0, True]  # after the version's line

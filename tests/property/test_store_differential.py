@@ -46,6 +46,7 @@ from hypothesis.stateful import (
 import jobctl
 from jobctl import ids, replay, schedule
 from jobctl.errors import JobError
+from jobctl.priority import PRIORITY
 from jobctl.record import RETRY, encode, held
 from jobctl.wire import JsonText, Raw
 
@@ -164,8 +165,9 @@ class SideBySide(RuleBasedStateMachine):
         hold=st.booleans(),
         pipeline=st.booleans(),
         after=st.integers(min_value=0, max_value=3),
+        priority=st.sampled_from([None, None, 3, 3, -2, 1000, "high", 5000]),  # the last two: not priorities, 0
     )
-    def submit(self, kind: str, retries: bool, hold: bool, pipeline: bool, after: int) -> None:
+    def submit(self, kind: str, retries: bool, hold: bool, pipeline: bool, after: int, priority: object = None) -> None:
         job_id = ids.mint()
         rec = jobctl.Record(id=job_id, kind=kind, spec=Raw('{"n": 1.0, "url": "a\\/b", "x": "\\u00e9"}'))
         deps = {0: [], 1: self.ids[-1:], 2: self.ids[:2], 3: [ids.mint()]}[after]  # 3: one that does not exist
@@ -178,6 +180,8 @@ class SideBySide(RuleBasedStateMachine):
             hold=hold,
             by="ops",
         )
+        if priority is not None:
+            rec.extensions[PRIORITY] = priority  # as any writer may: the picks order by what priority_of reads
         self.both("submit", lambda s: s.submit(rec.replace(extensions=dict(rec.extensions))))
         self.ids.append(job_id)
 
@@ -334,7 +338,7 @@ class SideBySide(RuleBasedStateMachine):
         self.holders_write(f"finish {job_id} {state} at {epoch}", job_id, epoch, call)
 
     @precondition(lambda self: self.ids)
-    @rule(ix=jobs_ix, owner=owners, skew=skews, what=st.sampled_from(["error", "extension", "fail-retry"]))
+    @rule(ix=jobs_ix, owner=owners, skew=skews, what=st.sampled_from(["error", "extension", "fail-retry", "priority"]))
     def update(self, ix: int, owner: str, skew: int, what: str) -> None:
         job_id = self.pick(ix)
         epoch = self.epoch(owner, job_id, skew)
@@ -345,6 +349,8 @@ class SideBySide(RuleBasedStateMachine):
                 rec.error = "half way"
             elif what == "extension":
                 rec.extensions["vendor.example/note@1"] = Raw('{"b": 1, "a": [1.0, 2e1]}')
+            elif what == "priority":
+                rec.extensions[PRIORITY] = 9  # a holder's write moves the job up the pick order
             else:
                 schedule.record_failure(rec, 1, now)
 

@@ -126,6 +126,62 @@ def test_an_odd_file_at_a_lock_or_record_name_is_invalid_naming_what_is_there(tm
             fsio.open_read(at, "attempt-1.log")
 
 
+@pytest.mark.parametrize(
+    "kind", ["record", "empty", "gone", "link", "directory", "socket", "FIFO", "over the limit", "large", "unreadable"]
+)
+def test_read_plain_reads_what_read_file_stat_reads_and_hands_back_everything_else(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """The cold scan's cheap read: the same bytes and identity for a record, True whenever read_file_stat refuses.
+
+    Gone is False (read_file_stat's None); a link, an odd file, a file over
+    the limit, one larger than one read and one whose read fails are True:
+    the caller reads them with read_file_stat, which says what they are.
+    """
+    path = tmp_path / "r.json"
+    if kind in ("record", "over the limit", "unreadable"):
+        path.write_bytes(b'{"id": "r"}\n')
+    elif kind == "empty":
+        path.write_bytes(b"")
+    elif kind == "link":
+        os.symlink(tmp_path / "elsewhere.json", path)
+        (tmp_path / "elsewhere.json").write_bytes(b"{}")
+    elif kind == "directory":
+        path.mkdir()
+    elif kind == "socket":
+        bind_socket(path)
+    elif kind == "FIFO":
+        os.mkfifo(path)
+    elif kind == "large":
+        path.write_bytes(b" " * (fsio._CHUNK + 1))
+    limit = 5 if kind == "over the limit" else fsio.DEFAULT_MAX_RECORD_BYTES
+    if kind == "unreadable":
+        real_read = os.read
+        monkeypatch.setattr(os, "read", lambda fd, n: (_ for _ in ()).throw(OSError(errno.EIO, "I/O error")))
+    with fsio.opened_dir(str(tmp_path)) as at:
+        got = fsio.read_plain(at.fd, "r.json", limit)
+        try:
+            slow = fsio.read_file_stat(at, "r.json", "r", limit)
+        except JobError:
+            assert got is True, kind
+            return
+        finally:
+            if kind == "unreadable":
+                monkeypatch.setattr(os, "read", real_read)
+    if kind == "large":  # read whole by read_file_stat in chunks; handed back by the one-read path
+        assert slow is not None and got is True
+        return
+    if slow is None:
+        assert got is False
+        return
+    assert got not in (True, False) and not isinstance(got, bool)
+    data, st = got
+    assert data == slow[0] and (st.st_ino, st.st_size, st.st_mtime_ns) == (
+        slow[1].st_ino, slow[1].st_size, slow[1].st_mtime_ns
+    )  # fmt: skip
+    assert kind in ("record", "empty")
+
+
 def test_a_refusal_of_a_regular_file_still_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Only what is not a regular file is named odd: EACCES on a record stays 'refused ... Permission denied'."""
     (tmp_path / "r.json").write_text("{}")

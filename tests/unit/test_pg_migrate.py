@@ -25,6 +25,7 @@ from contractdir import locate_contract
 import jobctl
 from jobctl import replay, schedule
 from jobctl.errors import JobError, UnknownSchema
+from jobctl.priority import PRIORITY, priority_of
 from jobctl.record import RESULT, decode
 from jobctl.store import postgres
 from jobctl.wire import Raw
@@ -87,6 +88,10 @@ def _jobctl_records(store: jobctl.FileStore, clock: Any) -> None:
     store.cancel(job(), "ops")
     malformed = jobctl.Record(kind="fetch", spec={}, extensions={schedule.RETRY: {"intervals": "soon"}})
     store.submit(malformed)
+    # Priorities, as a jobctl that knew them wrote them beside a store of version 3 (or a foreign writer).
+    for value in (7, -3, 1000, "high", 7.5, 5000):
+        clock.advance(1)
+        store.submit(jobctl.Record(kind="ranked", spec={}, extensions={PRIORITY: value}))
 
 
 @pytest.fixture
@@ -117,21 +122,21 @@ def populated(pg_url: str, tmp_path: Path, make_clock: Callable[[], Any]) -> tup
     return pg_url, records, clock
 
 
-def _migrate(url: str) -> None:
+def _migrate(url: str, was: int = 2) -> None:
     jobctl_cmd = str(Path(sys.executable).parent / "jobctl")
     ran = subprocess.run(
         [jobctl_cmd, "db", "migrate", "--store", url], capture_output=True, text=True, timeout=120, check=False
     )
-    assert (ran.returncode, ran.stdout) == (0, f"schema_version={postgres.SCHEMA_VERSION} was=2\n"), ran.stderr
+    assert (ran.returncode, ran.stdout) == (0, f"schema_version={postgres.SCHEMA_VERSION} was={was}\n"), ran.stderr
 
 
 def test_a_populated_version_2_store_exports_the_same_bytes_after_migrating(populated: Any) -> None:
     url, records, clock = populated
-    with pytest.raises(JobError, match="has schema version 2; this jobctl needs 3"):
+    with pytest.raises(JobError, match=f"has schema version 2; this jobctl needs {postgres.SCHEMA_VERSION}"):
         postgres.PostgresStore(url)
     _migrate(url)
     with postgres.PostgresStore(url, clock=clock) as pg:
-        assert pg.schema_version == 3
+        assert pg.schema_version == postgres.SCHEMA_VERSION
         assert pg.ids() == sorted(records)
         for job_id, data in records.items():
             assert pg.load_bytes(job_id) == data, job_id
@@ -195,3 +200,43 @@ def test_the_migrated_store_is_picked_and_heard(populated: Any) -> None:
             assert notices.read() == ({got.id}, set())
         finally:
             notices.close()
+
+
+#: Every column of version 3 but the revision, which the fill raises on the rows it writes (the trigger does, as
+#: on every write), as `SELECT` gives them; the priority column is version 4's.
+_V3_COLUMNS = ", ".join((*postgres.row.COLUMNS, "not_before", "after", "pipeline", "scheduled", "unfinished"))
+
+
+def test_a_populated_version_3_store_gains_priorities_and_keeps_its_bytes(populated: Any) -> None:
+    """3 -> 4: the priority column is what the extension says; every other column, every record's bytes as they were."""
+    import psycopg
+
+    url, records, clock = populated
+    assert postgres.migrate(url, target=3) == (2, 3)
+    with psycopg.connect(url, autocommit=True) as conn:
+        before = conn.execute(f"SELECT {_V3_COLUMNS} FROM jobctl_jobs ORDER BY id").fetchall()
+        revisions = dict(conn.execute("SELECT id, revision FROM jobctl_jobs").fetchall())
+    _migrate(url, was=3)
+    with psycopg.connect(url, autocommit=True) as conn:
+        after = conn.execute(f"SELECT {_V3_COLUMNS} FROM jobctl_jobs ORDER BY id").fetchall()
+        priorities = dict(conn.execute("SELECT id, priority FROM jobctl_jobs").fetchall())
+        raised = {i for i, n in conn.execute("SELECT id, revision FROM jobctl_jobs").fetchall() if n != revisions[i]}
+        index = conn.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'jobctl_jobs_open'").fetchone()
+    assert after == before  # not a column of the record moved: nothing was written but priority
+    assert index is not None and "(priority DESC, created_at, id) WHERE unfinished" in index[0]
+    expected = {}
+    for job_id, data in records.items():
+        try:
+            expected[job_id] = priority_of(decode(data, job_id, named=True))
+        except JobError:
+            expected[job_id] = 0
+    assert priorities == expected
+    assert raised == {job_id for job_id, value in expected.items() if value}
+    assert sorted(v for v in expected.values() if v) == [-3, 7, 1000]  # "high", 7.5 and 5000 order as 0
+    with postgres.PostgresStore(url, clock=clock) as pg:
+        for job_id, data in records.items():
+            assert pg.load_bytes(job_id) == data, job_id
+        first = pg.claim_next("host-c", 60)
+        assert first is not None and first.extensions.get(PRIORITY) == 1000
+        second = pg.claim_next("host-c", 60)
+        assert second is not None and second.extensions.get(PRIORITY) == 7

@@ -55,6 +55,10 @@ class Away:
         self._check()
         return self.inner.announcements()
 
+    def schedules(self, unreadable: Any = None) -> Any:
+        self._check()
+        return self.inner.schedules(unreadable)
+
     def now(self) -> Any:
         return self.inner.now()  # a PostgreSQL store's clock answers from its last reading for a while
 

@@ -141,10 +141,17 @@ def scheduling(rec: Record, states: Mapping[str, str] | None, now: datetime) -> 
     every other record.
     """
     from ... import schedule  # only views that show scheduling pay for it
+    from ...exclusive import exclusive_of
+    from ...priority import priority_of
     from ...submitter import submitter_of
+    from ...timeout import timeout_of
 
     info: dict[str, Any] = {"attempt": 1, "not_before": None, "after": [], "pipeline": None, "stage": None}
     info["submitted_by"] = submitter_of(rec)
+    # Pick order and the attempt's limit (jobctl.priority, jobctl.timeout): 0 and null when not set.
+    info["priority"] = priority_of(rec)
+    info["timeout"] = timeout_of(rec)
+    info["exclusive"] = exclusive_of(rec)
     try:
         info["attempt"] = schedule.shown_attempt(rec)
         # An ended job starts no further attempt: a not-before time left over

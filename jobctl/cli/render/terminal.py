@@ -6,6 +6,7 @@ from collections.abc import Collection, Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from ...limits import duration_text
 from ...record import RESULT, ZERO_TIME, Record, format_time, held, is_zero
 
 if TYPE_CHECKING:  # pragma: no cover - typing only; rich is imported where it draws
@@ -342,6 +343,8 @@ def print_job(
     row("kind", rec.kind)
     if info["submitted_by"]:
         row("submitted by", info["submitted_by"])
+    if info["exclusive"]:
+        row("exclusive", info["exclusive"])
     row("state", _state(rec))
     row("progress", _bar(rec))
     lease = rec.lease
@@ -363,6 +366,15 @@ def print_job(
         row("after", ", ".join(info["after"]))
     if info["pipeline"]:
         row("pipeline", f"{info['pipeline']} / {info['stage'] or rec.kind}")
+    found = rec.opaque_text("x:jobctl.run/priority@1")
+    if info["priority"] or found is not None:
+        odd = found is not None and found != str(info["priority"])
+        row(
+            "priority",
+            f"{info['priority']} (the record holds {found}: not a priority)" if odd else str(info["priority"]),
+        )
+    if info["timeout"] is not None:
+        row("timeout", f"{duration_text(info['timeout'])} an attempt")
     if info.get("blocked"):
         row("waiting", info["blocked"]["detail"])
     if rec.error:

@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from ... import ids
 from ...errors import Invalid, JobError, LockBusy
+from ...exclusive import exclusive_of
+from ...priority import pick_key
 from ...record import STATES, Record, is_orphan, known_models
 from ...schedule import blocked_by
-from ..base import Records, Skipped, Verdicts
+from ..base import OpenListing, Records, Skipped, Verdicts
 from ..contract import NO_CONTENT, Content, _claim_terms, _epoch, claiming, finishing, holding, verdict
 from . import row
 from .handle import Row, Rows, first
+from .keys import KEYS
 from .schema import Q
 from .session import read, retried
 from .steps import RowSteps
@@ -45,6 +48,10 @@ class BatchClaims(RowSteps):
     ) -> Records:
         """Claim up to ``limit`` of the oldest runnable jobs in one statement (pgqueuer's batch dequeue).
 
+        Jobs with an exclusive key are read with the pick and claimed with
+        their keys (:meth:`_claim_keyed`) for the slots the other runnable
+        jobs leave free.
+
         Runnable as :func:`jobctl.schedule.runnable` says; ``FOR UPDATE SKIP
         LOCKED`` passes over rows other pickers hold, so pickers never wait on
         each other. Oldest first. Jobs never picked for their row (unreadable
@@ -64,21 +71,53 @@ class BatchClaims(RowSteps):
             "kinds": wanted,
             "limit": limit,
         }
-        if skipped is None and unreadable is None:
-            rows = self.session.all(Q["claim_next"], params)
-            unpicked: Rows = []
-        else:
-            with self.session.tx(pipelined=True) as conn:
-                picked = conn.execute(Q["claim_next"], params, binary=True)
-                left = conn.execute(Q["unpickable"], {"understood": params["understood"], "now": params["now"]})
-            rows, unpicked = picked.fetchall(), left.fetchall()  # after the Sync: one round trip
+        looks = {"understood": params["understood"], "now": params["now"]}
+        with self.session.tx(pipelined=True) as conn:
+            picked = conn.execute(Q["claim_next"], params, binary=True)
+            keyed = conn.execute(Q["keyed_open"], {"now": params["now"], "kinds": wanted}, binary=True)
+            left = None if skipped is None and unreadable is None else conn.execute(Q["unpickable"], looks)
+        # After the Sync: one round trip.
+        rows, waiting, unpicked = picked.fetchall(), keyed.fetchall(), [] if left is None else left.fetchall()
         if unpicked:
             self._name_unpicked(sorted(unpicked, key=first), wanted, skipped, unreadable)
         for got in rows:
             self._held.wrote(got[0], got[row.REVISION])
         claimed = [self._holding(got) for got in rows]
-        claimed.sort(key=lambda rec: (rec.created_at, rec.id))
+        if waiting and len(claimed) < limit:
+            claimed += self._claim_keyed(owner, ttl, limit - len(claimed), wanted, skipped, waiting)
+        claimed.sort(key=pick_key)  # the order the statements picked them in
         return claimed
+
+    def _claim_keyed(
+        self, owner: str, ttl: float, limit: int, wanted: list[str] | None, skipped: Skipped | None, rows: Rows
+    ) -> Records:
+        """The oldest runnable jobs with an exclusive key whose key is free, up to ``limit``: each claimed with its key.
+
+        ``rows`` are the open jobs with a key nobody holds (``keyed_open``,
+        read with the pick). The pick statement passes them over, so they
+        take the slots it leaves; here each is judged as the
+        directory's pick judges it (:func:`.picking.claim_some`), under its
+        row lock and its key's lock (:mod:`.keys`): a key another job holds
+        passes its jobs over, and one job a key is tried.
+        """
+        from ...schedule import runnable
+        from ..picking import Claimer, claim_some
+
+        opened: list[Record] = []
+        for got in rows:
+            with contextlib.suppress(JobError):  # a row no reader here can read: named by the pick's own look
+                opened.append(row.record_of(got))
+        states = _States(self)
+        found: list[Record] = []
+        keys: set[str] = set()
+        for rec in runnable(opened, rows[0][-1], wanted, None, states):
+            key = exclusive_of(rec)
+            if key is not None and key not in keys:  # the oldest runnable job of each key is the one to try
+                keys.add(key)
+                found.append(rec)
+        # The store is the whole PostgresStore; this call never needs its list_open (the records are given).
+        store = cast("Claimer", self)
+        return claim_some(store, owner, ttl, limit, wanted, records=OpenListing(found), skipped=skipped, states=states)
 
     def _name_unpicked(
         self, rows: Iterable[Row], kinds: Iterable[str] | None, skipped: Skipped | None, unreadable: Skipped | None
@@ -146,7 +185,7 @@ class BatchClaims(RowSteps):
         got = {found[0]: found for found in rows}
         out: Verdicts = []
         for job_id in job_ids:
-            found, rules = got.get(job_id), claiming(job_id, owner, ttl)
+            found, rules = got.get(job_id), claiming(job_id, owner, ttl, keys=KEYS)
             out.append(verdict(job_id, self._concluded, job_id, "claim", found, rules, None, None, wait=False))
         return out
 
@@ -192,7 +231,7 @@ class BatchClaims(RowSteps):
             )
         rules = holding(job_id, epoch, finishing(job_id, state, error))
         done = verdict(job_id, self._concluded, job_id, "finish", got[0], rules, held, None, wait=True)
-        rules = claiming(next_id, owner, ttl)
+        rules = claiming(next_id, owner, ttl, keys=KEYS)
         return done, verdict(next_id, self._concluded, next_id, "claim", got[1], rules, None, None, wait=False)
 
     @retried

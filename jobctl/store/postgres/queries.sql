@@ -61,6 +61,13 @@ SELECT j.* FROM jobctl_jobs j WHERE j.id = %(id)s;
 WITH locked AS (SELECT j.* FROM jobctl_jobs j WHERE j.id = %(id)s FOR UPDATE)
 SELECT locked.*, clock_timestamp() FROM locked;
 
+-- name: migrate_4_rows
+-- Schema version 4's fill: the rows that carry a priority (jobctl.priority), for Python to read it.
+SELECT j.* FROM jobctl_jobs j WHERE 'jobctl.run/priority@1' = ANY(j.extension_keys) ORDER BY j.id;
+
+-- name: migrate_4_priority
+UPDATE jobctl_jobs SET priority = %(priority)s WHERE id = %(id)s;
+
 -- name: state_of
 SELECT state, critical FROM jobctl_jobs WHERE id = %(id)s;
 
@@ -76,7 +83,7 @@ SELECT j.* FROM jobctl_jobs j ORDER BY j.id;
 -- gives the others' states.
 SELECT j.* FROM jobctl_jobs j
 WHERE j.unfinished
-ORDER BY j.created_at, j.id;
+ORDER BY j.priority DESC, j.created_at, j.id;
 
 -- name: finished_states
 -- A finished row never changes state again [JOB-T1]: its state column stands for it,
@@ -97,7 +104,7 @@ SELECT j.*, coalesce(%(now)s::timestamptz, statement_timestamp()) FROM jobctl_jo
 WHERE j.unfinished AND j.state IN ('pending', 'running')
   AND (j.owner = '' OR j.expires_at <= coalesce(%(now)s::timestamptz, statement_timestamp()))
   AND (j.want IS DISTINCT FROM 'pause' OR j.state = 'running')
-ORDER BY j.created_at, j.id;
+ORDER BY j.priority DESC, j.created_at, j.id;
 
 -- name: unpickable
 -- What claim_next passes over for what is at the row, to be named: open jobs
@@ -108,7 +115,7 @@ ORDER BY j.created_at, j.id;
 SELECT j.*, coalesce(%(now)s::timestamptz, statement_timestamp()) FROM jobctl_jobs j
 WHERE j.unfinished AND j.state IN ('pending', 'running')
   AND (NOT j.scheduled OR NOT j.critical <@ %(understood)s::text[])
-ORDER BY j.created_at, j.id;
+ORDER BY j.priority DESC, j.created_at, j.id;
 
 -- name: insert
 -- submit and import, refused (no row) when the id is taken. A submit's times
@@ -119,7 +126,7 @@ INSERT INTO jobctl_jobs (
     step_name, step_ordinal, step_of, step_done, step_total, owner, epoch, expires_at,
     recall_reason, recall_by, recall_at, recall_until, delegation_system, delegation_external_id,
     delegation_delivered, requires, error, want, intent_by, intent_at, extension_keys, extension_values,
-    created_at, updated_at, content, critical, verbatim, not_before, after, pipeline, scheduled)
+    created_at, updated_at, content, critical, verbatim, not_before, after, pipeline, scheduled, priority)
 SELECT
     %(id)s, %(kind)s, %(state)s, %(envelope_schema)s, %(envelope_actions)s, %(spec)s, %(checkpoint)s,
     %(done)s, %(total)s, CASE WHEN %(fresh)s THEN c.now ELSE %(progress_at)s END,
@@ -129,7 +136,7 @@ SELECT
     CASE WHEN %(fresh)s AND %(want)s::text IS NOT NULL THEN coalesce(%(intent_at)s, c.now) ELSE %(intent_at)s END,
     %(extension_keys)s, %(extension_values)s,
     CASE WHEN %(fresh)s THEN c.now ELSE %(created_at)s END, CASE WHEN %(fresh)s THEN c.now ELSE %(updated_at)s END,
-    %(content)s, %(critical)s, %(verbatim)s, %(not_before)s, %(after)s, %(pipeline)s, %(scheduled)s
+    %(content)s, %(critical)s, %(verbatim)s, %(not_before)s, %(after)s, %(pipeline)s, %(scheduled)s, %(priority)s
 FROM (SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now) AS c
 ON CONFLICT (id) DO NOTHING
 RETURNING id;
@@ -149,7 +156,7 @@ UPDATE jobctl_jobs SET
     want = %(want)s, intent_by = %(intent_by)s, intent_at = %(intent_at)s, extension_keys = %(extension_keys)s,
     extension_values = %(extension_values)s, created_at = %(created_at)s, updated_at = %(updated_at)s,
     content = %(content)s, critical = %(critical)s, verbatim = %(verbatim)s, not_before = %(not_before)s,
-    after = %(after)s, pipeline = %(pipeline)s, scheduled = %(scheduled)s
+    after = %(after)s, pipeline = %(pipeline)s, scheduled = %(scheduled)s, priority = %(priority)s
 WHERE id = %(id)s;
 
 -- name: forged
@@ -178,6 +185,8 @@ SET epoch = j.epoch + 1, owner = %(owner)s,
 WHERE j.id = ANY(%(ids)s::text[])
   AND j.critical <@ %(understood)s::text[]
   AND j.state NOT IN ('complete', 'failed', 'cancelled')
+  -- A job with an exclusive key is claimed by the rules' path, which takes its key (exclusive.sql).
+  AND NOT coalesce(j.extension_keys @> ARRAY['jobctl.run/exclusive@1']::text[], false)
   AND NOT (j.owner <> '' AND j.expires_at > coalesce(%(now)s::timestamptz, statement_timestamp())
            AND (j.owner <> %(owner)s OR j.recall_reason IS NOT NULL))
 RETURNING j.id, j.kind, j.state, j.envelope_schema, j.envelope_actions, j.spec, j.checkpoint, j.done, j.total,
@@ -187,16 +196,17 @@ RETURNING j.id, j.kind, j.state, j.envelope_schema, j.envelope_actions, j.spec, 
     j.extension_values, j.created_at, j.updated_at, j.content, j.critical, j.verbatim, j.revision;
 
 -- name: claim_next
--- The oldest runnable jobs (jobctl.schedule.runnable), up to %(limit)s, claimed
+-- The first runnable jobs (jobctl.schedule.runnable), up to %(limit)s, claimed
 -- as `claim` claims: the epoch raised, the lease taken, running, a recall gone.
 -- Runnable: pending or running, nobody holding the lease, not paused,
 -- scheduling data readable, not before its not_before time, of one of
 -- %(kinds)s (every kind when NULL), every job it waits for complete, no
 -- critical model the reader does not know [JOB-D7]. SKIP LOCKED passes over
 -- a row another transaction holds, so pickers never wait on each other, and
--- FOR UPDATE judges each row again as it is when locked. Oldest first is a
--- walk of jobctl_jobs_open in order that stops at the first %(limit)s
--- rows: the store's sessions never sort (session.py says why).
+-- FOR UPDATE judges each row again as it is when locked. First is the
+-- highest priority, then the oldest (jobctl.priority.pick_key): a walk of
+-- jobctl_jobs_open in order that stops at the first %(limit)s rows: the
+-- store's sessions never sort (session.py says why).
 UPDATE jobctl_jobs AS j
 SET epoch = j.epoch + 1, owner = %(owner)s,
     expires_at = coalesce(%(now)s::timestamptz, statement_timestamp()) + %(ttl)s::interval,
@@ -211,12 +221,14 @@ FROM (
       AND r.critical <@ %(understood)s::text[]
       AND (r.not_before IS NULL OR r.not_before <= coalesce(%(now)s::timestamptz, statement_timestamp()))
       AND (%(kinds)s::text[] IS NULL OR r.kind = ANY(%(kinds)s::text[]))
+      -- A job with an exclusive key is picked by keyed_open and claimed with its key (exclusive.sql).
+      AND NOT coalesce(r.extension_keys @> ARRAY['jobctl.run/exclusive@1']::text[], false)
       AND (cardinality(r.after) = 0 OR NOT EXISTS (
           SELECT 1 FROM unnest(r.after) AS dep(id)
           WHERE NOT EXISTS (
               SELECT 1 FROM jobctl_jobs d
               WHERE d.id = dep.id AND d.state = 'complete' AND d.critical <@ %(understood)s::text[])))
-    ORDER BY r.created_at, r.id
+    ORDER BY r.priority DESC, r.created_at, r.id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ) AS picked
@@ -371,3 +383,25 @@ DELETE FROM jobctl_workers WHERE owner = %(owner)s;
 -- name: announcements
 SELECT owner, kinds, expires_at FROM jobctl_workers
 WHERE expires_at > coalesce(%(now)s::timestamptz, statement_timestamp());
+
+-- name: keyed_open
+-- The open jobs with an exclusive key that nobody holds, oldest first, with the
+-- time of the look: what claim_some offers its key's claim (each judged again
+-- under its row lock and its key's). Through jobctl_jobs_open, as list_open.
+SELECT j.*, coalesce(%(now)s::timestamptz, statement_timestamp()) FROM jobctl_jobs j
+WHERE j.unfinished AND j.state IN ('pending', 'running')
+  AND j.extension_keys @> ARRAY['jobctl.run/exclusive@1']::text[]
+  AND (j.owner = '' OR j.expires_at <= coalesce(%(now)s::timestamptz, statement_timestamp()))
+  AND (%(kinds)s::text[] IS NULL OR j.kind = ANY(%(kinds)s::text[]))
+ORDER BY j.created_at, j.id;
+
+-- name: exclusive_take
+-- An exclusive key's row, made when missing and locked for the rest of the
+-- claim's transaction either way (exclusive.sql): its holder, as last written.
+INSERT INTO jobctl_exclusive (key, job_id, epoch) VALUES (%(key)s, '', 0)
+ON CONFLICT (key) DO UPDATE SET key = excluded.key
+RETURNING job_id, epoch;
+
+-- name: exclusive_hold
+-- The claim's job as the key's holder, in the transaction that claims it.
+UPDATE jobctl_exclusive SET job_id = %(job)s, epoch = %(epoch)s WHERE key = %(key)s;

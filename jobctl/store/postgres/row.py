@@ -1,4 +1,4 @@
-"""A record as the columns of its row, and back (schema version 3, ``migrate-3.sql``).
+"""A record as the columns of its row, and back (schema version 3, ``migrate-3.sql``; 4 adds ``priority``).
 
 One typed column a field; the values the contract keeps opaque (spec,
 checkpoint, each extension's value) as their compact texts, spelling kept
@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ...errors import Invalid, JobError
+from ...priority import priority_of
 from ...record import (
     RANGES,
     TERMINAL,
@@ -73,7 +74,7 @@ REVISION = len(COLUMNS)
 HELD = (*COLUMNS, "revision")
 #: The columns after them: the scheduling facts a pick reads, written from jobctl's extensions, and
 #: whether the job is unfinished (which the table's trigger keeps true to the state, whoever writes).
-SCHEDULING = ("not_before", "after", "pipeline", "scheduled", "unfinished")
+SCHEDULING = ("not_before", "after", "pipeline", "scheduled", "unfinished", "priority")
 
 VERBATIM = COLUMNS.index("verbatim")
 _AT = {name: n for n, name in enumerate(COLUMNS)}
@@ -237,6 +238,7 @@ def values(
         "pipeline": None if pipe is None else pipe[0],
         "scheduled": scheduled,
         "unfinished": rec.state not in TERMINAL,
+        "priority": priority_of(rec),  # schema version 4: the pick's first key (jobctl.priority)
     }
 
 

@@ -4,12 +4,16 @@
 to n. Version 3 (the columns are the record) also moves every row's bytes
 into their columns, decoding them in Python as every reader decodes them
 (:func:`_fill_3`), between ``migrate-3.sql`` and ``migrate-3-finish.sql``.
+Version 4 (the pick's priority) adds the ``priority`` column and orders the
+open index by it; :func:`_fill_4` sets it on the rows that carry one.
 A database is initialised by the same steps a migration runs, from nothing,
 in one transaction; so is every migration.
 
-``workers.sql`` (the table of workers' announcements) is no version of its
-own: it only adds a table, so ``init`` and ``migrate`` run it on a store of
-any version, and a store made before it is not refused for lacking it.
+``workers.sql`` (the table of workers' announcements), ``exclusive.sql``
+(the holders of exclusive keys) and ``schedules.sql`` (the table of
+recurring schedules) are no version of their own: each only adds a table,
+so ``init`` and ``migrate`` run them on a store of any version, and a store
+made before them is not refused for lacking them.
 """
 
 from __future__ import annotations
@@ -27,8 +31,9 @@ from .session import connect, psycopg, refusing
 
 __all__ = ["SCHEMA_VERSION", "SQL_DIR", "queries", "Q", "schema_status", "init", "migrate", "UNDECODABLE"]
 
-#: The schema version this jobctl writes and reads (2: change notices; 3: the columns are the record).
-SCHEMA_VERSION = 3
+#: The schema version this jobctl writes and reads (2: change notices; 3: the columns are the record;
+#: 4: jobs picked by priority).
+SCHEMA_VERSION = 4
 SQL_DIR = os.path.dirname(os.path.abspath(__file__))
 
 #: The critical model a row holds when no reader can decode the bytes at it:
@@ -79,6 +84,8 @@ def _steps(sql_dir: str, target: int) -> dict[int, list[Step]]:
         steps[n] = [_script(os.path.join(sql_dir, name))]
         if n == 3:
             steps[n] += [_fill_3, _script(os.path.join(sql_dir, "migrate-3-finish.sql"))]
+        if n == 4:
+            steps[n].append(_fill_4)
     return steps
 
 
@@ -87,7 +94,16 @@ def _additions() -> Step:
 
     Always this jobctl's own, whatever directory the versions' steps come from.
     """
-    return _script(os.path.join(SQL_DIR, "workers.sql"))
+    workers = _script(os.path.join(SQL_DIR, "workers.sql"))
+    keys = _script(os.path.join(SQL_DIR, "exclusive.sql"))
+    schedules = _script(os.path.join(SQL_DIR, "schedules.sql"))
+
+    def run(conn: psycopg.Connection[Any]) -> None:
+        workers(conn)
+        keys(conn)
+        schedules(conn)
+
+    return run
 
 
 def init(url: str, *, sql_dir: str = SQL_DIR, target: int = SCHEMA_VERSION) -> tuple[int, int]:
@@ -167,6 +183,8 @@ def refuse_version(url: str, found: int, target: int, migrate_hint: bool) -> Non
 #: The version 2 row's own columns, for a record no reader can decode.
 _V2 = "SELECT id, data, state, kind, epoch, owner, expires_at, created_at FROM jobctl_jobs ORDER BY id"
 _COPY = "COPY jobctl_jobs_3 ({}) FROM STDIN"
+#: The scheduling columns of version 3 (version 4 adds ``priority``, filled by :func:`_fill_4`).
+_SCHEDULING_3 = ("not_before", "after", "pipeline", "scheduled", "unfinished")
 
 
 def _fill_3(conn: psycopg.Connection[Any]) -> None:
@@ -178,7 +196,7 @@ def _fill_3(conn: psycopg.Connection[Any]) -> None:
     writer's) keeps its bytes and the version 2 columns, and cannot be
     touched (:data:`UNDECODABLE`).
     """
-    names = row.COLUMNS + row.SCHEDULING
+    names = row.COLUMNS + _SCHEDULING_3
     copy_sql = _COPY.format(", ".join(names)).encode()  # the column names of our own table, not input
     with conn.cursor(name="jobctl_migrate_3") as old, conn.cursor() as new:
         old.execute(_V2)
@@ -218,6 +236,7 @@ def _undecodable(
     from ...record import TERMINAL, ZERO_TIME
 
     out: dict[str, Any] = dict.fromkeys(row.COLUMNS + row.SCHEDULING)
+    out["priority"] = 0
     out.update(
         id=job_id, kind=kind, state=state, spec="{}", done=0, total=0, progress_at=ZERO_TIME, owner=owner,
         epoch=epoch, expires_at=expires_at or ZERO_TIME, error="", created_at=created_at or ZERO_TIME,
@@ -226,3 +245,25 @@ def _undecodable(
         unfinished=state not in TERMINAL,
     )  # fmt: skip
     return out
+
+
+# -- version 4: the priority a row's extensions give ---------------------------------------------------
+
+
+def _fill_4(conn: psycopg.Connection[Any]) -> None:
+    """The ``priority`` of every row that carries ``jobctl.run/priority@1``, read as every reader reads it.
+
+    The others keep the column's default, 0, which is what a record without
+    the key is. Only the column is written: the bytes a row renders are the
+    same after. A row no reader can decode keeps 0.
+    """
+    from ...priority import priority_of
+
+    for got in conn.execute(Q["migrate_4_rows"]).fetchall():
+        try:
+            rec = row.record_of(got)
+        except JobError:
+            continue
+        value = priority_of(rec)
+        if value:
+            conn.execute(Q["migrate_4_priority"], {"id": got[0], "priority": value})

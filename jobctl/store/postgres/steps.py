@@ -18,6 +18,7 @@ from ..contract import Apply
 from . import row
 from .handle import Row, RowHandle
 from .held import HOLDERS
+from .keys import in_transaction
 from .schema import Q
 from .session import retried
 
@@ -119,7 +120,8 @@ class RowSteps(RowHandle):
             now = self._clock() if self._clock is not None else got[-1]
             rec = row.record_of(got)
             rec._exposed = False  # only update() hands it to outside code
-            apply(rec, now)
+            with in_transaction(conn):  # a claim takes its job's exclusive key in this transaction (keys.py)
+                apply(rec, now)
             values = row.values(rec, prepare(rec, settle=True))
             conn.execute(Q["write"], values)
         written = (*(values[name] for name in row.COLUMNS), got[row.REVISION] + 1)

@@ -45,8 +45,10 @@ from ..contract import (
 )
 from . import row
 from .batch import BatchClaims, finish_terms
+from .keys import KEYS
 from .listener import Listener
 from .reads import SCAN_PAGE, RowReads
+from .schedules import ScheduleRows
 from .schema import UNDECODABLE, Q, values_kept
 from .session import RECONNECT_WAIT, RECONNECT_WAIT_ENV, Unsure, reconnect_wait_of, retried
 from .workers import WorkerRows
@@ -54,7 +56,7 @@ from .workers import WorkerRows
 __all__ = ["PostgresStore", "SCAN_PAGE", "RECONNECT_WAIT", "RECONNECT_WAIT_ENV", "reconnect_wait_of"]
 
 
-class PostgresStore(RowReads, BatchClaims, WorkerRows):
+class PostgresStore(RowReads, BatchClaims, WorkerRows, ScheduleRows):
     """A store in a PostgreSQL database (schema made by ``jobctl db init``).
 
     ``clock`` replaces the server's clock; only tests that move time by hand
@@ -87,9 +89,9 @@ class PostgresStore(RowReads, BatchClaims, WorkerRows):
     ) -> Record:
         ttl = _claim_terms(job_id, owner, ttl_seconds, self.max_ttl)
         if vet is not None:  # the caller's judgement runs under the lock: the rules' path from the start
-            return self._write(job_id, claiming(job_id, owner, ttl, None, vet), wait=wait)
+            return self._write(job_id, claiming(job_id, owner, ttl, None, vet, KEYS), wait=wait)
         params = {"owner": row.text_fit(owner, "owner", job_id), "ttl": row.interval(ttl)}
-        return self._step(job_id, "claim", params, claiming(job_id, owner, ttl), wait=wait)
+        return self._step(job_id, "claim", params, claiming(job_id, owner, ttl, keys=KEYS), wait=wait)
 
     def renew(self, job_id: str, epoch: int, ttl_seconds: float) -> Record:
         _epoch(epoch)

@@ -124,12 +124,22 @@ function unhandled(job) {
   return el("div", { class: "detail unhandled", "data-unhandled": job.kind }, `no running worker handles kind ${job.kind}`);
 }
 
+function runLimits(job) {
+  // Its place in the pick order and its attempts' limit, when the job sets them (priority 0, no timeout: nothing).
+  const words = [];
+  if (job.priority) words.push(`priority ${job.priority}`);
+  if (job.timeout_text) words.push(`timeout ${job.timeout_text}`);
+  if (!words.length) return null;
+  return el("div", { class: "detail limits", "data-priority": String(job.priority), "data-timeout": job.timeout ?? "" }, words.join(", "));
+}
+
 function stepView(stage) {
   const job = stage.job;
   return el("li", { class: "step", "data-job": job.id, "data-stage": stage.stage, "data-step": stage.step },
     el("div", { class: "name" }, stage.stage, " ", el("span", { class: "badge", "data-step": stage.step }, stage.step)),
     between(job) ? null : progress(job),
     job.attempt > 1 ? el("div", { class: "detail" }, `attempt ${job.attempt}`) : null,
+    runLimits(job),
     job.next_attempt_at ? el("div", { class: "detail", "data-next-attempt": job.next_attempt_at }, `next attempt at ${job.next_attempt_at}`) : null,
     unhandled(job),
     stage.detail && !job.error ? el("div", { class: "detail" }, waits(stage)) : null,
@@ -146,11 +156,17 @@ function pipelineView(pipeline) {
     el("ol", { class: "steps" }, ...pipeline.stages.map(stepView)));
 }
 
+// A job with an exclusive key runs only while no other job with that key runs: say which key it waits on.
+function exclusive(job) {
+  if (!job.exclusive) return null;
+  return el("div", { class: "detail exclusive", "data-exclusive": job.exclusive }, `exclusive: ${job.exclusive}`);
+}
+
 function jobRow(job) {
   return el("tr", { "data-job": job.id, "data-step": job.step },
     el("td", { class: "id" }, job.id),
     el("td", {}, job.kind, job.pipeline ? el("div", { class: "detail" }, `${job.pipeline.name} / ${job.pipeline.stage}`) : null,
-      unhandled(job)),
+      runLimits(job), exclusive(job), unhandled(job)),
     el("td", {}, el("span", { class: "badge", "data-step": job.step }, job.step)),
     el("td", {}, (!between(job) && progress(job)) || "-"),
     el("td", {}, String(job.attempt)),
@@ -250,6 +266,7 @@ function connect() {
     heard = Date.now();
     const data = JSON.parse(e.data);
     applyEvent(data);
+    if (data.schedules) drawSchedules(data.schedules);
     if (data.full) {
       synced = true;
       document.body.dataset.loaded = String(Number(document.body.dataset.loaded || 0) + 1);
@@ -272,6 +289,17 @@ function connect() {
     status("stale", null);
     if (events.readyState === EventSource.CLOSED) setTimeout(() => { if (events === stream) connect(); }, 2000);
   };
+}
+
+// -- recurring schedules: the stream sends them all, with a full event and whenever they change ------------
+
+function drawSchedules(schedules) {
+  const rows = schedules.map((s) => el("tr", { "data-schedule": s.name },
+    el("td", {}, s.name), el("td", {}, s.when), el("td", {}, s.kind),
+    el("td", { class: "next" }, s.next || "-"), el("td", {}, s.fired || "-")));
+  const empty = el("tr", {}, el("td", { colSpan: 5, class: "empty" }, "No schedules."));
+  document.querySelector("#schedules tbody").replaceChildren(...(rows.length ? rows : [empty]));
+  document.body.dataset.schedules = String(rows.length);
 }
 
 function watchdog() {

@@ -1,0 +1,124 @@
+"""Recurring schedules fired by real workers: two worker processes on one schedule make each slot one job.
+
+On both stores. The schedule's jobs are of a kind neither worker runs, so
+they stay in the store to be counted: every slot from the first fired to
+the last has exactly one job, however the two workers raced for it. A
+worker started after slots were missed fires one job, for the latest.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections import Counter
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from workertools import WorkerProcess, wait_until
+
+from jobctl import recurring, timetable
+from jobctl.record import parse_time
+from jobctl.recurring import SCHEDULE_OF, slot_id
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def fired(store: Any) -> list[tuple[str, str]]:
+    """``(slot, id)`` of every job the schedules made, by slot."""
+    return sorted((r.extensions[SCHEDULE_OF]["slot"], r.id) for r in store.list() if SCHEDULE_OF in r.extensions)
+
+
+def test_two_workers_make_each_slot_exactly_one_job(store: Any, workers: Callable[..., WorkerProcess]) -> None:
+    timetable.add(store, "tick", kind="tock", every=1)
+    a = workers(poll_interval=0.05)
+    b = workers(poll_interval=0.05)
+    wait_until(lambda: len(fired(store)) >= 6, timeout=30, what="six slots fired")
+    a.stop()
+    b.stop()
+    jobs = fired(store)
+    slots = [parse_time(slot, "slot") for slot, _ in jobs]
+    assert len(jobs) >= 6
+    counts = Counter(slot for slot, _ in jobs)
+    assert max(counts.values()) == 1, counts  # no slot twice
+    for earlier, later in itertools.pairwise(slots):
+        assert later - earlier == timedelta(seconds=1), slots  # and none missed while both ran
+    for slot, job_id in jobs:
+        assert job_id == slot_id("tick", parse_time(slot, "slot"))
+    said = [e for w in (a, b) for e in w.seen if e["what"] == "scheduled"]
+    assert sorted(e["id"] for e in said) == sorted(job_id for _, job_id in jobs)  # each job made by one worker
+
+
+def test_a_worker_started_after_missed_slots_fires_the_latest_once(
+    store: Any, workers: Callable[..., WorkerProcess]
+) -> None:
+    # A schedule added ten minutes ago, every minute, and no worker since: ten slots missed.
+    added = store.now() - timedelta(minutes=10)
+    store.add_schedule(recurring.new("tick", kind="tock", every=60, now=added))
+    floor = store.now().replace(second=0, microsecond=0)
+    worker = workers(poll_interval=0.05)
+    first = worker.next_event(lambda e: e["what"] == "scheduled")
+    time.sleep(1)  # a worker that fired each missed slot would have made the others by now
+    worker.stop()
+    jobs = fired(store)
+    ceiling = store.now().replace(second=0, microsecond=0)
+    assert [job_id for _, job_id in jobs] == [first["id"]], jobs  # one job, not ten
+    slot = parse_time(jobs[0][0], "slot")
+    assert slot is not None and floor <= slot <= ceiling  # the latest missed slot
+    assert store.schedule("tick").fired == slot
+
+
+def test_a_removed_schedule_stops_firing(store: Any, workers: Callable[..., WorkerProcess]) -> None:
+    timetable.add(store, "tick", kind="tock", every=1)
+    worker = workers(poll_interval=0.05)
+    worker.next_event(lambda e: e["what"] == "scheduled")
+    assert timetable.remove(store, "tick")
+    count = len(fired(store))
+    time.sleep(3)
+    assert len(fired(store)) <= count + 1  # one slot may have been under way as it was removed
+    worker.stop()
+
+
+def test_worker_app_keeps_the_applications_schedules_before_it_runs(tmp_path: Any) -> None:
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    import jobctl
+
+    (tmp_path / "myapp.py").write_text(
+        textwrap.dedent(
+            """
+            import os
+            import jobctl
+
+            worker = jobctl.Worker(os.environ["APP_STORE"], poll_interval=0.05)
+            worker.processor("report")(lambda job: {"to": job.spec["to"]})
+            worker.cron("nightly", os.environ["APP_CRON"], kind="report", spec={"to": "ops"})
+            """
+        )
+    )
+    root = tmp_path / "store"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOB")}
+
+    def run(line: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "jobctl", "worker", "--app", "myapp:worker", "--once"]
+        return subprocess.run(
+            argv, cwd=tmp_path, env={**env, "APP_STORE": str(root), "APP_CRON": line},
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+
+    done = run("0 3 * * *")
+    assert done.returncode == 0, done.stderr
+    store = jobctl.FileStore(root)
+    kept = store.schedule("nightly")
+    assert (kept.cron, kept.kind, kept.spec) == ("0 3 * * *", "report", '{"to": "ops"}')
+    assert run("0 3 * * *").returncode == 0 and store.schedule("nightly") == kept  # the same again: unchanged
+    assert run("0 4 * * *").returncode == 0
+    assert store.schedule("nightly").cron == "0 4 * * *" and store.schedule("nightly").created_at == kept.created_at
+    refused = run("0 25 * * *")
+    assert refused.returncode == 9 and len(refused.stderr.strip().splitlines()) == 1
+    assert refused.stderr.splitlines()[-1].startswith("jobctl: invalid: --app myapp:worker: cannot import myapp")
+    assert "field 2 (hour) '25': 25 is out of range 0-23" in refused.stderr and "Traceback" not in refused.stderr
