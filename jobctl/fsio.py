@@ -37,6 +37,7 @@ __all__ = [
     "MAX_RECORD_ENV",
     "max_record_bytes",
     "open_dir",
+    "open_below",
     "opened_dir",
     "read_file",
     "read_file_stat",
@@ -242,6 +243,16 @@ def open_dir(root: str, *parts: str, create: bool = False, mode: int = 0o755, ke
         os.close(fd)
         raise
     return Dir(fd, path, kept)
+
+
+def open_below(at: Dir, name: str, *, create: bool = False, mode: int = 0o755) -> Dir:
+    """Open the directory ``name`` in ``at`` (made first with ``create``), not followed if a link.
+
+    :func:`open_dir` for one part below a directory already open: no walk
+    from a root again.
+    """
+    path = at.join(name)
+    return Dir(_open_below(at.fd, name, path, create, mode), path)
 
 
 @contextmanager

@@ -278,9 +278,7 @@ class Keeper:
         # Set by look() (the lookout's thread), cleared by the loop before it reads:
         # a notice that comes during a read makes another.
         self._look = False
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
+        self._wake_r, self._wake_w = _wake_pipe()
         self._closed = False
 
     # -- control from other threads -------------------------------------------
@@ -664,6 +662,16 @@ class Ending:
             reason = cancelled_words(by, cancel_reason_of(current))
         out.error = reason
         return self.finish(out, "cancelled")
+
+
+def _wake_pipe() -> tuple[int, int]:
+    """A pipe with both ends non-blocking: one system call where there is ``pipe2`` (one a job on a worker)."""
+    if hasattr(os, "pipe2"):
+        return os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    os.set_blocking(w, False)
+    return r, w
 
 
 def _io(exc: OSError, job_id: str) -> JobError:

@@ -65,7 +65,7 @@ from .prctl import seal
 from .quota import Quota
 from .record import TERMINAL, Record
 from .roster import Announcer, announce_ttl
-from .runner import Guardian, Processor, Run, processors
+from .runner import Guardian, LogRoot, Processor, Run, processors
 from .slots import Event, Report, Slots, SlotStore, Started
 from .store.base import Notices, OpenListing
 from .timetable import Firing, FiringStore
@@ -162,6 +162,7 @@ class Worker:
         self.notices = notices
         self.summary = self.ledger.summary
         self._guardian: Guardian | None = None
+        self._logs = LogRoot(store)  # work/.jobctl/logs, opened once for every run's log
         self._lookout: Lookout | None = None
         self._states: Mapping[str, str] = {}
         # Main thread only: ids handed to a slot and not reported back yet.
@@ -266,6 +267,7 @@ class Worker:
             board.close()
             if self._guardian is not None:
                 self._guardian.close()
+            self._logs.close()
             if self._lookout is not None:
                 self._lookout.close()
             if self._async is not None:
@@ -422,6 +424,7 @@ class Worker:
             lookout=self._lookout,
             successor=successor,
             claimed_at=at,
+            logs=self._logs,
         )
         return Started(run, run.execute)
 

@@ -56,7 +56,7 @@ from ..guardian import Guardian, LeaseRecord
 from ..keeper import Outcome
 from .child import ChildWork, ClaimStore, Run, claim_next
 from .command import SHELL, Command, Processor, RunStore, child_env, handler_command, processors, shell_command
-from .logs import log_dir, log_files, log_open, log_path, log_read, log_size, result_path
+from .logs import LogRoot, log_dir, log_files, log_open, log_path, log_read, log_size, result_path
 
 __all__ = [
     "Command",
@@ -69,6 +69,7 @@ __all__ = [
     "handler_command",
     "processors",
     "log_dir",
+    "LogRoot",
     "log_path",
     "log_files",
     "log_open",

@@ -30,7 +30,7 @@ from ..keeper import Keeper, Lookout, Outcome, Work
 from ..prctl import seal
 from ..record import Record, format_time
 from .command import Command, Processor, RunStore, child_env
-from .logs import cut_short, log_append, log_dir_open, result_name
+from .logs import LogRoot, cut_short, log_append, log_dir_open, result_name
 from .start import check_executable, give_go, guard_margin, own_margin, read_every, spawn, withhold_go
 
 __all__ = ["ChildWork", "Run", "ClaimStore", "claim_next"]
@@ -54,8 +54,10 @@ class ChildWork(Work):
         log: bool = True,
         guardian: Guardian | None = None,
         environment: JobEnvironment | None = None,
+        logs: LogRoot | None = None,
     ) -> None:
         self._command = command
+        self._logs = logs
         self._env = env
         self._environment = environment or JobEnvironment()
         self._tee = tee
@@ -97,9 +99,12 @@ class ChildWork(Work):
     def _dir(self, keeper: Keeper) -> fsio.Dir:
         """The job's log directory (made as needed), opened once for the attempt without following links."""
         if self._at is None:
-            at = log_dir_open(keeper.store, keeper.job_id, create=True)
-            assert at is not None  # created
-            self._at = at
+            if self._logs is not None:
+                self._at = self._logs.job_dir(keeper.job_id)
+            else:
+                at = log_dir_open(keeper.store, keeper.job_id, create=True)
+                assert at is not None  # created
+                self._at = at
         return self._at
 
     def _open_log(self, keeper: Keeper) -> IO[bytes] | None:
@@ -113,7 +118,8 @@ class ChildWork(Work):
             # No log beats no run (the output goes where the runner's goes); a
             # link planted at the log's name is refused, never followed.
             return None
-        cut = cut_short(at, job_id, keeper.attempt)
+        # Only a log with something in it can have been cut short: a new one is not read back.
+        cut = cut_short(at, job_id, keeper.attempt) if os.fstat(handle.fileno()).st_size else None
         if cut is not None:
             handle.write(
                 f"{cut}--- jobctl: cut short: its holder stopped without closing this log "
@@ -433,6 +439,8 @@ class Run:
     run starts its own for the attempt. ``lookout``: likewise, the
     :class:`jobctl.keeper.Lookout` that tells the run its record was written.
     ``successor`` and ``claimed_at``: a worker slot's, as :class:`jobctl.keeper.Keeper` takes them.
+    ``logs``: the store's log directory held open (:class:`~jobctl.runner.logs.LogRoot`, a worker
+    shares one among its runs); without one the attempt's log directory is walked to from the root.
     """
 
     def __init__(
@@ -452,6 +460,7 @@ class Run:
         lookout: Lookout | None = None,
         successor: Callable[[], Record | None] | None = None,
         claimed_at: float | None = None,
+        logs: LogRoot | None = None,
     ) -> None:
         self.keeper = Keeper(
             store,
@@ -463,7 +472,7 @@ class Run:
             successor=successor,
             claimed_at=claimed_at,
         )
-        self.work = ChildWork(command, env=env, tee=tee, log=log, guardian=guardian, environment=environment)
+        self.work = ChildWork(command, env=env, tee=tee, log=log, guardian=guardian, environment=environment, logs=logs)
         self.store = store
         self.rec = rec
         self.job_id = rec.id

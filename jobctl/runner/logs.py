@@ -7,6 +7,8 @@ Every directory below the store's is opened without following a link
 from __future__ import annotations
 
 import os
+import stat
+import threading
 from typing import IO
 
 from .. import fsio
@@ -17,6 +19,7 @@ __all__ = [
     "log_dir",
     "log_path",
     "log_dir_open",
+    "LogRoot",
     "log_files",
     "log_open",
     "log_append",
@@ -74,6 +77,75 @@ def log_dir_open(store: RunStore, job_id: str, create: bool = False) -> fsio.Dir
         return None
     except OSError as exc:
         raise fsio.refusal(log_dir(store, job_id), exc, job_id) from None
+
+
+class LogRoot:
+    """The store's ``work/.jobctl/logs``, opened once for every attempt one process runs (a worker's).
+
+    Each attempt's log directory is then opened below it (made when missing):
+    a ``mkdir`` and an ``open``, not the walk from the store's root through
+    ``work`` and ``.jobctl`` that :func:`log_dir_open` makes for one job.
+    Nothing is followed either way: the walk refuses a link at any part, and
+    so does the open of a job's directory below it. Before each use an
+    ``lstat`` of each part of the path checks it is still the directory held,
+    reached through no link: one removed or moved away meanwhile is walked to
+    again (and a link refused there), so no log lands where ``jobctl logs``
+    does not look. Safe from several threads; :meth:`close`
+    closes the directory.
+    """
+
+    def __init__(self, store: RunStore) -> None:
+        self._store = store
+        self._lock = threading.Lock()
+        self._at: fsio.Dir | None = None
+        self._id: tuple[int, int] | None = None  # (st_dev, st_ino) of the directory held
+
+    def job_dir(self, job_id: str) -> fsio.Dir:
+        """The job's log directory, made as needed; a link or a refusal on the way is a ``JobError``."""
+        base, parts = _log_dir_parts(self._store, job_id)
+        logs = os.path.join(base, *parts[:-1])
+        try:
+            with self._lock:  # held over the open below too: nobody closes the directory under it
+                at = self._at
+                if at is None or at.path != logs or _identity(base, parts[:-1]) != self._id:
+                    self._close()
+                    os.makedirs(base, mode=0o755, exist_ok=True)  # as log_dir_open: the root of the walk
+                    at = self._at = fsio.open_dir(base, *parts[:-1], create=True)
+                    st = os.fstat(at.fd)
+                    self._id = (st.st_dev, st.st_ino)
+                return fsio.open_below(at, parts[-1], create=True)
+        except OSError as exc:
+            raise fsio.refusal(log_dir(self._store, job_id), exc, job_id) from None
+
+    def _close(self) -> None:
+        if self._at is not None:
+            self._at.close()
+        self._at = self._id = None
+
+    def close(self) -> None:
+        with self._lock:
+            self._close()
+
+
+def _identity(base: str, parts: tuple[str, ...]) -> tuple[int, int] | None:
+    """(device, inode) of the directory ``parts`` name below ``base`` now; None when one of them is not a directory.
+
+    Each part is looked at with ``lstat``: a link at any of them (``work``,
+    ``.jobctl``, ``logs``) is not a directory, so a ``logs`` moved away and
+    linked back is walked to again, and refused there.
+    """
+    if not parts:
+        return None
+    path = base
+    try:
+        for part in parts:
+            path = os.path.join(path, part)
+            st = os.lstat(path)
+            if not stat.S_ISDIR(st.st_mode):
+                return None
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def log_files(store: RunStore, job_id: str) -> list[tuple[int, str]]:

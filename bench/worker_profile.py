@@ -1,0 +1,141 @@
+"""Where one job's time goes in ``jobctl worker --drain``: each step of its path timed, and each thread's CPU.
+
+Run with ``.venv/bin/python bench/worker_profile.py [CONCURRENCY] [JOBS]``
+(default 1 and 500). Not part of ``make bench``: it explains the worker
+bench's figures (bench/README.md, "One job's path"), it does not measure
+against a floor.
+
+The worker is :class:`jobctl.worker.Worker` in this process, draining JOBS
+jobs running ``true`` on a directory store made inside the repository (its
+file system is the one that counts). Each step a slot takes for a job is
+wrapped in ``time.perf_counter_ns`` (wall time, on the slot threads only),
+so the table reads down one job's path: the record writes, the attempt's log,
+the start through the gate, the guardian's registration, the child's run, its
+end and the result. Then the CPU each thread used (``/proc/self/task``), and
+the children's (the commands, their start gate and the guardian). Wrapping
+costs a few microseconds a call: compare steps, not the total with the bench.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # the working tree, even without an editable install
+
+from jobctl import FileStore, Record, lock  # noqa: E402 -- after the path fix above
+from jobctl.guardian import Guardian  # noqa: E402
+from jobctl.keeper import Ending, Keeper  # noqa: E402
+from jobctl.runner import child  # noqa: E402
+from jobctl.slots import Slots  # noqa: E402
+from jobctl.worker import Worker  # noqa: E402
+
+TRUE = shutil.which("true") or "/bin/true"
+TOTAL: collections.Counter[str] = collections.Counter()
+CALLS: collections.Counter[str] = collections.Counter()
+
+#: (owner, attribute, what the line says), in the order of a job's path.
+STEPS: list[tuple[Any, str, str]] = [
+    (Ending, "finish", "final write: finish + claim of the next job"),
+    (lock, "change", "  of which record writes (each: lock, read, stage + fsync, rename, fsync dir)"),
+    (child.ChildWork, "_open_log", "attempt log: its directory made and opened, the log created, its header"),
+    (child, "seal", "seal (non-dumpable)"),
+    (child.ChildWork, "_result_ready", "$JOB_RESULT's name cleared"),
+    (child, "child_env", "the job's environment"),
+    (child, "check_executable", "the command looked up"),
+    (child, "spawn", "spawn: /bin/sh start gate, vfork + exec"),
+    (Guardian, "watch", "guardian registration (one socket write)"),
+    (child, "give_go", "go written"),
+    (Keeper, "_watch", "the child runs: gate, exec of the command, exit"),
+    (child.ChildWork, "end", "end: group killed, forgotten, reaped, log footer, closed"),
+    (child.ChildWork, "completing", "$JOB_RESULT looked for"),
+    (child.ChildWork, "after", "after: result name removed, directory closed"),
+    (Worker, "_post", "reports to the loop (started, ended)"),
+]
+
+
+def timed(owner: Any, name: str, label: str) -> None:
+    fn: Callable[..., Any] = getattr(owner, name)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter_ns()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            if threading.current_thread().name.startswith("jobctl slot"):
+                TOTAL[label] += time.perf_counter_ns() - start
+                CALLS[label] += 1
+
+    setattr(owner, name, wrapper)
+
+
+def threads_cpu() -> dict[str, tuple[int, int]]:
+    """Clock ticks (user, system) of each live thread of this process, by thread name (slots summed)."""
+    names = {str(t.native_id): t.name for t in threading.enumerate()}
+    out: dict[str, tuple[int, int]] = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        name = names.get(tid, "other")
+        name = "slots" if name.startswith("jobctl slot") else name
+        user, system = out.get(name, (0, 0))
+        out[name] = (user + int(fields[11]), system + int(fields[12]))
+    return out
+
+
+def main() -> int:
+    concurrency = int(sys.argv[1]) if len(sys.argv) > 1 else 1
+    jobs = int(sys.argv[2]) if len(sys.argv) > 2 else 500
+    for owner, name, label in STEPS:
+        timed(owner, name, label)
+    seen: dict[str, tuple[int, int]] = {}
+    close = Slots.close
+
+    def closing(self: Slots) -> None:
+        seen.update(threads_cpu())  # before the slot threads end
+        close(self)
+
+    Slots.close = closing  # type: ignore[method-assign]
+    with tempfile.TemporaryDirectory(prefix="jobctl-worker-profile-", dir=REPO) as tmp:
+        store = FileStore(tmp)
+        for _ in range(jobs):
+            store.submit(Record(kind="shell", spec={"argv": [TRUE]}))
+        before = os.times()
+        start = time.perf_counter()
+        summary = Worker(store, concurrency=concurrency, poll_interval=0.5, ttl=30).run("drain")
+        elapsed = time.perf_counter() - start
+        after = os.times()
+    if summary["complete"] != jobs:
+        raise SystemExit(f"worker profile: only {summary['complete']} of {jobs} jobs completed: {summary.counts}")
+    print(
+        f"worker profile: {jobs} jobs running {TRUE}, concurrency {concurrency}: {jobs / elapsed:.1f} jobs/s, "
+        f"{elapsed / jobs * 1e6:.0f} us a job (wall)"
+    )
+    print("  wall time on the slots, us a job (calls a job):")
+    for _owner, _name, label in STEPS:
+        if CALLS[label]:
+            print(f"  {TOTAL[label] / jobs / 1e3:8.0f}  ({CALLS[label] / jobs:4.2f})  {label}")
+    tick = 1e6 / os.sysconf("SC_CLK_TCK") / jobs
+    print("  CPU, us a job (user + system):")
+    for name, (user, system) in sorted(seen.items(), key=lambda kv: -sum(kv[1])):
+        print(f"  {user * tick:8.0f} + {system * tick:6.0f}  {name}")
+    kids_user = (after.children_user - before.children_user) * 1e6 / jobs
+    kids_system = (after.children_system - before.children_system) * 1e6 / jobs
+    print(f"  {kids_user:8.0f} + {kids_system:6.0f}  children (the commands, their start gate, the guardian)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
