@@ -257,20 +257,25 @@ def submit(
         from ..shell import parse
 
         parse(rec.spec, job_id or "")
-    if requires:
-        names = requires.split(",")
-        if not all(name.strip() for name in names):
-            raise Invalid(f"--requires {requires!r} names an empty capability (give names separated by single commas)")
-        rec.requires = names
-    who = by or default_submitter()
-    set_submitter(rec, who, "--by")  # the hold's `by` too: one name says who asked
-    set_priority(rec, priority, "--priority")
-    if timeout is not None:
-        set_timeout(rec, limits.duration(timeout, "--timeout", limits.JOB_TIMEOUT), "--timeout")
-    if exclusive is not None:
-        from ..exclusive import set_exclusive
+    who = _extensions(rec, requires, by, priority, timeout, exclusive)
+    _plan(state, rec, who, retries, retry_intervals, no_retry_on, after, pipeline, stage, not_before, hold)
+    _submit(state, rec, exists_ok)
 
-        set_exclusive(rec, exclusive, "--exclusive")
+
+def _plan(
+    state: State,
+    rec: Record,
+    who: str,
+    retries: int | None,
+    retry_intervals: str | None,
+    no_retry_on: str | None,
+    after: tuple[str, ...],
+    pipeline: str | None,
+    stage: str | None,
+    not_before: str | None,
+    hold: bool,
+) -> None:
+    """jobctl's scheduling extensions (retries, dependencies, pipeline, not-before, hold), when any is asked for."""
     scheduled = any(value is not None for value in (retries, retry_intervals, no_retry_on, pipeline, stage, not_before))
     configured = bool(os.environ.get("JOB_RETRY_INTERVALS", "").strip())  # a schedule to use (schedule.plan)
     if scheduled or after or hold or configured:
@@ -290,7 +295,27 @@ def submit(
             hold=hold,
             by=who,
         )
-    _submit(state, rec, exists_ok)
+
+
+def _extensions(
+    rec: Record, requires: str | None, by: str | None, priority: int, timeout: str | None, exclusive: str | None
+) -> str:
+    """Set ``--requires``, the submitter, ``--priority``, ``--timeout`` and ``--exclusive`` on ``rec``; who submits."""
+    if requires:
+        names = requires.split(",")
+        if not all(name.strip() for name in names):
+            raise Invalid(f"--requires {requires!r} names an empty capability (give names separated by single commas)")
+        rec.requires = names
+    who = by or default_submitter()
+    set_submitter(rec, who, "--by")  # the hold's `by` too: one name says who asked
+    set_priority(rec, priority, "--priority")
+    if timeout is not None:
+        set_timeout(rec, limits.duration(timeout, "--timeout", limits.JOB_TIMEOUT), "--timeout")
+    if exclusive is not None:
+        from ..exclusive import set_exclusive
+
+        set_exclusive(rec, exclusive, "--exclusive")
+    return who
 
 
 def kind_and_spec(
