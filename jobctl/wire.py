@@ -65,7 +65,7 @@ MAX_DEPTH = 64
 
 # -- string escaping (record-owned strings and programmatic opaque strings) ----
 
-_PLAIN = re.compile(r'[^\x00-\x1f"\\\u2028\u2029\ud800-\udfff]*\Z')
+_PLAIN: re.Pattern[str] = lazy_pattern(globals(), "_PLAIN", r'[^\x00-\x1f"\\\u2028\u2029\ud800-\udfff]*\Z')
 _SPECIAL = {
     '"': '\\"',
     "\\": "\\\\",
@@ -138,10 +138,10 @@ _scan = _DECODER.scan_once  # type: ignore[attr-defined]  # set by JSONDecoder._
 _DECODER_BIG = json.JSONDecoder(object_pairs_hook=_pairs, parse_constant=_constant, parse_int=_big_int)
 _scan_big = _DECODER_BIG.scan_once  # type: ignore[attr-defined]  # as above
 _scanstring = json.decoder.scanstring  # type: ignore[attr-defined]  # public in practice, untyped
-_WS = re.compile(r"[ \t\n\r]*")
+_WS: re.Pattern[str] = lazy_pattern(globals(), "_WS", r"[ \t\n\r]*")
 # Unrolled ("normal* (special normal*)*"): linear, and far faster than an
 # alternation per character on long strings.
-_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_STRING: re.Pattern[str] = lazy_pattern(globals(), "_STRING", r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
 _KEY: re.Pattern[str] = lazy_pattern(globals(), "_KEY", r'[ \t\n\r]*"([^"\\\x00-\x1f]*)"[ \t\n\r]*:[ \t\n\r]*')
 _AFTER: re.Pattern[str] = lazy_pattern(globals(), "_AFTER", r"[ \t\n\r]*([,}])[ \t\n\r]*")
 _BRACKETS: re.Pattern[str] = lazy_pattern(globals(), "_BRACKETS", r"[\[\]{}]")
@@ -210,7 +210,7 @@ def check_surrogates(text: str, value: Any) -> None:
     A well-formed pair decodes to one astral character, so any surrogate left in
     a decoded string was a lone one. The regex keeps this off the common path.
     """
-    if _ESCAPED_SURROGATE.search(text) is None:
+    if "\\" not in text or _ESCAPED_SURROGATE.search(text) is None:  # no escape, no compiled pattern
         return
     stack = [value]
     while stack:
@@ -281,7 +281,9 @@ def parse_value(text: str, base_depth: int = 0) -> Any:
 
 # -- layout -----------------------------------------------------------------
 
-_TOKEN = re.compile(r'[ \t\n\r]*("[^"\\]*(?:\\.[^"\\]*)*"|[{}\[\],:]|[^"{}\[\],: \t\n\r]+)', re.S)
+_TOKEN: re.Pattern[str] = lazy_pattern(
+    globals(), "_TOKEN", r'[ \t\n\r]*("[^"\\]*(?:\\.[^"\\]*)*"|[{}\[\],:]|[^"{}\[\],: \t\n\r]+)', re.S
+)
 
 
 def compact(text: str) -> str:
@@ -397,7 +399,7 @@ class Raw:
     def __init__(self, text: str | bytes) -> None:
         if isinstance(text, bytes):
             text = utf8_text(text, "JSON text")
-        if _SURROGATE.search(text):
+        if not text.isascii() and _SURROGATE.search(text):  # ASCII holds no surrogate: no pattern compiled
             # A str can hold a lone surrogate (surrogateescape, say); it is not
             # text. Inside a string it becomes the escape of U+FFFD [JOB-E6];
             # anywhere else the scanner refuses it.

@@ -14,13 +14,14 @@ from ..priority import set_priority
 from ..record import Progress, Record, parse_time
 from ..submitter import default_submitter, set_submitter
 from ..timeout import set_timeout
+from ..wire import lazy_pattern
 from . import render
 from .main import JSON_TEXT, TEXT, JobCommand, State, common, count, not_utf8, pass_state, raw_json
 from .params import signed
 
 __all__ = ["submit", "parse_when", "parse_duration", "kind_and_spec"]
 
-_DELAY = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)\Z")
+_DELAY: re.Pattern[str] = lazy_pattern(globals(), "_DELAY", r"(\d+(?:\.\d+)?)([smhd]?)\Z")  # only --not-before
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 

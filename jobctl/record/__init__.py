@@ -35,9 +35,9 @@ if TYPE_CHECKING:
     from .decoder import _decode as _decode
     from .decoder import decode
     from .encoder import Prepared, derive, encode, given_checkpoint, prepare
-    from .fast import _UNTIL_CANONICAL as _UNTIL_CANONICAL
     from .fast import _fast_decode as _fast_decode
     from .finished import summary_or_record, summary_tuple
+    from .model import _UNTIL_CANONICAL as _UNTIL_CANONICAL
     from .model import Delegation, Envelope, Intent, Lease, Progress, Recall, Record, Step, held, is_orphan
     from .model import _Model as _Model
     from .roster import (
@@ -84,7 +84,7 @@ _FROM = {
     "encode": "encoder",
     "given_checkpoint": "encoder",
     "prepare": "encoder",
-    "_UNTIL_CANONICAL": "fast",
+    "_UNTIL_CANONICAL": "model",
     "_fast_decode": "fast",
     "summary_or_record": "finished",
     "summary_tuple": "finished",

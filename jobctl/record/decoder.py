@@ -29,10 +29,21 @@ from .checks import (
     _str,
     check_envelope,
 )
-from .fast import _fast_decode
 from .model import Delegation, Envelope, Intent, Lease, Progress, Recall, Record, Step
 from .roster import _LEGACY, _NEVER_CRITICAL, _TOP_KEYS, DELEGATION, STATES, WANTS
 from .times import parse_time
+
+
+def _fast_decode(text: str) -> Record | None:
+    """The first decode: load the fast paths (:mod:`.fast`, :mod:`.canonical`), put them in this name's place, use them.
+
+    Loaded with the decoder, they would cost every command that imports a
+    store and decodes nothing (a piped ``submit``) their start-up.
+    """
+    from .fast import _fast_decode as fast
+
+    globals()["_fast_decode"] = fast
+    return fast(text)
 
 
 def decode(data: bytes | str, job_id: str = "", *, named: bool = False) -> Record:

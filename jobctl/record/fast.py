@@ -14,16 +14,11 @@ from .. import wire
 from . import roster
 from .canonical import _canonical
 from .checks import _INT64, _INTENT_KEYS, _LEASE_KEYS, _PROGRESS_KEYS, _names, _str
-from .model import _CANONICAL_START, Intent, Lease, Progress, Record
+from .model import _CANONICAL_START, _UNTIL_CANONICAL, Intent, Lease, Progress, Record
 from .roster import _NEVER_CRITICAL, _TOP_KEYS, STATES, WANTS
 from .times import _time
 
 _new_record = object.__new__
-
-
-#: Records decoded before the canonical path is taken: compiling its patterns costs a
-#: millisecond, more than it saves a command that reads a record or two (cron, shell loops).
-_UNTIL_CANONICAL = [16]
 
 
 def _fast_decode(text: str) -> Record | None:

@@ -4,15 +4,28 @@ from __future__ import annotations
 
 import sys
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import wire
-from .canonical import _canonical_parts
 from .decoder import decode
-from .fast import _UNTIL_CANONICAL
-from .model import _CANONICAL_START, Record
+from .model import _CANONICAL_START, _UNTIL_CANONICAL, Record
 from .roster import TERMINAL
 from .times import micros
+
+if TYPE_CHECKING:
+    from .canonical import _Parts
+
+
+def _canonical_parts(text: str) -> _Parts | None:
+    """The first look at a canonical text: load :mod:`.canonical`, put its reader in this name's place, use it.
+
+    Read only once the canonical path is taken (``_UNTIL_CANONICAL``); a
+    command that decodes nothing (a piped ``submit``) does not load it.
+    """
+    from .canonical import _canonical_parts as parts
+
+    globals()["_canonical_parts"] = parts
+    return parts(text)
 
 
 def summary_or_record(data: bytes | str, job_id: str = "", fields: bool = True) -> tuple[Any, ...] | str | Record:

@@ -16,6 +16,9 @@ from .roster import TERMINAL
 
 #: How every conforming writer opens a record: the canonical layout [JOB-E1].
 _CANONICAL_START = '{\n  "content": [\n'
+#: Records decoded before the canonical path (:mod:`.canonical`) is taken: compiling its patterns
+#: costs a millisecond, more than it saves a command that reads a record or two (cron, shell loops).
+_UNTIL_CANONICAL = [16]
 _OPAQUE_AT: re.Pattern[str] = wire.lazy_pattern(globals(), "_OPAQUE_AT", r'\n  "(spec|checkpoint|extensions)": ')
 _OPAQUE_NAMES = frozenset(("spec", "checkpoint", "extensions"))
 

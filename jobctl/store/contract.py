@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -23,7 +22,7 @@ from ..errors import Invalid, JobError, LeaseExpired, LeaseHeld, Refused, StaleE
 from ..exclusive import Keys, exclusive_of
 from ..record import STATES, WANTS, Intent, Lease, Recall, Record, decode, encode, given_checkpoint, held
 from ..wire import JsonText, Raw
-from .base import UNSET, Skipped, Verdicts
+from .base import UNSET, Skipped, Value, Verdicts
 
 __all__ = [
     "ContractStore",
@@ -363,8 +362,7 @@ def cancelled_words(by: str, reason: str = "") -> str:
     return f"{words}: {reason}" if reason.strip() else words
 
 
-@dataclass(frozen=True)
-class Content:
+class Content(Value):
     """What ``progress``/``finish`` write beside the state: ``done`` and the checkpoint, judged.
 
     ``checkpoint`` is ``UNSET`` (leave it), ``None`` (no checkpoint), or a
@@ -378,10 +376,16 @@ class Content:
     rules' path (a locked read) instead; its happy path is unchanged.
     """
 
-    done: int | None = None
-    checkpoint: Any = UNSET
-    ranged: bool = False
-    refusal: str = ""
+    __slots__ = ("done", "checkpoint", "ranged", "refusal")
+    done: int | None
+    checkpoint: Any
+    ranged: bool
+    refusal: str
+
+    def __init__(
+        self, done: int | None = None, checkpoint: Any = UNSET, ranged: bool = False, refusal: str = ""
+    ) -> None:
+        self._init(done, checkpoint, ranged, refusal)
 
     def judged(self, job_id: str) -> None:
         """``Invalid`` for content that cannot be written; nothing for content that can."""

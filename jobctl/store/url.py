@@ -23,11 +23,12 @@ def masked(where: str) -> str:
     """``where`` fit to print: a URL's password (in the authority or as ``password=``) becomes ``***``."""
     if not is_database_url(where):
         return where
-    where = _USERINFO_PASSWORD.sub(r"\1***@", where, count=1)
-    return _QUERY_PASSWORD.sub(r"\1***", where)
+    # re's own cache compiles each pattern once, when a URL is first printed: not at every start-up.
+    where = re.sub(_USERINFO_PASSWORD, r"\1***@", where, count=1)
+    return re.sub(_QUERY_PASSWORD, r"\1***", where)
 
 
 # scheme://user:PASSWORD@ -- the authority ends at the first "/", "?" or "#".
-_USERINFO_PASSWORD = re.compile(r"\A([A-Za-z]+://[^/?#@:]*:)[^/?#]*@")
+_USERINFO_PASSWORD = r"\A([A-Za-z]+://[^/?#@:]*:)[^/?#]*@"
 # ?password=... or &password=... in the query string (libpq reads it there too).
-_QUERY_PASSWORD = re.compile(r"([?&]password=)[^&#]*")
+_QUERY_PASSWORD = r"([?&]password=)[^&#]*"

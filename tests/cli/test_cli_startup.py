@@ -122,6 +122,68 @@ def test_submit_imports_only_its_own_command_module(jobctl: Jobctl, tmp_path: Pa
     assert "jobctl.cli.render" in modules
 
 
+SPEC = ("--spec", '{"url": "https://example.com/a", "n": 1.50}')
+
+
+def test_a_piped_submit_generates_no_dataclass(jobctl: Jobctl, tmp_path: Path) -> None:
+    """The store's values are written out (jobctl.store.base.Value): ``dataclasses`` and ``copy`` cost ~1.5 ms."""
+    modules = loaded(jobctl, tmp_path, "submit", "--kind", "fetch", *SPEC)
+    assert absent(modules - click_loads(), "dataclasses", "copy") == []
+
+
+def test_a_piped_submit_loads_no_fast_path_of_the_decoder(jobctl: Jobctl, tmp_path: Path) -> None:
+    """``submit`` decodes nothing: the decoder's fast paths load on the first decode, not with the store."""
+    modules = loaded(jobctl, tmp_path, "submit", "--kind", "fetch", *SPEC)
+    assert absent(modules, "jobctl.record.fast", "jobctl.record.canonical") == []
+    jobctl.submit()
+    assert "jobctl.record.fast" in loaded(jobctl, tmp_path, "list")  # a command that reads records has them
+
+
+COMPILED = """
+import atexit, json, re, sys, traceback
+out = sys.argv[1]
+compiled = []
+real = re._compile
+def compile(pattern, flags):
+    if not isinstance(pattern, re.Pattern) and any("jobctl" in f.filename for f in traceback.extract_stack()[:-1]):
+        compiled.append(pattern if isinstance(pattern, str) else pattern.decode("latin-1"))
+    return real(pattern, flags)
+re._compile = compile
+atexit.register(lambda: open(out, "w").write(json.dumps(compiled)))
+sys.argv = ["jobctl", *sys.argv[2:]]
+from jobctl.cli import main
+main()
+"""
+
+
+def compiled(jobctl: Jobctl, tmp_path: Path, *args: str) -> list[str]:
+    """The regular expressions compiled while jobctl's code is on the stack, in a fresh interpreter."""
+    out = tmp_path / "compiled.json"
+    proc = subprocess.run(
+        [sys.executable, "-c", COMPILED, str(out), *args],
+        env=jobctl.subprocess_env(),
+        capture_output=True,
+        check=False,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    patterns: list[str] = json.loads(out.read_text())
+    return patterns
+
+
+def test_a_piped_submit_compiles_only_the_patterns_it_uses(jobctl: Jobctl, tmp_path: Path) -> None:
+    """A URL's password masks, the delay's syntax and the surrogate checks compile when first used, not at import."""
+    patterns = compiled(jobctl, tmp_path, "submit", "--kind", "fetch", *SPEC)
+    assert any("[{}" in p for p in patterns)  # the measurement itself worked: the spec's layout is on the path
+    lazy = ("[\ud800-\udfff]", r"\\u[dD][89a-fA-F]")  # wire's surrogate checks: only for a non-ASCII or escaped text
+    unused = [p for p in patterns if "password" in p or "://" in p or "smhd" in p or p in lazy]
+    assert unused == []
+    # each of them where it is used
+    assert any("smhd" in p for p in compiled(jobctl, tmp_path, "submit", "--kind", "k", "--not-before", "5m"))
+    surrogate = compiled(jobctl, tmp_path, "submit", "--kind", "k", "--spec", '{"a": "\\ud83d\\ude00"}')
+    assert lazy[1] in surrogate
+
+
 def test_platformdirs_only_when_the_ladder_reaches_the_config_file(jobctl: Jobctl, tmp_path: Path) -> None:
     FileStore(jobctl.home / ".abstraction")  # the default rung's store: list refuses a missing one
     modules = loaded(jobctl, tmp_path, "list", JOB_STORE="", ABSTRACTION_STORE="")
