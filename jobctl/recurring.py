@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -169,6 +169,14 @@ class Schedule:
             seconds = int((start - _EPOCH).total_seconds()) // self.every * self.every + self.every
             return _EPOCH + timedelta(seconds=seconds)
         return self._line().next(start)
+
+    def replanned(self, other: Schedule) -> Schedule:
+        """``other``'s plan and job, with this one's ``created_at`` and latest slot fired."""
+        return replace(other, created_at=self.created_at, fired=self.fired)
+
+    def fired_at(self, slot: datetime) -> Schedule:
+        """This schedule with ``slot`` as the latest slot fired."""
+        return replace(self, fired=slot)
 
     def same_plan(self, other: Schedule) -> bool:
         """Whether ``other`` recurs the same way and makes the same job (who added it and when aside)."""

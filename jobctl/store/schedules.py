@@ -16,13 +16,15 @@ a file. Nothing is opened by following a link (:mod:`jobctl.fsio`).
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from .. import fsio, lock
 from ..errors import Exists, Invalid, JobError, NotFound
-from ..recurring import Schedule
 from .base import Unreadable
+
+if TYPE_CHECKING:
+    from ..recurring import Schedule
 
 __all__ = ["ScheduleFiles", "SCHEDULES", "file_name"]
 
@@ -45,6 +47,8 @@ class _Gone(Exception):
 
 
 def _decoded(data: bytes, name: str) -> Schedule:
+    from ..recurring import Schedule  # here, not at import: a piped submit loads no schedule's code
+
     try:
         obj = json.loads(data)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -90,7 +94,7 @@ class ScheduleFiles:
             if kept.same_plan(schedule):
                 return current  # equal bytes: lock.change writes nothing
             said[0] = "updated"
-            return _encoded(replace(schedule, created_at=kept.created_at, fired=kept.fired))
+            return _encoded(kept.replanned(schedule))
 
         with self._schedules_dir(create=True) as at:
             lock.change(at, name, edit, schedule.name)
@@ -148,7 +152,7 @@ class ScheduleFiles:
                 raise _Gone  # removed and added again meanwhile: that one has fired nothing
             if sched.fired is not None and sched.fired >= slot:
                 return current
-            return _encoded(replace(sched, fired=slot))
+            return _encoded(sched.fired_at(slot))
 
         try:
             with self._schedules_dir(create=False) as at:
