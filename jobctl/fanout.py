@@ -241,16 +241,21 @@ class _Child:
 
 #: The children working aside (:func:`aside`), until :func:`settle` reaps them.
 _ASIDE: list[int] = []
+#: Those of them the process need not wait for when it exits (``aside(..., at_exit=False)``).
+_DETACHED: set[int] = set()
 
 
-def aside(work: Callable[[], object]) -> bool:
+def aside(work: Callable[[], object], *, at_exit: bool = True) -> bool:
     """Do ``work`` in a forked child while this process goes on; False when it cannot fork (do it yourself).
 
     For work whose only effect is a file of the caller's (writing the
-    summary cache's listing part while the listing is printed): the child
+    summary cache's listing part once the listing is printed): the child
     keeps no descriptor open and its failure is no one's concern but the
     file's. :func:`settle` waits for it; it is called before anything in
-    this process reads what such work writes, and when the process exits.
+    this process reads what such work writes. The process waits for it when
+    it exits too, unless ``at_exit`` is False: then it may exit while the
+    child still works (work whose file is replaced atomically, which a reader
+    of another process finds written whole or not at all).
     """
     settle(block=False)
     if not _forkable():
@@ -262,9 +267,11 @@ def aside(work: Callable[[], object]) -> bool:
     if pid == 0:
         _child(work, [])
     if not _ASIDE:
-        atexit.unregister(settle)
-        atexit.register(settle)
+        atexit.unregister(_settle_at_exit)
+        atexit.register(_settle_at_exit)
     _ASIDE.append(pid)
+    if not at_exit:
+        _DETACHED.add(pid)
     return True
 
 
@@ -276,6 +283,18 @@ def settle(block: bool = True) -> None:
         except ChildProcessError:
             done = pid
         if done:
+            _ASIDE.remove(pid)
+            _DETACHED.discard(pid)
+
+
+def _settle_at_exit() -> None:
+    """At exit: wait for the children working aside, but those started with ``at_exit=False``."""
+    for pid in list(_ASIDE):
+        if pid not in _DETACHED:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
             _ASIDE.remove(pid)
 
 

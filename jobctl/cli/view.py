@@ -16,7 +16,7 @@ from ..store.base import Listing, OpenListing
 from ..store.file import collector_paused, is_orphan, summary_of
 from ..submitter import submitter_of
 from ..summary import Summary, micros, moment
-from ..summary import settle as summary_settle
+from ..summary import write_aside as summary_write_aside
 from . import render
 from .main import (
     EXIT_FAILURE,
@@ -540,7 +540,9 @@ class _PipedList:
                 self.write_ended(opened, briefly, left)
         finally:
             lines.flush()
-        summary_settle()  # the listing part written aside: before this listing's summaries are let go
+        if len(self.ended) >= _KEEP_FROM:
+            _keep_until_exit(self, opened)
+        summary_write_aside()  # the cache's listing part, by a child this process does not wait for
         for done in self.shown if self.flagged else ():
             if done.id in self.flagged:
                 _warn_long_lease(state, done)
@@ -581,6 +583,27 @@ class _PipedList:
             self.flagged |= _long_summaries(state, summaries, self.now)
             self.shown.extend(summaries)
             self.lines.out_all([render.summary_line(entry) for entry in summaries])
+
+
+#: A listing of at least this many ended jobs is never let go of: the process ends without freeing it.
+_KEEP_FROM = 2000
+
+
+def _keep_until_exit(*held: object) -> None:
+    """Keep ``held`` until the process ends, never freed: a listing of thousands, once it is printed.
+
+    Freeing a listing of 100,000 summaries (a million and a half objects)
+    costs a tenth of a second for nothing, and writes to every page they
+    are on, which the child writing the cache's listing part still shares:
+    each such page would be copied first. They are put in a reference cycle
+    that the collector is told never to look at again (:func:`gc.freeze`):
+    neither the collector nor the interpreter's exit ever frees it.
+    """
+    import gc
+
+    cycle: list[object] = [*held]
+    cycle.append(cycle)
+    gc.freeze()
 
 
 def _long_summaries(state: State, items: list[Summary], now: datetime) -> set[str]:

@@ -28,8 +28,9 @@ if TYPE_CHECKING:  # the summary cache (hashlib and all) loads only when a listi
 __all__ = ["FileListing", "Finished", "FileIdentity", "collector_paused", "summary_of", "summary_fields"]
 
 #: ``list_open(finished=...)``: handed each finished record decoded, and its file's :class:`FileIdentity`.
-#: With ``briefly=True`` it may be handed the record's :class:`jobctl.summary.Summary` instead.
-Finished = Callable[[Any, "FileIdentity"], None]
+#: With ``briefly=True`` it may be handed the record's :class:`jobctl.summary.Summary` instead, and None
+#: for the identity when the listing part is made from what a shared scan's pieces made (``OpenListing.whole``).
+Finished = Callable[[Any, "FileIdentity | None"], None]
 #: What the pieces of a shared scan made of the finished records, for the listing part: one list a
 #: piece of ``(summary fields, file identity, identity text or None)`` (jobctl.summary.Listed.remember_made).
 _Made = list[list[tuple[tuple[Any, ...], Any, "str | None"]]]
@@ -143,12 +144,13 @@ class FileListing:
             out.states = cache.confirmed_states()
             todo = list(cache.check(jobs.fd))
             made = None
+            whole = finished is not None and not cache.confirmed_any() and jobs_stat is not None
             if len(todo) < _SHARED_FROM or (finished is not None and not briefly):
                 for job_id in todo:
                     self._take_open(jobs, job_id, out, cache, finished, limit)
             else:
-                made = self._take_shared(jobs, todo, out, cache, finished, limit)
-            if finished is not None and not cache.confirmed_any() and jobs_stat is not None:
+                made = self._take_shared(jobs, todo, out, cache, finished, limit, whole)
+            if whole:
                 # Every record read: scan(opened=out) need list none again (and the pieces made the
                 # listing part's rows, when they were shared).
                 out.whole = (jobs_stat, made)
@@ -277,8 +279,8 @@ class FileListing:
             with collector_paused():
                 if made is not None:
                     listed.remember_made(made)
-                else:
-                    listed.remember_all(taken.values())
+                # Those read here (every one, without made); one handed over without its identity is in made.
+                listed.remember_all(pair for pair in taken.values() if pair[1] is not None)
                 for rec in opened:
                     listed.other(rec.id)
                 for job_id, _ in opened.unreadable:
@@ -286,7 +288,7 @@ class FileListing:
                 listed.save(jobs_stat, aside=False)
 
         # The whole part is made where it is written: aside, for thousands of summaries.
-        summary.now_or_aside(write, len(taken) if made is None else sum(map(len, made)))
+        summary.now_or_aside(write, len(taken) + (0 if made is None else sum(map(len, made))))
 
     def _take_open(
         self,
@@ -325,6 +327,7 @@ class FileListing:
         cache: summary.Summaries,
         finished: Finished | None,
         limit: int | None,
+        whole: bool = False,
     ) -> _Made | None:
         """:meth:`_take_open` for each of ``todo``, the reads and decodes shared among processes (:mod:`jobctl.fanout`).
 
@@ -341,22 +344,24 @@ class FileListing:
 
         Handed summaries (``finished``), the pieces also made the listing
         part's rows (:meth:`jobctl.summary.Listed.remember_made`): they are
-        returned, one list a piece, for :meth:`_listed_from`; None otherwise,
-        and None when a record was read again here (what ``finished`` was
-        handed is then the whole of it).
+        returned, one list a piece, for :meth:`_listed_from`; None otherwise.
+        With ``whole`` (every record is read: the listing part is made from
+        them), ``finished`` is handed None for the identity of what the
+        pieces made, which the part takes from there; the records read again
+        here come with theirs, and the part takes them from the listing's
+        ``taken``.
         """
         from .. import fanout
 
         brief = finished is not None
 
         def each(share: Sequence[str]) -> list[Any]:
-            return _read_share(jobs, share, limit, brief, cache)
+            return _read_share(jobs, share, limit, brief, cache, not whole)
 
         summary_type: Any = _load_summary().Summary if brief else None
         states = out.states
         rows: dict[int, Any] = {}  # each piece's cache rows, taken in the order of todo: the order met
         made: _Made = []
-        again = 0  # records read again here: finished ones among them are in no piece's made
         with contextlib.closing(fanout.share_out(todo, each, (jobs.fd,))) as pieces:
             for k, piece, answer in pieces:
                 if not _well_formed(answer, brief):
@@ -366,23 +371,20 @@ class FileListing:
                 if finished is not None:
                     made.append(briefs)
                     for fields, ident, _ in briefs:
-                        finished(_new(summary_type, fields), _new(FileIdentity, ident))
+                        finished(_new(summary_type, fields), None if ident is None else _new(FileIdentity, ident))
                 for job_id, _, data in opened:
                     try:
                         rec = decode(data, job_id, named=True)
                     except JobError:  # not what the child read: read it here, and say why (its row: read again)
-                        again += 1
                         self._take_open(jobs, job_id, out, None, finished, limit)
                         continue
                     states[job_id] = rec.state
                     out.append(rec)
-                again += len(bad)
                 for job_id in bad:  # unreadable there: read here, and say why
                     self._take_open(jobs, job_id, out, cache, finished, limit)
         for k in sorted(rows):
             cache.take_rows(rows[k])  # malformed rows are left out: their records are read again next time
-        # What the pieces made is the listing part's rows only when every finished record is in it.
-        return made if finished is not None and not again else None
+        return made if finished is not None else None
 
 
 @contextlib.contextmanager
@@ -436,7 +438,7 @@ def _load_summary() -> Any:
 
 
 def _read_share(
-    jobs: fsio.Dir, share: Sequence[str], limit: int | None, brief: bool, cache: summary.Summaries
+    jobs: fsio.Dir, share: Sequence[str], limit: int | None, brief: bool, cache: summary.Summaries, idents: bool = True
 ) -> list[Any]:
     """What :meth:`FileListing._take_shared` needs of the records of ``share``, as :mod:`marshal` carries it.
 
@@ -445,7 +447,8 @@ def _read_share(
     as its fields (:func:`summary_fields`), its file's identity, and that
     identity as the listing part keeps it (None when the file changed too
     recently to trust: :meth:`jobctl.summary.Listed.remember_made`), in id
-    order; each open record as ``(id, identity, bytes)``;
+    order (without ``idents``, None for the identity: the text is all the
+    listing part needs); each open record as ``(id, identity, bytes)``;
     the ids this process could not read or decode (the caller reads them
     again); the cache's rows of every record read, in share order
     (:meth:`jobctl.summary.Summaries.rows_of`; None without a cache). A
@@ -453,7 +456,7 @@ def _read_share(
     """
     fin_ids: list[str] = []
     fin_states: list[str] = []
-    briefs: list[tuple[tuple[Any, ...], tuple[int, int, int, int], str | None]] = []
+    briefs: list[tuple[tuple[Any, ...], tuple[int, int, int, int] | None, str | None]] = []
     opened: list[tuple[str, tuple[int, int, int, int], bytes]] = []
     bad: list[str] = []
     read: list[tuple[str, str | None, tuple[int, int, int, int]]] = []
@@ -496,7 +499,7 @@ def _read_share(
         if fields is not None:
             # Too recent a change: not kept in the listing part (Listed.remember_made names it among the others).
             text = None if not rows or too_recent(ident[2], ident[3], started) else ident_text(*ident)
-            briefs.append((fields, ident, text))
+            briefs.append((fields, ident if idents else None, text))
     if brief:
         # By id, which for ids minted by time is creation order too: the sorts of a listing (by
         # creation) and of the cache's listing part (by id) then merge runs.

@@ -48,7 +48,7 @@ from .cachefile import _NEVER as _NEVER
 from .cachefile import _OTHER as _OTHER
 from .cachefile import RACY_NS, Rows, Summary, default_dir, ident, ident_text, too_recent
 from .cachefile import _Later as _Later
-from .listed import Listed, now_or_aside, settle
+from .listed import Listed, now_or_aside, settle, write_aside
 from .listed import _well_formed as _well_formed
 from .scan import Summaries
 from .states import States
@@ -65,6 +65,7 @@ __all__ = [
     "default_dir",
     "settle",
     "now_or_aside",
+    "write_aside",
     "too_recent",
     "ident",
     "ident_text",

@@ -214,30 +214,66 @@ class Listed:
 
 #: A listing part of at least this many summaries is written aside (jobctl.fanout.aside).
 _ASIDE_FROM = 2000
+#: The listing parts of thousands of rows not yet written: each waits for :func:`write_aside` or :func:`settle`.
+_WAITING: list[Callable[[], object]] = []
 
 
 def now_or_aside(work: Callable[[], object], rows: int) -> None:
-    """Run ``work`` (which writes the listing part), in a forked child when it has ``rows`` in the thousands.
+    """Run ``work`` (which writes the listing part) now, or later aside when it has ``rows`` in the thousands.
 
     Thousands of rows take a good part of a second to sort, marshal and
-    write: in a child of this process when it can fork, while this one
-    prints the listing (:func:`jobctl.fanout.aside`); here otherwise.
+    write, and nothing this process prints needs them: such work waits
+    until the listing is out, and is then done in a forked child
+    (:func:`write_aside`) that this process does not wait for. Work still
+    waiting when something reads the part (:func:`settle`), or when the
+    process exits, is done then, here.
     """
-    if rows >= _ASIDE_FROM:
-        from .. import fanout  # only a listing of thousands loads it
+    if rows < _ASIDE_FROM:
+        work()
+        return
+    if not _WAITING:
+        import atexit  # only a listing of thousands comes here
 
-        if fanout.aside(work):
-            return
-    work()
+        atexit.register(_at_exit)
+    _WAITING.append(work)
+
+
+def write_aside() -> None:
+    """Start the waiting listing part writes in a forked child, and go on; here when the process cannot fork.
+
+    Called by a listing once its lines are out. The child writes atomically
+    (a temporary renamed into place): another process finds the part whole
+    or not at all, and this process may exit while it works.
+    """
+    if not _WAITING:
+        return
+    works = _WAITING[:]
+    del _WAITING[:]
+
+    def write_all() -> None:
+        for work in works:
+            work()
+
+    from .. import fanout
+
+    if not fanout.aside(write_all, at_exit=False):
+        write_all()
 
 
 def settle() -> None:
-    """Wait for any listing part this process is writing aside (nothing to wait for unless it started one).
+    """Finish any listing part this process still has to write: the waiting ones here, then those aside.
 
-    A listing of thousands calls it once its lines are out, before it lets go
-    of what it read: what a process frees while a forked child still shares
-    its memory is copied first, page by page.
+    Called before the part is read (:class:`Listed`), so that a process
+    always reads what it wrote, and when the process exits.
     """
+    while _WAITING:
+        _WAITING.pop(0)()
     fanout = sys.modules.get("jobctl.fanout")
     if fanout is not None:
         fanout.settle()
+
+
+def _at_exit() -> None:
+    """At exit: the listing part writes still waiting, done here (those aside are fanout's to wait for, or not)."""
+    while _WAITING:
+        _WAITING.pop(0)()

@@ -6,6 +6,7 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from oddfiles import bind_socket
@@ -299,3 +300,100 @@ def test_a_scan_shared_among_processes_prints_what_one_process_prints(
     assert (warm.code, warm.out, warm.err) == (alone.code, alone.out, alone.err)
     if "--json" not in args:
         assert not set(decoded) & set(finished), "a finished record was decoded again"
+
+
+def many_records(root: Path, n: int) -> None:
+    """``n`` records, one in a hundred pending, the rest finished, written as encoded bytes (as a large store holds)."""
+    from datetime import datetime, timedelta, timezone
+
+    from jobctl import FileStore
+    from jobctl.record import encode
+
+    jobs = Path(FileStore(root, summaries=False).jobs_dir)
+    created = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    rec = Record(kind="backup", spec={"argv": ["true"]})
+    for k in range(n):
+        rec.id = f"{1767225600000 + k:013d}-{k:020x}"
+        rec.created_at = rec.updated_at = rec.progress.updated_at = created + timedelta(seconds=k % 977)
+        rec.state = "pending" if k % 100 == 99 else ("complete", "failed")[k % 2]
+        if rec.state != "pending":
+            rec.lease.owner, rec.lease.epoch, rec.lease.expires_at = "w", 1, created + timedelta(minutes=1)
+        else:
+            rec.lease.owner, rec.lease.epoch, rec.lease.expires_at = "", 0, None
+        (jobs / f"{rec.id}.json").write_bytes(encode(rec))
+
+
+def test_a_cold_listing_of_thousands_exits_before_its_listing_part_is_written(tmp_path: Path) -> None:
+    """As a command: a shared cold scan prints what one process prints, with the same exit code, and ends.
+
+    The listing part is written by a child the command does not wait for,
+    and the listing's summaries are never freed; the part then appears
+    whole, and the warm listing it serves prints the same again.
+    """
+    import subprocess
+    import sys
+
+    from jobctl import fanout
+
+    root = tmp_path / "root"
+    many_records(root, 3000)
+    (root / "jobs" / "1-broken.json").write_bytes(b"{")  # named on stderr, exit 1, in every way
+
+    def listing(cache: str, processes: str) -> tuple[int, bytes, bytes]:
+        env = dict(os.environ, JOB_STORE=str(root), XDG_CACHE_HOME=str(tmp_path / cache))
+        env[fanout.PROCESSES_ENV] = processes
+        done = subprocess.run([sys.executable, "-m", "jobctl", "list"], env=env, capture_output=True, timeout=120)
+        return done.returncode, done.stdout, done.stderr
+
+    time.sleep(summary.RACY_NS / 1e9 + 0.1)  # old enough for the listing part to keep every summary
+    alone = listing("alone", "1")
+    assert alone[0] == 1 and alone[1].count(b"\n") == 3000 and b"1-broken" in alone[2]
+    assert listing("shared", "2") == alone
+    parts = tmp_path / "shared" / "jobctl" / "summaries"
+    deadline = time.monotonic() + 30
+    while not list(parts.glob("*.list")) and time.monotonic() < deadline:
+        time.sleep(0.05)  # written by the child the command left working
+    (part,) = parts.glob("*.list")
+    assert listing("shared", "2") == alone  # warm: the summaries from the part
+    assert part.stat().st_mtime_ns == next(parts.glob("*.list")).stat().st_mtime_ns  # nothing to rewrite
+
+
+def test_a_listing_of_thousands_leaves_its_part_to_a_child_and_keeps_its_summaries(
+    jobctl: Jobctl, later: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # The listing part is written once the lines are out, by a child the process does not wait for at
+    # exit (settle() still waits: a listing reads what this process wrote), and the listing's objects
+    # are frozen in a cycle, never freed (the thresholds lowered to this small store).
+    import gc
+
+    from jobctl import fanout
+    from jobctl.cli import view
+
+    finished, _ = populate(jobctl)
+    monkeypatch.setattr(summary.listed, "_ASIDE_FROM", 1)
+    monkeypatch.setattr(file_listing, "_SHARED_FROM", 2)
+    monkeypatch.setattr(fanout, "MIN_SHARE", 1)
+    monkeypatch.setattr(view, "_KEEP_FROM", 1)
+    calls: list[bool] = []
+    real_aside = fanout.aside
+
+    def aside(work: Any, *, at_exit: bool = True) -> bool:
+        calls.append(at_exit)
+        return real_aside(work, at_exit=at_exit)
+
+    monkeypatch.setattr(fanout, "aside", aside)
+    alone = jobctl("list", env={fanout.PROCESSES_ENV: "1", "XDG_CACHE_HOME": str(tmp_path / "alone")})
+    gc.unfreeze()
+    calls.clear()
+    shared = jobctl("list", env={fanout.PROCESSES_ENV: "2", "XDG_CACHE_HOME": str(tmp_path / "shared")})
+    try:
+        assert gc.get_freeze_count() > 0, "the listing was let go of"
+    finally:
+        gc.unfreeze()
+    assert calls == [False]
+    assert (shared.code, shared.out, shared.err) == (alone.code, alone.out, alone.err)
+    summary.settle()
+    jobs = jobctl.store().jobs_dir
+    cache = str(tmp_path / "shared" / "jobctl" / "summaries")
+    part = summary.Listed.of(summary.Summaries.load(cache, jobs, os.stat(jobs), read=False))
+    assert sorted(row[0] for row in part.rows) == sorted(finished)

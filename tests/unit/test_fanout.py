@@ -241,6 +241,27 @@ def test_work_aside_runs_in_a_child_and_settle_waits_for_it(tmp_path: Path) -> N
     assert no_children_left()
 
 
+def test_the_exit_waits_for_work_aside_but_not_for_work_detached(tmp_path: Path) -> None:
+    # aside(at_exit=False): the process may end while the child works (the listing part's writer);
+    # settle() still waits for it, so that this process reads what it wrote.
+    slow = tmp_path / "slow"
+
+    def work() -> None:
+        time.sleep(0.6)
+        slow.write_text("done")
+
+    assert fanout.aside(work, at_exit=False)
+    began = time.monotonic()
+    fanout._settle_at_exit()
+    assert time.monotonic() - began < 0.4 and not slow.exists()
+    fanout.settle()
+    assert slow.read_text() == "done" and no_children_left()
+    assert fanout.aside(work)  # the default: the exit waits for it
+    slow.unlink()
+    fanout._settle_at_exit()
+    assert slow.read_text() == "done" and no_children_left()
+
+
 def test_work_aside_is_declined_by_a_process_with_threads() -> None:
     stop = threading.Event()
     thread = threading.Thread(target=stop.wait)

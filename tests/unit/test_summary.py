@@ -1197,3 +1197,35 @@ def test_a_record_a_child_could_not_read_is_in_the_listing_part_all_the_same(
     )
     assert sorted(row[0] for row in part.rows) + part.others == sorted(ids)
     assert listed_briefly(store) == plain  # walked from the part: jobs/ is unchanged
+
+
+def test_a_listing_part_left_waiting_is_written_at_exit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A part of thousands waits for the listing's write_aside(); a caller that never calls it (the library
+    # used directly) has it written when the process exits, and a reader in the process finds it first.
+    import atexit
+
+    monkeypatch.setattr(summary.listed, "_ASIDE_FROM", 1)
+    registered: list[Any] = []
+    monkeypatch.setattr(atexit, "register", registered.append)
+    cache = tmp_path / "cache"
+    store = FileStore(tmp_path / "root", summaries=str(cache))
+    ids = [store.submit(Record(kind="k", spec={"n": n})) for n in range(3)]
+    for job_id in ids:
+        finish(store, job_id)
+    time.sleep(0.3)
+    monkeypatch.setattr(summary.cachefile, "RACY_NS", 100_000_000)
+    plain = listed(FileStore(tmp_path / "root", summaries=False))
+    assert listed_briefly(store) == plain
+    assert summary.listed._WAITING and not list(cache.rglob("*.list"))
+    assert registered == [summary.listed._at_exit]
+    registered[0]()  # as the exit runs it
+    assert not summary.listed._WAITING
+    (part,) = cache.rglob("*.list")
+    jobs = os.stat(store.jobs_dir)
+    loaded = summary.Listed.of(summary.Summaries.load(str(cache), store.jobs_dir, jobs, read=False))
+    assert sorted(row[0] for row in loaded.rows) == sorted(ids)
+    # Left waiting again, a reader in this process writes it before it reads it (settle).
+    part.unlink()
+    assert listed_briefly(store) == plain and summary.listed._WAITING
+    assert listed_briefly(store) == plain and not summary.listed._WAITING
+    assert list(cache.rglob("*.list"))
