@@ -245,3 +245,13 @@ class _KindLimit(_StrType):
 
 
 KIND_LIMIT = _KindLimit()
+
+#: ``--env NAME=VALUE`` of a command's job (``submit -- CMD``, ``schedule add NAME ... -- CMD``).
+env_option = click.option(
+    "--env",
+    "env_pairs",
+    multiple=True,
+    type=TEXT,
+    metavar="NAME=VALUE",
+    help="With -- CMD: set NAME in the command's environment (repeatable).",
+)

@@ -10,6 +10,7 @@ from ..recurring import Schedule
 from ..store.base import Unreadable
 from . import render
 from .main import JSON_TEXT, TEXT, JobCommand, State, common, pass_state
+from .params import env_option
 from .render.schedules import print_schedules, schedule_json, schedule_line
 from .submit import kind_and_spec
 
@@ -56,14 +57,7 @@ def schedule() -> None:
 @click.option(
     "--spec", type=JSON_TEXT, help="Each job's spec: a JSON object, inline, @FILE, or - for stdin. [default: {}]"
 )
-@click.option(
-    "--env",
-    "env_pairs",
-    multiple=True,
-    type=TEXT,
-    metavar="NAME=VALUE",
-    help="With -- CMD: set NAME in the command's environment (repeatable).",
-)
+@env_option
 @click.option(
     "--by", type=TEXT, metavar="NAME", help="Who adds it, kept as each job's submitter. [default: $USER@HOST]"
 )

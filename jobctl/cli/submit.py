@@ -17,7 +17,7 @@ from ..timeout import set_timeout
 from ..wire import lazy_pattern
 from . import render
 from .main import JSON_TEXT, TEXT, JobCommand, State, common, count, not_utf8, pass_state, raw_json
-from .params import signed
+from .params import env_option, signed
 
 __all__ = ["submit", "parse_when", "parse_duration", "kind_and_spec"]
 
@@ -82,14 +82,7 @@ def _env_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
     type=JSON_TEXT,
     help="The job's spec: a JSON object, inline, @FILE, or - for stdin. Kept byte for byte. [default: {}]",
 )
-@click.option(
-    "--env",
-    "env_pairs",
-    multiple=True,
-    type=TEXT,
-    metavar="NAME=VALUE",
-    help="With -- CMD: set NAME in the command's environment (repeatable).",
-)
+@env_option
 @click.option(
     "--total",
     type=count(limits.TOTAL),

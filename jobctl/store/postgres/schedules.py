@@ -43,6 +43,19 @@ def _schedule(fields: tuple[Any, ...]) -> Schedule:
         raise Invalid(f"schedule {name} cannot be read: {exc}", name) from None
 
 
+def _params(schedule: Schedule) -> dict[str, Any]:
+    """A schedule's columns as ``schedule_add`` and ``schedule_put`` take them, each text checked to fit."""
+    return {
+        "name": row.text_fit(schedule.name, "schedule name"),
+        "every": schedule.every,
+        "cron": schedule.cron,
+        "kind": row.text_fit(schedule.kind, "kind"),
+        "spec": row.text_fit(schedule.spec, "spec"),
+        "by": row.text_fit(schedule.by, "by"),
+        "created_at": schedule.created_at,
+    }
+
+
 class ScheduleRows:
     """The :class:`jobctl.store.base.Store` schedule calls of the PostgreSQL store (a mixin)."""
 
@@ -57,29 +70,11 @@ class ScheduleRows:
             raise
 
     def add_schedule(self, schedule: Schedule) -> None:
-        params = {
-            "name": row.text_fit(schedule.name, "schedule name"),
-            "every": schedule.every,
-            "cron": schedule.cron,
-            "kind": row.text_fit(schedule.kind, "kind"),
-            "spec": row.text_fit(schedule.spec, "spec"),
-            "by": row.text_fit(schedule.by, "by"),
-            "created_at": schedule.created_at,
-        }
-        if self._run("schedule_add", params) is None:
+        if self._run("schedule_add", _params(schedule)) is None:
             raise Exists(f"schedule {schedule.name} exists already", schedule.name)
 
     def put_schedule(self, schedule: Schedule) -> str:
-        params = {
-            "name": row.text_fit(schedule.name, "schedule name"),
-            "every": schedule.every,
-            "cron": schedule.cron,
-            "kind": row.text_fit(schedule.kind, "kind"),
-            "spec": row.text_fit(schedule.spec, "spec"),
-            "by": row.text_fit(schedule.by, "by"),
-            "created_at": schedule.created_at,
-        }
-        got = self._run("schedule_put", params)
+        got = self._run("schedule_put", _params(schedule))
         if got is None:
             return "unchanged"
         return "added" if got[0] else "updated"
