@@ -26,6 +26,8 @@ server -- the throwaway one the tests start (tests/pgserver.py), or the one
 
 Medians and ratios, then the targets each met or missed; the exit code is 0
 either way: timing is not a test. About four minutes on 2 busy CPUs.
+``--cycle-only`` runs the cycle against bare SQL alone (no queues, no pick,
+no drain): the figure to watch while working on the store's cycle.
 """
 
 from __future__ import annotations
@@ -310,21 +312,21 @@ def aim(targets: list[str], text: str, ok: bool) -> None:
     targets.append(f"{text}: {'met' if ok else 'NOT met'}")
 
 
-def cycles(server: pgserver.Server, targets: list[str]) -> None:
+def cycles(server: pgserver.Server, targets: list[str], queues: bool = True) -> None:
     ways: dict[str, tuple[Drain, Callable[[pgserver.Server], str], str, str]] = {
         "jobctl": (jobctl_drain, fill_jobctl, "jobctl_jobs", "complete"),
         "bare": (bare_drain, fill_bare, "bare_jobs", "complete"),
     }
-    if installed("procrastinate"):
+    if queues and installed("procrastinate"):
         ways["procrastinate"] = (procrastinate_drain, fill_procrastinate, "procrastinate_jobs", "succeeded")
-    if installed("pgqueuer"):
+    if queues and installed("pgqueuer"):
         ways["pgqueuer"] = (pgqueuer_drain, fill_pgqueuer, "pgqueuer", "none")
     print(
         f"PostgreSQL store: {JOBS} jobs, claim-next + finish cycles/s, median of {ROUNDS} rounds, "
         f"the ways alternating; {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}"
     )
     for missing in ("procrastinate", "pgqueuer"):
-        if missing not in ways:
+        if queues and missing not in ways:
             print(f"  ({missing} is not installed: pip install -e '.[bench]'; its column is left out)")
     for processes in (1, 4):
         rates: dict[str, list[float]] = {name: [] for name in ways}
@@ -350,7 +352,11 @@ def cycles(server: pgserver.Server, targets: list[str]) -> None:
                 aim(targets, text, ratio >= QUEUE_TARGET)
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
+    cycle_only = argv == ["--cycle-only"]
+    if argv and not cycle_only:
+        print("usage: pg_bench.py [--cycle-only]", file=sys.stderr)
+        return 2
     url = os.environ.get(pgserver.URL_ENV, "")
     if url:
         server = pgserver.Server(url)
@@ -362,36 +368,9 @@ def main() -> int:
         server = pgserver.Server.start(bin)
     targets: list[str] = []
     try:
-        cycles(server, targets)
-        empty, full = pick_costs(server, (0, FINISHED))
-        flat = full / empty
-        print(
-            f"  pick (as the worker picks) + finish, median of {PICKS}, two stores taking turns: "
-            f"{empty * 1e3:.2f} ms beside 0 finished jobs, "
-            f"{full * 1e3:.2f} ms beside {FINISHED:,} (ratio {flat:.2f}; flat is 1.0)"
-        )
-        aim(
-            targets,
-            f"pick + finish beside {FINISHED:,} finished rows {flat:.2f}x <= {FLAT_TARGET}",
-            flat <= FLAT_TARGET,
-        )
-        for concurrency in (1, 4):
-            pg, directory = drain_pg(server, concurrency), drain_dir(concurrency)
-            print(
-                f"  jobctl worker --drain, {DRAIN_JOBS} jobs running {TRUE}, concurrency {concurrency}: "
-                f"PostgreSQL {pg:6.1f} jobs/s, directory {directory:6.1f} jobs/s (ratio {pg / directory:.2f})"
-            )
-            aim(
-                targets,
-                f"worker --drain -j{concurrency}: PostgreSQL/directory {pg / directory:.2f} >= 1.0",
-                pg >= directory,
-            )
-            if concurrency == 4:
-                aim(
-                    targets,
-                    f"worker --drain -j4 on PostgreSQL {pg:.0f} jobs/s >= {DRAIN_TARGET:.0f}",
-                    pg >= DRAIN_TARGET,
-                )
+        cycles(server, targets, queues=not cycle_only)
+        if not cycle_only:
+            the_rest(server, targets)
     finally:
         server.stop()
     print("targets:")
@@ -400,5 +379,38 @@ def main() -> int:
     return 0
 
 
+def the_rest(server: pgserver.Server, targets: list[str]) -> None:
+    """The pick beside finished rows, and ``jobctl worker --drain`` on PostgreSQL and on a directory."""
+    empty, full = pick_costs(server, (0, FINISHED))
+    flat = full / empty
+    print(
+        f"  pick (as the worker picks) + finish, median of {PICKS}, two stores taking turns: "
+        f"{empty * 1e3:.2f} ms beside 0 finished jobs, "
+        f"{full * 1e3:.2f} ms beside {FINISHED:,} (ratio {flat:.2f}; flat is 1.0)"
+    )
+    aim(
+        targets,
+        f"pick + finish beside {FINISHED:,} finished rows {flat:.2f}x <= {FLAT_TARGET}",
+        flat <= FLAT_TARGET,
+    )
+    for concurrency in (1, 4):
+        pg, directory = drain_pg(server, concurrency), drain_dir(concurrency)
+        print(
+            f"  jobctl worker --drain, {DRAIN_JOBS} jobs running {TRUE}, concurrency {concurrency}: "
+            f"PostgreSQL {pg:6.1f} jobs/s, directory {directory:6.1f} jobs/s (ratio {pg / directory:.2f})"
+        )
+        aim(
+            targets,
+            f"worker --drain -j{concurrency}: PostgreSQL/directory {pg / directory:.2f} >= 1.0",
+            pg >= directory,
+        )
+        if concurrency == 4:
+            aim(
+                targets,
+                f"worker --drain -j4 on PostgreSQL {pg:.0f} jobs/s >= {DRAIN_TARGET:.0f}",
+                pg >= DRAIN_TARGET,
+            )
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -147,7 +147,11 @@ def test_a_row_another_picker_holds_is_skipped_not_waited_for(pg_store: Any) -> 
 
 
 def _reads(url: str, name: str, args: dict[str, str], generic: bool) -> int:
-    """Buffers the named query reads, as the store's sessions run it prepared, generic plan or custom (rolled back)."""
+    """Buffers the named query reads, as the store's sessions run it prepared, generic plan or custom (rolled back).
+
+    Its plan neither sorts (the sessions' ``enable_sort = off`` would price a
+    sort it cannot avoid past the JIT threshold) nor compiles with JIT.
+    """
     import re
 
     import psycopg
@@ -171,6 +175,7 @@ def _reads(url: str, name: str, args: dict[str, str], generic: bool) -> int:
             conn.execute(call)
         plan = "\n".join(row[0] for row in conn.execute(f"EXPLAIN (ANALYZE, BUFFERS) {call}"))
         conn.rollback()
+    assert re.search(r"\bSort\b", plan) is None and "JIT" not in plan, (name, plan)
     found = re.search(r"Buffers: shared hit=(\d+)(?: read=(\d+))?", plan)
     assert found is not None, plan
     return int(found.group(1)) + int(found.group(2) or 0)
@@ -178,7 +183,7 @@ def _reads(url: str, name: str, args: dict[str, str], generic: bool) -> int:
 
 #: Arguments of each statement whose plan is read: a few rows each, whatever the size of the store.
 _ARGS = {
-    "claim_next": {"kinds": "NULL", "limit": "1", "owner": "'w'"},
+    "claim_next": {"kinds": "NULL", "limit": "1", "owner": "'w'"},  # with the open jobs that carry a key
     "orphan_candidates": {},
     "unpickable": {},
     "list_open": {},
@@ -223,6 +228,21 @@ def test_no_statement_walks_what_it_does_not_need(pg_store: Any, generic: bool) 
             assert reads < 200, (name, "analysed" if analysed else "fresh", reads)
     got = pg_store.claim_next("w", 30)
     assert got is not None and got.id == "pending-50"
+
+
+@pytest.mark.parametrize("generic", [True, False], ids=["generic-plan", "custom-plan"])
+def test_the_pick_reads_no_open_job_for_the_keys_it_does_not_meet(pg_store: Any, generic: bool) -> None:
+    """The pick's look at the open jobs with an exclusive key reads jobctl_jobs_keyed, not every open job.
+
+    With 5,000 open jobs and none with a key, a pick reads a handful of
+    buffers; a walk of jobctl_jobs_open for the keyed ones would read the
+    row of every open job.
+    """
+    import pgserver
+
+    pgserver.add_rows(pg_store.url, 5000, "pending")
+    reads = _reads(pg_store.url, "claim_next", {**_COMMON, **_ARGS["claim_next"]}, generic)
+    assert reads < 200, reads
 
 
 # -- judged again under the lock ------------------------------------------------------

@@ -240,3 +240,33 @@ def test_a_populated_version_3_store_gains_priorities_and_keeps_its_bytes(popula
         assert first is not None and first.extensions.get(PRIORITY) == 1000
         second = pg.claim_next("host-c", 60)
         assert second is not None and second.extensions.get(PRIORITY) == 7
+
+
+def _keyed_index(url: str) -> str | None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        where = "schemaname = current_schema() AND indexname = 'jobctl_jobs_keyed'"
+        got = conn.execute(f"SELECT indexdef FROM pg_indexes WHERE {where}").fetchone()
+    return None if got is None else str(got[0])
+
+
+def test_a_store_made_before_the_index_of_keyed_jobs_picks_the_same_and_migrate_adds_it(pg_url: str) -> None:
+    """keyed.sql is no version of its own: a store without it picks the same jobs, and `db migrate` adds it."""
+    import psycopg
+
+    from jobctl.exclusive import set_exclusive
+
+    postgres.init(pg_url, target=3)  # before version 4: no priority column to order the index by, no index
+    assert _keyed_index(pg_url) is None
+    postgres.migrate(pg_url)
+    assert "(priority DESC, created_at, id) WHERE (unfinished AND" in (_keyed_index(pg_url) or "")
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("DROP INDEX jobctl_jobs_keyed")  # as a version 4 store made before it
+    with postgres.PostgresStore(pg_url) as store:
+        keyed = store.submit(set_exclusive(jobctl.Record(kind="k", spec={}), "printer"))
+        plain = store.submit(jobctl.Record(kind="k", spec={}))
+        got = store.claim_some("w", 30, 3)
+        assert sorted(rec.id for rec in got) == sorted([keyed, plain])
+    _migrate(pg_url, was=postgres.SCHEMA_VERSION)
+    assert _keyed_index(pg_url) is not None

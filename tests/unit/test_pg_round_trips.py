@@ -327,11 +327,22 @@ def test_each_step_hands_back_what_the_store_lays_over() -> None:
         assert found is not None, step
         names = [name.strip().removeprefix("j.") for name in found.group(1).rstrip(";").split(",")]
         assert names == ["revision", *columns], step
-    for step in ("claim", "claim_next"):  # the row's head: the record's columns and the revision
-        found = re.search(r"RETURNING (.*);?\Z", Q[step], re.S)
-        assert found is not None, step
-        names = [name.strip().removeprefix("j.") for name in found.group(1).rstrip(";").split(",")]
-        assert tuple(names) == row.HELD, step
+
+    def names(listed: str, prefix: str) -> tuple[str, ...]:
+        return tuple(name.strip().removeprefix(prefix) for name in listed.rstrip(";").split(","))
+
+    # A claim's answer is the row's head: the record's columns and the revision.
+    found = re.search(r"RETURNING (.*);?\Z", Q["claim"], re.S)
+    assert found is not None and names(found.group(1), "j.") == row.HELD
+    # The pick's: the head of each row claimed, then of each open job with a key, with the time of the look.
+    claimed = re.search(
+        r"RETURNING (.*?)\n\)\nSELECT claimed\.\*, NULL::timestamptz FROM claimed\n", Q["claim_next"], re.S
+    )
+    assert claimed is not None and names(claimed.group(1), "j.") == row.HELD
+    keyed = re.search(
+        r"UNION ALL\n\(SELECT (.*?), coalesce\(%\(now\)s::timestamptz, [^\n]*\n FROM", Q["claim_next"], re.S
+    )
+    assert keyed is not None and names(keyed.group(1), "k.") == row.HELD
 
 
 def test_a_step_after_another_writer_hands_back_the_row_as_it_left_it(pg_store: Any) -> None:

@@ -57,7 +57,7 @@ class BatchClaims(RowSteps):
         each other. Oldest first. Jobs never picked for their row (unreadable
         scheduling data, a critical model this reader does not know) are named
         in ``skipped`` and ``unreadable`` when lists are given, by a query that
-        travels with the pick.
+        travels with the pick (in the same round trip).
         """
         ttl_delta = _claim_terms("", owner, ttl, self.max_ttl)
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
@@ -71,18 +71,22 @@ class BatchClaims(RowSteps):
             "kinds": wanted,
             "limit": limit,
         }
-        looks = {"understood": params["understood"], "now": params["now"]}
-        with self.session.tx(pipelined=True) as conn:
-            picked = conn.execute(Q["claim_next"], params, binary=True)
-            keyed = conn.execute(Q["keyed_open"], {"now": params["now"], "kinds": wanted}, binary=True)
-            left = None if skipped is None and unreadable is None else conn.execute(Q["unpickable"], looks)
-        # After the Sync: one round trip.
-        rows, waiting, unpicked = picked.fetchall(), keyed.fetchall(), [] if left is None else left.fetchall()
+        # One statement, or two in one transaction: one round trip either way.
+        if skipped is None and unreadable is None:
+            rows, unpicked = self.session.all(Q["claim_next"], params), []
+        else:
+            looks = {"understood": params["understood"], "now": params["now"]}
+            rows, unpicked = self.session.all_together([(Q["claim_next"], params), (Q["unpickable"], looks)])
         if unpicked:
             self._name_unpicked(sorted(unpicked, key=first), wanted, skipped, unreadable)
+        claimed: Records = []
+        waiting: Rows = []
         for got in rows:
+            if got[-1] is not None:  # an open job with a key: looked at, not claimed
+                waiting.append(got)
+                continue
             self._held.wrote(got[0], got[row.REVISION])
-        claimed = [self._holding(got) for got in rows]
+            claimed.append(self._holding(got))
         if waiting and len(claimed) < limit:
             claimed += self._claim_keyed(owner, ttl, limit - len(claimed), wanted, skipped, waiting)
         claimed.sort(key=pick_key)  # the order the statements picked them in
@@ -93,8 +97,8 @@ class BatchClaims(RowSteps):
     ) -> Records:
         """The oldest runnable jobs with an exclusive key whose key is free, up to ``limit``: each claimed with its key.
 
-        ``rows`` are the open jobs with a key nobody holds (``keyed_open``,
-        read with the pick). The pick statement passes them over, so they
+        ``rows`` are the open jobs with a key nobody holds, read by the pick's
+        statement (``claim_next``), with the time of the look last. The pick statement passes them over, so they
         take the slots it leaves; here each is judged as the
         directory's pick judges it (:func:`.picking.claim_some`), under its
         row lock and its key's lock (:mod:`.keys`): a key another job holds

@@ -44,9 +44,13 @@ SELECT current_setting('server_encoding');
 --   needs the server to sort what it reads;
 -- - a statement waits %(ms)s ms at most for a row another transaction holds
 --   before it fails (lock_not_available); session.py runs it again for a
---   caller that waits without end.
+--   caller that waits without end;
+-- - no statement is compiled with JIT: each reads a few rows, and compiling
+--   costs tens of milliseconds, which the planner pays whenever its estimate
+--   passes jit_above_cost -- as a generic plan's does on a large table, and
+--   any plan that would sort (enable_sort = off prices a sort past it).
 SELECT set_config('TimeZone', 'UTC', false), set_config('enable_sort', 'off', false),
-    set_config('lock_timeout', %(ms)s::text, false);
+    set_config('lock_timeout', %(ms)s::text, false), set_config('jit', 'off', false);
 
 -- name: clock
 SELECT clock_timestamp();
@@ -207,37 +211,62 @@ RETURNING j.id, j.kind, j.state, j.envelope_schema, j.envelope_actions, j.spec, 
 -- highest priority, then the oldest (jobctl.priority.pick_key): a walk of
 -- jobctl_jobs_open in order that stops at the first %(limit)s rows: the
 -- store's sessions never sort (session.py says why).
-UPDATE jobctl_jobs AS j
-SET epoch = j.epoch + 1, owner = %(owner)s,
-    expires_at = coalesce(%(now)s::timestamptz, statement_timestamp()) + %(ttl)s::interval,
-    recall_reason = NULL, recall_by = NULL, recall_at = NULL, recall_until = NULL,
-    state = 'running', verbatim = NULL
-FROM (
-    SELECT r.id FROM jobctl_jobs r
-    WHERE r.unfinished AND r.state IN ('pending', 'running')
-      AND (r.owner = '' OR r.expires_at <= coalesce(%(now)s::timestamptz, statement_timestamp()))
-      AND r.want IS DISTINCT FROM 'pause'
-      AND r.scheduled
-      AND r.critical <@ %(understood)s::text[]
-      AND (r.not_before IS NULL OR r.not_before <= coalesce(%(now)s::timestamptz, statement_timestamp()))
-      AND (%(kinds)s::text[] IS NULL OR r.kind = ANY(%(kinds)s::text[]))
-      -- A job with an exclusive key is picked by keyed_open and claimed with its key (exclusive.sql).
-      AND NOT coalesce(r.extension_keys @> ARRAY['jobctl.run/exclusive@1']::text[], false)
-      AND (cardinality(r.after) = 0 OR NOT EXISTS (
-          SELECT 1 FROM unnest(r.after) AS dep(id)
-          WHERE NOT EXISTS (
-              SELECT 1 FROM jobctl_jobs d
-              WHERE d.id = dep.id AND d.state = 'complete' AND d.critical <@ %(understood)s::text[])))
-    ORDER BY r.priority DESC, r.created_at, r.id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-) AS picked
-WHERE j.id = picked.id
-RETURNING j.id, j.kind, j.state, j.envelope_schema, j.envelope_actions, j.spec, j.checkpoint, j.done, j.total,
-    j.progress_at, j.step_name, j.step_ordinal, j.step_of, j.step_done, j.step_total, j.owner, j.epoch, j.expires_at,
-    j.recall_reason, j.recall_by, j.recall_at, j.recall_until, j.delegation_system, j.delegation_external_id,
-    j.delegation_delivered, j.requires, j.error, j.want, j.intent_by, j.intent_at, j.extension_keys,
-    j.extension_values, j.created_at, j.updated_at, j.content, j.critical, j.verbatim, j.revision;
+-- The claimed rows come first, the row's head each and a NULL. After them,
+-- in the same statement (one round trip, and no statement more to run at
+-- every pick), the open jobs with an exclusive key that nobody holds, each
+-- with the time of the look: the pick passes them over, and claim_some
+-- offers them their key's claim (each judged again under its row lock and
+-- its key's). They are read through jobctl_jobs_keyed (exclusive.sql),
+-- which holds none in most stores, in its order: an order of their own
+-- would be a sort.
+WITH claimed AS (
+    UPDATE jobctl_jobs AS j
+    SET epoch = j.epoch + 1, owner = %(owner)s,
+        expires_at = coalesce(%(now)s::timestamptz, statement_timestamp()) + %(ttl)s::interval,
+        recall_reason = NULL, recall_by = NULL, recall_at = NULL, recall_until = NULL,
+        state = 'running', verbatim = NULL
+    FROM (
+        SELECT r.id FROM jobctl_jobs r
+        WHERE r.unfinished AND r.state IN ('pending', 'running')
+          AND (r.owner = '' OR r.expires_at <= coalesce(%(now)s::timestamptz, statement_timestamp()))
+          AND r.want IS DISTINCT FROM 'pause'
+          AND r.scheduled
+          AND r.critical <@ %(understood)s::text[]
+          AND (r.not_before IS NULL OR r.not_before <= coalesce(%(now)s::timestamptz, statement_timestamp()))
+          AND (%(kinds)s::text[] IS NULL OR r.kind = ANY(%(kinds)s::text[]))
+          -- A job with an exclusive key is claimed with its key, after this statement (exclusive.sql).
+          AND NOT coalesce(r.extension_keys @> ARRAY['jobctl.run/exclusive@1']::text[], false)
+          AND (cardinality(r.after) = 0 OR NOT EXISTS (
+              SELECT 1 FROM unnest(r.after) AS dep(id)
+              WHERE NOT EXISTS (
+                  SELECT 1 FROM jobctl_jobs d
+                  WHERE d.id = dep.id AND d.state = 'complete' AND d.critical <@ %(understood)s::text[])))
+        ORDER BY r.priority DESC, r.created_at, r.id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS picked
+    WHERE j.id = picked.id
+    RETURNING j.id, j.kind, j.state, j.envelope_schema, j.envelope_actions, j.spec, j.checkpoint, j.done, j.total,
+        j.progress_at, j.step_name, j.step_ordinal, j.step_of, j.step_done, j.step_total, j.owner, j.epoch,
+        j.expires_at, j.recall_reason, j.recall_by, j.recall_at, j.recall_until, j.delegation_system,
+        j.delegation_external_id, j.delegation_delivered, j.requires, j.error, j.want, j.intent_by, j.intent_at,
+        j.extension_keys, j.extension_values, j.created_at, j.updated_at, j.content, j.critical, j.verbatim,
+        j.revision
+)
+SELECT claimed.*, NULL::timestamptz FROM claimed
+UNION ALL
+(SELECT k.id, k.kind, k.state, k.envelope_schema, k.envelope_actions, k.spec, k.checkpoint, k.done, k.total,
+     k.progress_at, k.step_name, k.step_ordinal, k.step_of, k.step_done, k.step_total, k.owner, k.epoch,
+     k.expires_at, k.recall_reason, k.recall_by, k.recall_at, k.recall_until, k.delegation_system,
+     k.delegation_external_id, k.delegation_delivered, k.requires, k.error, k.want, k.intent_by, k.intent_at,
+     k.extension_keys, k.extension_values, k.created_at, k.updated_at, k.content, k.critical, k.verbatim,
+     k.revision, coalesce(%(now)s::timestamptz, statement_timestamp())
+ FROM jobctl_jobs k
+ WHERE k.unfinished AND k.extension_keys @> ARRAY['jobctl.run/exclusive@1']::text[]
+   AND k.state IN ('pending', 'running')
+   AND (k.owner = '' OR k.expires_at <= coalesce(%(now)s::timestamptz, statement_timestamp()))
+   AND (%(kinds)s::text[] IS NULL OR k.kind = ANY(%(kinds)s::text[]))
+ ORDER BY k.priority DESC, k.created_at, k.id);
 
 -- name: renew
 -- The lease extended to now + ttl, capped at a recall's until [JOB-R4];
@@ -383,17 +412,6 @@ DELETE FROM jobctl_workers WHERE owner = %(owner)s;
 -- name: announcements
 SELECT owner, kinds, expires_at FROM jobctl_workers
 WHERE expires_at > coalesce(%(now)s::timestamptz, statement_timestamp());
-
--- name: keyed_open
--- The open jobs with an exclusive key that nobody holds, oldest first, with the
--- time of the look: what claim_some offers its key's claim (each judged again
--- under its row lock and its key's). Through jobctl_jobs_open, as list_open.
-SELECT j.*, coalesce(%(now)s::timestamptz, statement_timestamp()) FROM jobctl_jobs j
-WHERE j.unfinished AND j.state IN ('pending', 'running')
-  AND j.extension_keys @> ARRAY['jobctl.run/exclusive@1']::text[]
-  AND (j.owner = '' OR j.expires_at <= coalesce(%(now)s::timestamptz, statement_timestamp()))
-  AND (%(kinds)s::text[] IS NULL OR j.kind = ANY(%(kinds)s::text[]))
-ORDER BY j.created_at, j.id;
 
 -- name: exclusive_take
 -- An exclusive key's row, made when missing and locked for the rest of the

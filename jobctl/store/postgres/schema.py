@@ -13,7 +13,8 @@ in one transaction; so is every migration.
 (the holders of exclusive keys) and ``schedules.sql`` (the table of
 recurring schedules) are no version of their own: each only adds a table,
 so ``init`` and ``migrate`` run them on a store of any version, and a store
-made before them is not refused for lacking them.
+made before them is not refused for lacking them. So is ``keyed.sql`` (an
+index of the open jobs with a key), run on a store of version 4 or later.
 """
 
 from __future__ import annotations
@@ -89,19 +90,24 @@ def _steps(sql_dir: str, target: int) -> dict[int, list[Step]]:
     return steps
 
 
-def _additions() -> Step:
+def _additions(version: int) -> Step:
     """What a store of any version may lack without being refused: ``CREATE ... IF NOT EXISTS`` alone.
 
-    Always this jobctl's own, whatever directory the versions' steps come from.
+    Always this jobctl's own, whatever directory the versions' steps come
+    from; the index of jobs with a key (``keyed.sql``) on a store of
+    ``version`` 4 or later, whose columns it orders by.
     """
     workers = _script(os.path.join(SQL_DIR, "workers.sql"))
     keys = _script(os.path.join(SQL_DIR, "exclusive.sql"))
     schedules = _script(os.path.join(SQL_DIR, "schedules.sql"))
+    keyed = _script(os.path.join(SQL_DIR, "keyed.sql"))
 
     def run(conn: psycopg.Connection[Any]) -> None:
         workers(conn)
         keys(conn)
         schedules(conn)
+        if version >= 4:
+            keyed(conn)
 
     return run
 
@@ -121,10 +127,10 @@ def init(url: str, *, sql_dir: str = SQL_DIR, target: int = SCHEMA_VERSION) -> t
                 for action in actions:
                     action(conn)
             conn.execute(Q["first_version"], {"version": target})
-            _additions()(conn)
+            _additions(target)(conn)
             return 0, target
         refuse_version(url, found, target, migrate_hint=True)
-        _additions()(conn)
+        _additions(found)(conn)
         return found, found
 
 
@@ -147,7 +153,7 @@ def migrate(url: str, *, sql_dir: str = SQL_DIR, target: int = SCHEMA_VERSION) -
                 action(conn)
         if found != target:
             conn.execute(Q["set_version"], {"version": target})
-        _additions()(conn)
+        _additions(target)(conn)
         return found, target
 
 

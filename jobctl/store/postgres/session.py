@@ -267,6 +267,15 @@ class Session:
         Without pipeline mode (libpq before 14), an ordinary transaction: a
         round trip each, and BEGIN and COMMIT.
         """
+        got: list[tuple[Any, ...] | None] = self._together(calls, first=True)
+        return got
+
+    def all_together(self, calls: Sequence[tuple[str, dict[str, Any]]]) -> list[list[tuple[Any, ...]]]:
+        """:meth:`together`, each statement's rows (a pick and the looks that travel with it)."""
+        got: list[list[tuple[Any, ...]]] = self._together(calls, first=False)
+        return got
+
+    def _together(self, calls: Sequence[tuple[str, dict[str, Any]]], *, first: bool) -> Any:
         with self.lock:
             conn = self.connection()
             statements = self._statements
@@ -274,8 +283,8 @@ class Session:
             try:
                 if not PIPELINE:
                     with conn.transaction():
-                        return [statements.first(query, params) for query, params in calls]
-                return statements.together(calls)
+                        return [statements.run(query, params, first=first) for query, params in calls]
+                return statements.together(calls, first=first)
             except BUSY as exc:
                 raise LockBusy("the row is locked by another transaction (a write under way)") from exc
             except psycopg.Error as exc:
@@ -400,8 +409,10 @@ class Statements:
         assert not isinstance(got, list)
         return got
 
-    def together(self, calls: Sequence[tuple[str, dict[str, Any]]]) -> list[tuple[Any, ...] | None]:
+    def together(self, calls: Sequence[tuple[str, dict[str, Any]]], *, first: bool = True) -> list[Any]:
         """The statements in pipeline mode up to one Sync: one transaction, one round trip; each first row.
+
+        With ``first`` false, each statement's rows (a list each).
 
         libpq's own waits in pipeline mode hold the GIL, so the answers are
         waited for here, on the socket (:meth:`_result`). A failed statement
@@ -432,15 +443,13 @@ class Statements:
                 pg.exit_pipeline_mode()
         for answer in answers:
             self._check(answer)  # the first failure; those after it say only that they were aborted
-        out: list[tuple[Any, ...] | None] = []
+        out: list[Any] = []
         for (query, _params), (_text, name, prepare, _values, types, _formats) in zip(calls, bound, strict=True):
             if prepare:
                 assert name is not None
                 answers.pop(0)
                 self._names[(query, types)] = name
-            got = self._rows(answers.pop(0), True)
-            assert not isinstance(got, list)
-            out.append(got)
+            out.append(self._rows(answers.pop(0), first))
         return out
 
     def _bind(
@@ -485,8 +494,8 @@ class Statements:
     def _rows(self, res: psycopg.pq.abc.PGresult, first: bool) -> tuple[Any, ...] | list[Any] | None:
         tx = self._tx
         count = res.ntuples
-        if first and count == 0:
-            return None
+        if count == 0:
+            return None if first else []
         tx.set_pgresult(res)
         if first:
             return tx.load_row(0, tuple)
