@@ -357,15 +357,9 @@ def main(argv: list[str]) -> int:
     if argv and not cycle_only:
         print("usage: pg_bench.py [--cycle-only]", file=sys.stderr)
         return 2
-    url = os.environ.get(pgserver.URL_ENV, "")
-    if url:
-        server = pgserver.Server(url)
-    else:
-        bin = pgserver.bindir()
-        if bin is None:
-            print("pg_bench: skipped: no PostgreSQL server binaries (apt-get install postgresql)")
-            return 0
-        server = pgserver.Server.start(bin)
+    server = pgserver.for_bench("pg_bench")
+    if server is None:
+        return 0
     targets: list[str] = []
     try:
         cycles(server, targets, queues=not cycle_only)

@@ -116,15 +116,9 @@ def main(argv: list[str]) -> int:
     profiling = "--profile" in argv
     rest = [arg for arg in argv if arg != "--profile"]
     cycles = int(rest[0]) if rest else 3000
-    url = os.environ.get(pgserver.URL_ENV, "")
-    if url:
-        server = pgserver.Server(url)
-    else:
-        bin = pgserver.bindir()
-        if bin is None:
-            print("pg_profile: skipped: no PostgreSQL server binaries (apt-get install postgresql)")
-            return 0
-        server = pgserver.Server.start(bin)
+    server = pgserver.for_bench("pg_profile")
+    if server is None:
+        return 0
     profile: Any = cProfile.Profile(time.process_time) if profiling else None
     try:
         print(f"one process, {cycles} claim-next + finish cycles each way; load average {os.getloadavg()[0]:.1f}")

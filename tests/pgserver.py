@@ -145,6 +145,18 @@ class Server:
         return f"{self.url}{sep}options={quote(f'-csearch_path={name}', safe='')}"
 
 
+def for_bench(name: str) -> Server | None:
+    """A benchmark's server: the one :data:`URL_ENV` names, else a throwaway one; None (said) without binaries."""
+    url = os.environ.get(URL_ENV, "")
+    if url:
+        return Server(url)
+    bin = bindir()
+    if bin is None:
+        print(f"{name}: skipped: no PostgreSQL server binaries (apt-get install postgresql)")
+        return None
+    return Server.start(bin)
+
+
 #: ``n`` jobs of kind ``k`` straight into a store's table (schema version 3), in state ``%(state)s``,
 #: the oldest ``n`` seconds ago, their ids ``%(prefix)s<n>``. Only the columns a row cannot do without.
 ROWS = (
