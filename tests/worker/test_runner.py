@@ -355,17 +355,42 @@ def test_an_explicit_command_overrides_the_kind(store: FileStore, tmp_path: Path
     assert outcome.state == "complete" and outcome.log is None and marker.exists()
 
 
-def test_the_fork_start_path_of_python_3_10_supervises_too(
-    store: FileStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+#: What a child reports of how it was started: its ids, its ignored signals, its open descriptors, its cwd.
+_SELF = (
+    "import json, os, sys\n"
+    "fds = sorted(int(f) for f in os.listdir('/proc/self/fd'))\n"
+    "json.dump({'pid': os.getpid(), 'pgid': os.getpgid(0), 'ppid': os.getppid(),\n"
+    "  'fds': fds, 'cwd': os.getcwd(), 'stdin': os.read(0, 100).decode()}, open(sys.argv[1], 'w'))\n"
+)
+
+
+def test_the_guardian_starts_the_child_in_its_own_group_with_nothing_of_its_own(
+    store: FileStore, tmp_path: Path
 ) -> None:
-    """Without ``process_group`` (Python 3.10) the child sets its group itself, in a preexec_fn."""
-    monkeypatch.setattr(runner.start, "_VFORK_GROUPS", False)
-    out = tmp_path / "ids.json"
-    code = "import json, os, sys; json.dump([os.getpid(), os.getpgid(0)], open(sys.argv[1], 'w'))"
-    job_id = submit(store, [sys.executable, "-c", code, str(out)])
+    """The guardian's child: its own group leader, every signal at its default, only its three descriptors.
+
+    The guardian ignores terminal signals and holds its socket, pipes and
+    record reads open: none of it reaches the job. The same path on every
+    Python (no ``process_group`` needed: ``posix_spawn`` sets the group).
+    """
+    out = tmp_path / "self.json"
+    job_id = store.submit(Record(kind="shell", spec={"argv": [sys.executable, "-c", _SELF, str(out)], "cwd": "."}))
+    run = run_job(store, job_id)
+    assert run.execute().state == "complete"
+    seen = json.loads(out.read_text())
+    assert seen["pid"] == seen["pgid"] == run.pid  # its own process group, so a stop reaches all it starts
+    assert seen["ppid"] != os.getpid()  # the guardian's child: the one process that reaps it
+    assert seen["fds"][:3] == [0, 1, 2] and len(seen["fds"]) == 4  # 0-2 and the listing's own
+    assert seen["cwd"] == os.getcwd() and seen["stdin"] == ""  # its cwd (relative to the worker's); stdin /dev/null
+    # No signal ignored: the shell execs cat, which reads what it inherited (Python itself would ignore some).
+    status = tmp_path / "status"
+    job_id = submit(store, ["sh", "-c", 'exec cat /proc/self/status > "$1"', "sh", str(status)])
     assert run_job(store, job_id).execute().state == "complete"
-    pid, pgid = json.loads(out.read_text())
-    assert pid == pgid  # its own process group, so a stop reaches all it starts
+    ignored = int(next(line for line in status.read_text().splitlines() if line.startswith("SigIgn:")).split()[1], 16)
+    # SIGINT, SIGTERM, SIGPIPE, ... at their defaults. Signals 32 and 33 are the C library's own (its
+    # thread cancellation and set*id broadcast, which no program sends): glibc's posix_spawn leaves them
+    # ignored, and a glibc program installs its handlers for them as it starts.
+    assert ignored & ~(1 << 31 | 1 << 32) == 0, hex(ignored)
 
 
 def test_a_log_cut_short_is_closed_on_adoption_with_a_line(store: FileStore) -> None:
