@@ -1,7 +1,8 @@
-"""A child process seen from its parent: its process group signalled, its exit seen without reaping it, a pipe fed.
+"""A child process's group signalled, a pipe fed, an exit status told.
 
 Small system-call wrappers the runner's supervision loop uses; kept apart so
-the runner holds what a run does, not how each call is made.
+the runner holds what a run does, not how each call is made. A child's exit
+is seen by its parent, the guardian process (:mod:`jobctl.guardian`).
 """
 
 from __future__ import annotations
@@ -9,13 +10,7 @@ from __future__ import annotations
 import os
 import signal
 
-__all__ = ["write_all", "feed", "killpg", "exited", "sigkilled", "pidfd", "describe_status"]
-
-
-def write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
+__all__ = ["feed", "killpg", "describe_status"]
 
 
 def feed(fd: int, left: memoryview) -> memoryview:
@@ -38,38 +33,6 @@ def killpg(pgid: int, sig: int) -> None:
     except PermissionError:
         # A member changed its credentials (setuid); the rest still get it.
         pass
-
-
-def exited(pid: int) -> bool:
-    """Whether the child has exited, without reaping it.
-
-    Not reaping keeps the zombie's pid, which is also the process group's id,
-    from being reused while the group is still being signalled.
-    """
-    try:
-        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
-        return True
-    return info is not None and info.si_pid == pid
-
-
-def sigkilled(pid: int) -> bool:
-    """Whether the exited child was ended by SIGKILL, without reaping it."""
-    try:
-        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
-        return False
-    return info is not None and info.si_code == os.CLD_KILLED and info.si_status == signal.SIGKILL
-
-
-def pidfd(pid: int) -> int | None:
-    opener = getattr(os, "pidfd_open", None)
-    if opener is None:
-        return None
-    try:
-        return int(opener(pid))
-    except OSError:
-        return None
 
 
 def describe_status(code: int) -> str:

@@ -602,7 +602,9 @@ class Guard:
             if self.rows:
                 self.rows_wanted()
             self.wait()
-        # Its children's ends are told to nobody now: they are left to whoever adopts them, killed.
+        # Its children's ends are told to nobody now: what ended is reaped, what runs is killed and left
+        # to whoever adopts it.
+        self.reap()
         for pid in self.live:
             kill(pid, signal.SIGKILL)
 

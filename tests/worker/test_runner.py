@@ -420,3 +420,35 @@ def test_a_closed_log_gets_no_cut_short_line(store: FileStore) -> None:
     path.write_bytes(b"--- jobctl: attempt 1, epoch 1, owner w, started x ---\nout\n--- jobctl: released (pause) ---\n")
     assert run_job(store, job_id).execute().state == "complete"
     assert "cut short" not in path.read_text()
+
+
+def test_a_guardian_killed_mid_run_leaves_no_child_running_and_fails_the_attempt(
+    store: FileStore, tmp_path: Path, side_log: Path
+) -> None:
+    """The guardian is the child's parent: killed, it cannot kill the group, so the run does, and fails."""
+    marker = tmp_path / "grandchild"
+    # The job leaves a process of its group behind too: the whole group goes, not the leader alone.
+    script = f'sleep 60 & echo $! > {marker}; exec "$@"'
+    job_id = submit(store, ["sh", "-c", script, "sh", *job_argv("sleep", 60)], side_log)
+    guardian = runner.Guardian()
+    try:
+        run = run_job(store, job_id, ttl=30.0, guardian=guardian)
+        done: list[object] = []
+        thread = threading.Thread(target=lambda: done.append(run.execute()), daemon=True)
+        thread.start()
+        started = wait_until(lambda: [e for e in read_log(side_log) if e["event"] == "start"], what="the child")
+        wait_until(lambda: marker.exists() and marker.read_text().strip(), what="the grandchild's pid")
+        assert guardian.proc is not None
+        guardian.proc.kill()  # the guardian dies; the run (not stopped) sees its channel end
+        thread.join(20)
+        [outcome] = done
+        assert outcome.error.endswith("killed: its guardian process ended")  # type: ignore[attr-defined]
+        assert store.load(job_id).state in ("pending", "failed")  # under its retry policy, as a failed attempt
+        assert wait_until(lambda: gone(started[0]["pid"]), 10, "the child to be killed")
+        assert wait_until(lambda: gone(int(marker.read_text())), 10, "the rest of its group to be killed")
+        # The next start has a new guardian: the worker goes on.
+        first = guardian.proc.pid
+        assert run_job(store, submit(store, ["true"]), guardian=guardian).execute().state == "complete"
+        assert guardian.proc.pid != first
+    finally:
+        guardian.close()
