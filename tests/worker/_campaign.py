@@ -47,8 +47,9 @@ from jobctl import FileStore, Record, open_store
 
 HERE = Path(__file__).resolve().parent
 DRIVER = str(HERE / "_driver.py")
-#: The names (``comm``) of a job's processes: its shell, the flock it runs, the sleep it becomes.
-JOB_PROCESSES = ("sh", "flock", "sleep")
+#: The names (``comm``) of a job's leader, the guardian's child: its shell, then the sleep it becomes. (Not its
+#: flock: one that ended before its shell was killed is left a zombie, handed on here, and ran on to nothing.)
+JOB_LEADERS = ("sh", "sleep")
 
 JOB = r"""
 exec 9>>"$LOCKS/$JOB_ID"
@@ -159,8 +160,10 @@ class Worker:
             elif event["what"] == "started":
                 self.started += 1
                 if self.kill_in_burst and not self.killed.is_set():
-                    # A moment into the burst: the first start is out, the other slots are claiming and starting.
-                    time.sleep(random.uniform(0.0, 0.02))
+                    # A moment into the burst: the first start is out (its guardian is up: it starts with the
+                    # first child), the other slots are claiming and starting.
+                    wait(lambda: self.guardian() is not None, 5.0)
+                    time.sleep(random.uniform(0.0, 0.01))
                     self.guardian_pid = self.guardian()
                     self.started_at_kill = self.started
                     send(self.pid, signal.SIGKILL)
@@ -274,7 +277,7 @@ def kill_campaign(root: str, place: Path, rounds: int, ttl: float, at_once: int 
     def left_behind() -> dict[str, int]:
         """The job processes left behind so far (reaped here, not by a guardian), by how they ended."""
         with reaper.lock:
-            ended = [(pid, status) for pid, status in reaper.status.items() if reaper.comm[pid] in JOB_PROCESSES]
+            ended = [(pid, status) for pid, status in reaper.status.items() if reaper.comm[pid] in JOB_LEADERS]
             shells = {pid for pid, _ in ended if reaper.comm[pid] == "sh"}
         lined = {int(line[3]) for line in read_runs(runs)}
         killed = [pid for pid, status in ended if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL]
