@@ -7,10 +7,12 @@ is seen by its parent, the guardian process (:mod:`jobctl.guardian`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import time
 
-__all__ = ["feed", "killpg", "describe_status"]
+__all__ = ["feed", "killpg", "describe_status", "sweep_session"]
 
 
 def feed(fd: int, left: memoryview) -> memoryview:
@@ -33,6 +35,70 @@ def killpg(pgid: int, sig: int) -> None:
     except PermissionError:
         # A member changed its credentials (setuid); the rest still get it.
         pass
+
+
+def _session_of(pid: int) -> int | None:
+    """The session of live process ``pid`` (from ``/proc/PID/stat``); None when it is gone or a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    # "PID (COMM) STATE PPID PGRP SESSION ...": COMM may hold anything, so count from its last ")".
+    fields = data[data.rfind(b")") + 2 :].split()
+    if len(fields) < 4 or fields[0] in (b"Z", b"X"):
+        return None
+    try:
+        return int(fields[3])
+    except ValueError:
+        return None
+
+
+def sweep_session(sid: int, rounds: int = 50) -> int:
+    """SIGKILL every live process of session ``sid``: how many were killed.
+
+    For a dead guardian's session (every child it started is in it, and all
+    they started but what called ``setsid``), called while its leader, the
+    guardian, is still unreaped: a session's id is its leader's pid, which
+    cannot be reused until then, so each process found in it is one of the
+    guardian's. Each is signalled through a pidfd opened before its session
+    is read again, so a pid reused between the look and the kill is never
+    signalled. Scans until a scan finds none (what is killed may have forked
+    meanwhile), ``rounds`` at most. Linux (``/proc``); elsewhere it kills nothing.
+    """
+    if not os.path.isdir("/proc"):
+        return 0
+    pidfd_open = getattr(os, "pidfd_open", None)
+    killed: set[int] = set()
+    for _ in range(rounds):
+        found = 0
+        for name in os.listdir("/proc"):
+            if not name.isdigit() or int(name) == sid or _session_of(int(name)) != sid:
+                continue
+            pid = int(name)
+            if pidfd_open is None:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+                    found += 1
+                    killed.add(pid)
+                continue
+            try:
+                fd = pidfd_open(pid)
+            except OSError:
+                continue  # gone already
+            try:
+                if _session_of(pid) == sid:  # the pidfd holds this very process now
+                    signal.pidfd_send_signal(fd, signal.SIGKILL)
+                    found += 1
+                    killed.add(pid)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+        if not found:
+            break
+        time.sleep(0.001)  # a SIGKILLed process takes a moment to become a zombie
+    return len(killed)
 
 
 def describe_status(code: int) -> str:

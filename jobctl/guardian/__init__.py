@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import math
 import os
 import select
 import socket
@@ -24,6 +25,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ..children import sweep_session
 from ..jobenv import JobEnvironment
 from ..store.base import LeaseSource
 from .program import receive
@@ -169,9 +171,12 @@ class Guardian:
     before it reads anything, and starts with only what a job would get of
     the environment (:func:`_guardian_env`); the whole environment (which a
     database's client library may need) follows on the socket, as does each
-    job's. If the guardian process dies, the children it started are left to
-    their supervisors (:class:`jobctl.runner.ChildWork` kills them and fails
-    the attempt) and the next start starts a new one. The first start starts
+    job's. If the guardian process dies, whatever it started dies with it: the
+    supervisor, finding it gone (a message it cannot take, a start's channel
+    closed unanswered), kills every process left in its session before it
+    reaps it (:func:`_bury`), a command it started and died before telling
+    of among them; the attempts fail (:class:`jobctl.runner.ChildWork`) and
+    the next start starts a new one. The first start starts
     the first one: a worker pass that runs nothing starts no process at all.
     """
 
@@ -231,7 +236,7 @@ class Guardian:
                 self._sock.close()
             self._sock = None
         if self.proc is not None and not self._closed:
-            self.proc.poll()  # reap it if it is gone
+            _bury(self.proc)  # found gone: nothing it started outlives it
 
     def _send(self, data: bytes, fds: list[int], respawn: bool) -> bool:
         """Write one message (lock held); False when it could not. ``respawn``: start a guardian if there is none."""
@@ -300,6 +305,7 @@ class Guardian:
         """The guardian's answer to a start: the child, or the reason it was not started (raised)."""
         # Its answer comes within moments; one stopped or starved past the kill time refuses the start then.
         if not select.select([chan], [], [], max(0.0, kill_at - time.monotonic()) + SEAL_WAIT)[0]:
+            self.lost(generation, kill=True)  # stopped or starved: it and all it started are killed
             raise Unguarded(f"the guardian did not answer within {SEAL_WAIT:g} s after the lease's end")
         data, fds = receive(chan, 256, 1)
         line, _, rest = data.partition(b"\n")
@@ -312,7 +318,24 @@ class Guardian:
             raise OSError(code, os.strerror(code))
         if line == b"L":
             raise Late("the lease's end came before the guardian could start it")
-        raise Unguarded("the guardian ended before it started the command")
+        # It may have started the command and died before it said so: whatever it started is killed first.
+        self.lost(generation)
+        raise Unguarded("the guardian ended before it said it started the command (all it started was killed)")
+
+    def lost(self, generation: int, *, kill: bool = False) -> None:
+        """The guardian of ``generation`` was found gone (a start's channel closed unanswered): bury it now.
+
+        With ``kill``, one that does not answer is killed first. Burying it
+        kills every process left in its session before it is reaped
+        (:func:`_bury`); a guardian of an earlier generation was buried when
+        the next one was started.
+        """
+        with self._lock:
+            if generation != self.generation or self._closed or self.proc is None:
+                return
+            if kill and self.proc.returncode is None:
+                self.proc.kill()  # our child, not reaped: the pid is its own
+            self._hang_up()
 
     def renew(self, child: Child, kill_at: float) -> None:
         """Move the group's time on (a renewal) or back (a recall)."""
@@ -337,6 +360,39 @@ class Guardian:
             return
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(10)
+
+
+#: Seconds a guardian found gone has to exit (its socket closes a moment before) before it is killed.
+BURY_WAIT = 5.0
+
+
+def _bury(proc: subprocess.Popen[bytes]) -> None:
+    """A guardian process found gone: once it has exited, every process left in its session killed, then it reaped.
+
+    Every command it started is in its session (it runs in one of its own),
+    and so is all they started but what called ``setsid``: the commands of
+    a guardian killed between starting one and saying so (whose pid this
+    process never learnt), a group whose leader exited unreported, a child
+    that moved to another group. Its pid, the session's id, stays its own
+    until it is reaped here (:func:`jobctl.children.sweep_session`).
+    """
+    if proc.returncode is not None:
+        return
+    deadline = time.monotonic() + BURY_WAIT
+    while True:
+        try:
+            exited = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            proc.poll()  # reaped elsewhere: its session can no longer be told apart
+            return
+        if exited is not None:
+            break
+        if time.monotonic() >= deadline:
+            proc.kill()  # alive but deaf to its socket: ours to kill, not yet reaped
+            deadline = math.inf
+        time.sleep(0.002)
+    sweep_session(proc.pid)
+    proc.wait()
 
 
 def start_message(

@@ -416,18 +416,21 @@ class ChildWork(Work):
         return status is not None and os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
 
     def _orphaned(self) -> None:
-        """The guardian ended before the child did: kill the child's group here, never another's.
+        """The guardian ended before the child did: kill what it started, never another's.
 
-        This process is not the child's parent and cannot keep its id from
-        being reused once the child is reaped (by whoever adopted it). The
-        pidfd the guardian sent names the child itself: while it shows the
-        child has not exited, the group's id is still the child's, and the
-        group is killed; the child is killed through the pidfd in any case.
-        Without a pidfd (a kernel before 5.3) the group is killed as it was
-        last known.
+        The guardian is buried (:meth:`jobctl.guardian.Guardian.lost`): every
+        process left in its session is killed before it is reaped, this
+        child's group with it. Where there is no ``/proc`` to find them by,
+        the pidfd the guardian sent names the child itself: while it shows
+        the child has not exited, the group's id is still the child's, and
+        the group is killed; the child is killed through the pidfd in any
+        case. Without a pidfd (a kernel before 5.3) the group is killed as
+        it was last known.
         """
         child = self._child
         assert child is not None
+        if self._guardian is not None:
+            self._guardian.lost(child.generation)  # its whole session killed, this child's group with it
         pfd = child.pidfd
         if pfd is None:
             killpg(child.pid, signal.SIGKILL)

@@ -452,3 +452,55 @@ def test_a_guardian_killed_mid_run_leaves_no_child_running_and_fails_the_attempt
         assert guardian.proc.pid != first
     finally:
         guardian.close()
+
+
+def test_a_guardian_killed_after_it_started_a_command_but_before_it_said_so_leaves_it_not_running(
+    tmp_path: Path,
+) -> None:
+    """The window a guardian as parent opens: it started the command, and died before its pid was told.
+
+    The start's channel is filled up before the guardian gets it, so the
+    guardian, having started the command, blocks telling its pid; it is
+    killed there. The supervisor never learns the pid, yet the command must
+    not run on (an attempt refused as not started is retried: it would run
+    twice): finding the guardian gone, the supervisor kills its session.
+    """
+    import socket
+    import time
+
+    from jobctl.guardian import Unguarded, start_message
+
+    marker = tmp_path / "pid"
+    guardian = runner.Guardian()
+    try:
+        # A first start brings the guardian process up.
+        until = time.monotonic() + 60
+        first = guardian.start(["true"], "/bin/true", {}, cwd=None, stdout=1, stderr=2, stdin=None, kill_at=until)
+        first.close()
+        ours, theirs = socket.socketpair()
+        theirs.setblocking(False)
+        try:
+            while True:
+                theirs.send(b"x" * 65536)
+        except BlockingIOError:
+            pass
+        theirs.setblocking(True)
+        script = f"echo $$ > {marker}.tmp && mv {marker}.tmp {marker} && exec sleep 60"
+        message = start_message(
+            ["sh", "-c", script], "/bin/sh", {"PATH": os.environ["PATH"]}, None, time.monotonic() + 60, None, "c"
+        )
+        with guardian._lock:
+            assert guardian._send(message, [theirs.fileno()], False)
+            generation = guardian.generation
+        theirs.close()
+        pid = int(wait_until(lambda: marker.exists() and marker.read_text().strip(), what="the command to start"))
+        assert guardian.proc is not None
+        guardian.proc.kill()  # blocked telling the pid: it dies before the supervisor learns it
+        with pytest.raises(Unguarded, match="all it started was killed"):
+            try:
+                guardian._started(ours, time.monotonic() + 60, generation)
+            finally:
+                ours.close()
+        assert wait_until(lambda: gone(pid), 10, "the command the guardian started unsaid to be killed")
+    finally:
+        guardian.close()
