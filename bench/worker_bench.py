@@ -11,7 +11,7 @@ Run with ``make bench`` (``.venv/bin/python bench/worker_bench.py``). Three part
   the library's :class:`jobctl.worker.Worker` in this process, exactly what
   ``jobctl worker --drain`` runs after it has started; best of two runs each.
   The CPU the best drain used per job (this process; its children: the
-  commands, their start gate and the guardian) says what the machine's CPUs
+  commands and the guardian, their parent) says what the machine's CPUs
   allow at most, whatever else runs on them.
 * the same drain at concurrency 1 on a store that already holds 5,000
   finished jobs: picking the next job must not slow down as they pile up.
@@ -145,7 +145,7 @@ def main() -> int:
     for c, (own, kids) in CPU.items():
         print(
             f"  CPU per job, concurrency {c}: worker {own:.2f} ms, its children {kids:.2f} ms "
-            f"(the commands, their start gate, the guardian); {cpus} CPUs give {cpus * 1000 / (own + kids):.0f} jobs/s "
+            f"(the commands and the guardian); {cpus} CPUs give {cpus * 1000 / (own + kids):.0f} jobs/s "
             "at most"
         )
     crowded = drain(1, FINISHED)

@@ -10,9 +10,9 @@ jobs running ``true`` on a directory store made inside the repository (its
 file system is the one that counts). Each step a slot takes for a job is
 wrapped in ``time.perf_counter_ns`` (wall time, on the slot threads only),
 so the table reads down one job's path: the record writes, the attempt's log,
-the start through the gate, the guardian's registration, the child's run, its
-end and the result. Then the CPU each thread used (``/proc/self/task``), and
-the children's (the commands, their start gate and the guardian). Wrapping
+the start through the guardian, the child's run, its end and the result. Then
+the CPU each thread used (``/proc/self/task``), and the children's (the
+commands and the guardian, their parent). Wrapping
 costs a few microseconds a call: compare steps, not the total with the bench.
 """
 
@@ -51,12 +51,10 @@ STEPS: list[tuple[Any, str, str]] = [
     (child, "seal", "seal (non-dumpable)"),
     (child.ChildWork, "_result_ready", "$JOB_RESULT's name cleared"),
     (child, "child_env", "the job's environment"),
-    (child, "check_executable", "the command looked up"),
-    (child, "spawn", "spawn: /bin/sh start gate, vfork + exec"),
-    (Guardian, "watch", "guardian registration (one socket write)"),
-    (child, "give_go", "go written"),
-    (Keeper, "_watch", "the child runs: gate, exec of the command, exit"),
-    (child.ChildWork, "end", "end: group killed, forgotten, reaped, log footer, closed"),
+    (child, "executable", "the command looked up"),
+    (Guardian, "start", "start: one message to the guardian, which spawns it and sends its pid back"),
+    (Keeper, "_watch", "the child runs: exec of the command, exit, its status from the guardian"),
+    (child.ChildWork, "end", "end: log footer, channel and pidfd closed"),
     (child.ChildWork, "completing", "$JOB_RESULT looked for"),
     (child.ChildWork, "after", "after: result name removed, directory closed"),
     (Worker, "_post", "reports to the loop (started, ended)"),
@@ -133,7 +131,7 @@ def main() -> int:
         print(f"  {user * tick:8.0f} + {system * tick:6.0f}  {name}")
     kids_user = (after.children_user - before.children_user) * 1e6 / jobs
     kids_system = (after.children_system - before.children_system) * 1e6 / jobs
-    print(f"  {kids_user:8.0f} + {kids_system:6.0f}  children (the commands, their start gate, the guardian)")
+    print(f"  {kids_user:8.0f} + {kids_system:6.0f}  children (the commands and the guardian)")
     return 0
 
 

@@ -1,21 +1,18 @@
-"""A child process seen from its parent: its process group signalled, its exit seen without reaping it, a pipe fed.
+"""A child process's group signalled, a pipe fed, an exit status told.
 
 Small system-call wrappers the runner's supervision loop uses; kept apart so
-the runner holds what a run does, not how each call is made.
+the runner holds what a run does, not how each call is made. A child's exit
+is seen by its parent, the guardian process (:mod:`jobctl.guardian`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import time
 
-__all__ = ["write_all", "feed", "killpg", "exited", "sigkilled", "pidfd", "describe_status"]
-
-
-def write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
+__all__ = ["feed", "killpg", "describe_status", "sweep_session"]
 
 
 def feed(fd: int, left: memoryview) -> memoryview:
@@ -40,36 +37,68 @@ def killpg(pgid: int, sig: int) -> None:
         pass
 
 
-def exited(pid: int) -> bool:
-    """Whether the child has exited, without reaping it.
-
-    Not reaping keeps the zombie's pid, which is also the process group's id,
-    from being reused while the group is still being signalled.
-    """
+def _session_of(pid: int) -> int | None:
+    """The session of live process ``pid`` (from ``/proc/PID/stat``); None when it is gone or a zombie."""
     try:
-        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
-        return True
-    return info is not None and info.si_pid == pid
-
-
-def sigkilled(pid: int) -> bool:
-    """Whether the exited child was ended by SIGKILL, without reaping it."""
-    try:
-        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
-        return False
-    return info is not None and info.si_code == os.CLD_KILLED and info.si_status == signal.SIGKILL
-
-
-def pidfd(pid: int) -> int | None:
-    opener = getattr(os, "pidfd_open", None)
-    if opener is None:
-        return None
-    try:
-        return int(opener(pid))
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
     except OSError:
         return None
+    # "PID (COMM) STATE PPID PGRP SESSION ...": COMM may hold anything, so count from its last ")".
+    fields = data[data.rfind(b")") + 2 :].split()
+    if len(fields) < 4 or fields[0] in (b"Z", b"X"):
+        return None
+    try:
+        return int(fields[3])
+    except ValueError:
+        return None
+
+
+def sweep_session(sid: int, rounds: int = 50) -> int:
+    """SIGKILL every live process of session ``sid``: how many were killed.
+
+    For a dead guardian's session (every child it started is in it, and all
+    they started but what called ``setsid``), called while its leader, the
+    guardian, is still unreaped: a session's id is its leader's pid, which
+    cannot be reused until then, so each process found in it is one of the
+    guardian's. Each is signalled through a pidfd opened before its session
+    is read again, so a pid reused between the look and the kill is never
+    signalled. Scans until a scan finds none (what is killed may have forked
+    meanwhile), ``rounds`` at most. Linux (``/proc``); elsewhere it kills nothing.
+    """
+    if not os.path.isdir("/proc"):
+        return 0
+    pidfd_open = getattr(os, "pidfd_open", None)
+    killed: set[int] = set()
+    for _ in range(rounds):
+        found = 0
+        for name in os.listdir("/proc"):
+            if not name.isdigit() or int(name) == sid or _session_of(int(name)) != sid:
+                continue
+            pid = int(name)
+            if pidfd_open is None:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+                    found += 1
+                    killed.add(pid)
+                continue
+            try:
+                fd = pidfd_open(pid)
+            except OSError:
+                continue  # gone already
+            try:
+                if _session_of(pid) == sid:  # the pidfd holds this very process now
+                    signal.pidfd_send_signal(fd, signal.SIGKILL)
+                    found += 1
+                    killed.add(pid)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+        if not found:
+            break
+        time.sleep(0.001)  # a SIGKILLed process takes a moment to become a zombie
+    return len(killed)
 
 
 def describe_status(code: int) -> str:

@@ -1,6 +1,4 @@
-"""The Linux process controls jobctl sets on itself and on a child it starts (``prctl(2)``, through libc).
-
-Two of them:
+"""The Linux process control jobctl sets on itself (``prctl(2)``, through libc).
 
 * **non-dumpable** (:func:`seal`): a process that starts a job's command makes
   itself non-dumpable first, so the job -- the same user -- cannot read the
@@ -15,10 +13,8 @@ Two of them:
   jobctl puts no secret on a command line (docs/security.md). It also keeps
   core dumps and same-user debuggers (``gdb -p``, ``py-spy``) away from the
   worker: root still can.
-* **the parent-death signal** (``PR_SET_PDEATHSIG``), which the runner arms
-  in a child on Python 3.10's start path (:func:`jobctl.runner.start.child_setup`).
 
-Elsewhere than Linux (or with no ``prctl`` in libc) both are no-ops: there,
+Elsewhere than Linux (or with no ``prctl`` in libc) it is a no-op: there,
 a job running as the worker's user can read what that user's tools can
 (``ps eww`` on the BSDs and macOS shows other processes' environments).
 """
@@ -29,9 +25,8 @@ import ctypes
 import sys
 from collections.abc import Callable
 
-__all__ = ["PRCTL", "PR_SET_PDEATHSIG", "seal", "sealed"]
+__all__ = ["PRCTL", "seal", "sealed"]
 
-PR_SET_PDEATHSIG = 1
 PR_GET_DUMPABLE = 3
 PR_SET_DUMPABLE = 4
 

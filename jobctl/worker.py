@@ -102,8 +102,7 @@ class Worker:
     The main thread owns the board and hands the oldest runnable records to
     ``concurrency`` slot threads; each slot claims its record, runs it and
     reports back through a queue. Claims happen in the slots so that their
-    fsyncs overlap, and a slot thread lives as long as the worker, so it
-    outlives every child it starts (the thread a parent-death signal is tied to).
+    fsyncs overlap, and a slot thread lives as long as the worker.
     """
 
     def __init__(

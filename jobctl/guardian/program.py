@@ -18,9 +18,11 @@ Importing this module does nothing but define; :func:`main` is the program.
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import select
 import signal
+import socket
 import sys
 import time
 
@@ -35,6 +37,19 @@ OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 LEASE = b'\n  "lease": {\n    "owner": "'
 RACY = 1.0  # seconds: a file changed this shortly before it was read may change again unseen by its times
 PR_SET_DUMPABLE = 4  # as in jobctl.prctl
+#: What a child starts with at their defaults: what this program ignores (a disposition ``exec`` keeps), and
+#: what Python ignores at its start (SIGPIPE, SIGXFSZ), as ``subprocess`` restores them.
+SIGDEF = (
+    signal.SIGINT,
+    signal.SIGTERM,
+    signal.SIGHUP,
+    signal.SIGTSTP,
+    signal.SIGTTIN,
+    signal.SIGTTOU,
+    signal.SIGPIPE,
+    signal.SIGXFSZ,
+)
+DUP2 = os.POSIX_SPAWN_DUP2
 
 #: A record file's identity when last read: inode, device, size, modification and change times.
 Ident = tuple[int, int, int, int, int]
@@ -56,13 +71,46 @@ def seal() -> None:
         pass
 
 
-def kill(pid: int) -> None:
-    """SIGKILL the group ``pid`` (and the process, should the group be gone)."""
+def kill(pid: int, sig: int) -> None:
+    """Signal the group ``pid`` (and the process, should it have left its group): a child not reaped yet."""
     for fn in (os.killpg, os.kill):
         try:
-            fn(pid, signal.SIGKILL)
+            fn(pid, sig)
+            return
         except OSError:
             pass
+
+
+def tell(chan: socket.socket, line: bytes, fd: int | None = None) -> None:
+    """One line to a child's supervisor (with a descriptor); one that hung up is not told."""
+    try:
+        if fd is None:
+            chan.send(line)
+        else:
+            socket.send_fds(chan, [line], [fd])
+    except OSError:
+        pass
+
+
+def receive(sock: socket.socket, size: int, most: int) -> tuple[bytes, list[int]]:
+    """What came on ``sock``, and the descriptors with it: close-on-exec from the start, so no child inherits one.
+
+    (``socket.recv_fds`` drops the flags it is given: MSG_CMSG_CLOEXEC would not reach the kernel.)
+    """
+    data, anc, _flags, _addr = sock.recvmsg(size, socket.CMSG_LEN(most * 4), socket.MSG_CMSG_CLOEXEC)
+    fds: list[int] = []
+    for level, kind, raw in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds += [int.from_bytes(raw[i : i + 4], sys.byteorder, signed=True) for i in range(0, len(raw) - 3, 4)]
+    return data, fds
+
+
+def open_pidfd(pid: int) -> int | None:
+    """A pidfd of the child ``pid`` (not reaped yet: it is that child); None where the kernel has none."""
+    try:
+        return os.pidfd_open(pid)
+    except (OSError, AttributeError):
+        return None
 
 
 def instant(t: str) -> float | None:
@@ -162,9 +210,22 @@ def lease(data: bytes) -> tuple[int, float] | None:
 
 
 class Group:
-    """One process group guarded: the times that kill it, and where its lease is read."""
+    """One child's process group: the times that kill it, where its lease is read, and where its end is told."""
 
-    __slots__ = ("kill_at", "where", "epoch", "margin", "every", "lease_at", "next_read", "ident", "seen", "since")
+    __slots__ = (
+        "kill_at",
+        "where",
+        "epoch",
+        "margin",
+        "every",
+        "lease_at",
+        "next_read",
+        "ident",
+        "seen",
+        "since",
+        "chan",
+        "gone",
+    )
 
     def __init__(
         self,
@@ -174,6 +235,7 @@ class Group:
         margin: float = 0.0,
         every: float = INF,
         since: float = 0.0,
+        chan: socket.socket | None = None,
     ) -> None:
         self.kill_at = kill_at  # the time its supervisor reported
         self.where = where  # the record's path, or (url, id) of a row; None: none is read
@@ -184,7 +246,15 @@ class Group:
         self.next_read = INF if where is None else -INF
         self.ident: Ident | None = None  # identity of the record's file when last read (None: read it next time)
         self.seen: tuple[int, float] | None = None  # (epoch, expires_at) it said
-        self.since = since  # when it was registered
+        self.since = since  # when it was started
+        self.chan = chan  # the supervisor's channel for this child: its pid went there, its wait status goes there
+        self.gone = False  # SIGKILLed for its time: only its end is still awaited
+
+    def killed(self) -> None:
+        """Its time came and its group was SIGKILLed: nothing more to wait for but the leader's end."""
+        self.kill_at = self.lease_at = self.next_read = INF
+        self.where = None
+        self.gone = True
 
 
 class Rows:
@@ -259,23 +329,27 @@ class Rows:
 
 
 class Guard:
-    """The program's state: the groups guarded, the database readers, what is left of the last line read.
+    """The program's state: the children started, the database readers, what is left of the stream read.
 
     ``stdin``: the supervisor's end (a socket); ``paths``: where psycopg is found.
     """
 
     def __init__(self, stdin: int = 0, paths: list[str] | None = None) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, 0, stdin) if stdin >= 0 else None
         self.stdin = stdin
         self.paths = paths or []
-        self.live: dict[int, Group] = {}  # pid -> its group
+        self.live: dict[int, Group] = {}  # pid -> its group (the child not yet reaped)
         self.rows: dict[str, Rows] = {}  # url -> its reader
         self.rest = b""
-        self.wake_r, self.wake_w = os.pipe()  # a reader's news wakes the loop
+        self.fds: list[int] = []  # descriptors received whose start message is not read whole yet
+        self.wake_r, self.wake_w = os.pipe()  # a reader's news, or a child's end (SIGCHLD), wakes the loop
         os.set_blocking(self.wake_r, False)
         os.set_blocking(self.wake_w, False)
+        self.null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)  # a child's stdin when it is given none
+        self.home = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # where a child's cwd is from
 
     def handle(self, line: bytes) -> None:
-        """One message of the supervisor (the lines are told in :class:`jobctl.guardian.Guardian`)."""
+        """One line of the supervisor (the lines are told in :class:`jobctl.guardian.Guardian`)."""
         op, fields = line[:1], line[1:].split()
         if op == b"E":
             # The supervisor's environment, for a database's client library (a password, a .pgpass under HOME).
@@ -287,51 +361,162 @@ class Guard:
                 pass
             return
         try:
-            pid = int(fields[0])
-            at = float(fields[1]) if op != b"-" else 0.0
-            watch = None
-            if len(fields) > 5:
-                path = bytes.fromhex(fields[5].decode())
-                where: Where = path
-                if path[:1] == b"\0":
-                    import json
-
-                    row = json.loads(path[1:])
-                    url, job_id, query = str(row["url"]), str(row["id"]), str(row["query"])
-                    if url not in self.rows:
-                        self.rows[url] = Rows(url, query, self.wake_w, self.paths)
-                    where = (url, job_id)
-                watch = (where, int(fields[2]), float(fields[3]), float(fields[4]))
-        except (IndexError, ValueError, KeyError, TypeError):
+            pid, value = int(fields[0]), fields[1]
+            g = self.live.get(pid)
+            if op == b"=" and g is not None and not g.gone:
+                g.kill_at = float(value)
+            elif op == b"!" and g is not None:
+                # Never a reaped child's id: only this process reaps, and it reaps only after every message came.
+                kill(pid, int(value))
+        except (IndexError, ValueError):
             return
-        if op == b"+":
-            if watch is None:
-                self.live[pid] = Group(at)
-            else:
-                self.live[pid] = Group(at, *watch, since=time.monotonic())
-        elif op == b"=" and pid in self.live:
-            self.live[pid].kill_at = at
-        elif op == b"-":
-            self.live.pop(pid, None)
 
-    def settle(self) -> bool:
-        """Every message that came first, then a kill of every group whose time has come.
+    def watch(self, meta: list[bytes]) -> tuple[float, tuple[Where, int, float, float] | None]:
+        """A start's kill time and the record to read, from its fields ``AT [EPOCH MARGIN EVERY WHERE]``."""
+        at = float(meta[0])
+        if len(meta) < 5:
+            return at, None
+        path = bytes.fromhex(meta[4].decode())
+        where: Where = path
+        if path[:1] == b"\0":
+            import json
 
-        A group whose ``-PID`` is written may be reaped and its id reused: so
-        the messages first. False: end of file, the supervisor is gone.
+            row = json.loads(path[1:])
+            url, job_id, query = str(row["url"]), str(row["id"]), str(row["query"])
+            if url not in self.rows:
+                self.rows[url] = Rows(url, query, self.wake_w, self.paths)
+            where = (url, job_id)
+        return at, (where, int(meta[1]), float(meta[2]), float(meta[3]))
+
+    def start(self, payload: bytes, spec: bytes) -> None:
+        """Start a child (a ``S`` message): spawned in its own group, guarded from before its first instruction.
+
+        ``spec`` names the descriptors that came with it, in order: ``c`` the
+        channel its pid (and a pidfd), or the ``errno`` of a failed start, or
+        ``L`` (its time had come: not started) goes to, then ``i`` its stdin,
+        ``o`` its stdout, ``e`` its stderr (else its stdout's).
         """
+        fds = dict(zip(spec.decode("ascii", "replace"), self.fds[: len(spec)], strict=False))
+        del self.fds[: len(spec)]
+        chan_fd = fds.pop("c", -1)
+        chan = None if chan_fd < 0 else socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, 0, chan_fd)
+        try:
+            reply = self.spawn(payload, fds, chan)
+        finally:
+            for fd in set(fds.values()):
+                os.close(fd)
+        if chan is None:
+            return
+        if reply is not None:
+            tell(chan, reply)
+            chan.close()
+
+    def spawn(self, payload: bytes, fds: dict[str, int], chan: socket.socket | None) -> bytes | None:
+        """Spawn what ``payload`` says; what to answer when it was not started (None: it was, and said so)."""
+        try:
+            fields = payload.split(b"\0")
+            meta = fields[0].split()
+            argc = int(meta[0])
+            at, watch = self.watch(meta[1:])
+            cwd, path, argv = fields[1], fields[2], fields[3 : 3 + argc]
+            env = dict(kv.split(b"=", 1) for kv in fields[3 + argc :])
+        except (IndexError, ValueError, KeyError, TypeError):
+            return b"E%d\n" % errno.EINVAL  # a message this program cannot read
+        if chan is None:
+            return None  # nobody to tell its pid, nor to stop it: not started
+        if at <= time.monotonic():
+            return b"L\n"  # its lease may be somebody else's by now: no code of it runs
+        out = fds.get("o", 1)
+        actions = [(DUP2, fds.get("i", self.null), 0), (DUP2, out, 1), (DUP2, fds.get("e", out), 2)]
+        try:
+            if cwd:
+                os.chdir(cwd)  # posix_spawn has no cwd of its own; this process's is its home again at once
+            try:
+                pid = os.posix_spawn(
+                    path, argv, env, file_actions=actions, setpgroup=0, setsigdef=SIGDEF, setsigmask=()
+                )
+            finally:
+                if cwd:
+                    os.fchdir(self.home)
+        except OSError as exc:
+            return b"E%d\n" % (exc.errno or errno.EIO)
+        # Registered before anything else can happen: a stop, a kill or its lease's end all find it here.
+        self.live[pid] = Group(at, *(watch or ()), since=time.monotonic(), chan=chan)  # type: ignore[misc]
+        pidfd = open_pidfd(pid)
+        try:
+            tell(chan, b"P%d\n" % pid, pidfd)
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
+        return None
+
+    def read(self) -> bool:
+        """Every message waiting (descriptors with them); False at end of file: the supervisor is gone."""
+        assert self.sock is not None
         while select.select([self.stdin], [], [], 0)[0]:
-            chunk = os.read(self.stdin, 65536)
+            try:
+                chunk, fds = receive(self.sock, 1 << 16, 16)
+            except InterruptedError:
+                continue
+            self.fds.extend(fds)
             if not chunk:
                 return False
-            *lines, self.rest = (self.rest + chunk).split(b"\n")
-            for line in lines:
-                self.handle(line)
+            buf = self.rest + chunk
+            while True:
+                nl = buf.find(b"\n")
+                if nl < 0:
+                    break
+                if buf[:1] != b"S":
+                    self.handle(buf[:nl])
+                    buf = buf[nl + 1 :]
+                    continue
+                # S SIZE SPEC: a start, its SIZE bytes following the line.
+                head = buf[1:nl].split()
+                try:
+                    end = nl + 1 + int(head[0])
+                except (IndexError, ValueError):
+                    buf = buf[nl + 1 :]
+                    continue
+                if len(buf) < end:
+                    break
+                self.start(buf[nl + 1 : end], head[1] if len(head) > 1 else b"")
+                buf = buf[end:]
+            self.rest = buf
+        return True
+
+    def reap(self) -> None:
+        """Each child that ended: the rest of its group killed while its id is still its own, then reaped, told."""
+        for pid in list(self.live):
+            try:
+                info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                info = None
+                status = -1
+            else:
+                if info is None:
+                    continue
+                # The leader is a zombie: its pid (the group's id) cannot be reused yet.
+                kill(pid, signal.SIGKILL)
+                status = os.waitpid(pid, 0)[1]
+            g = self.live.pop(pid)
+            if g.chan is not None:
+                if status >= 0:
+                    tell(g.chan, b"X%d\n" % status)
+                g.chan.close()
+
+    def settle(self) -> bool:
+        """Every message that came first, then a kill of every group whose time has come, then the ends.
+
+        False: end of file, the supervisor is gone.
+        """
+        if not self.read():
+            return False
         now = time.monotonic()
-        for pid, g in list(self.live.items()):
+        for pid, g in self.live.items():
             if min(g.kill_at, g.lease_at) <= now:
-                kill(pid)
-                del self.live[pid]
+                kill(pid, signal.SIGKILL)
+                g.killed()
+        self.reap()
         return True
 
     def look(self, g: Group) -> None:
@@ -387,8 +572,8 @@ class Guard:
 
     def wait(self) -> None:
         """Sleep until the next time due, a message, or a reader's news (which makes every row due now)."""
-        wake = min((min(g.kill_at, g.lease_at, g.next_read) for g in self.live.values()), default=None)
-        timeout = None if wake is None else max(0.0, wake - time.monotonic())
+        wake = min((min(g.kill_at, g.lease_at, g.next_read) for g in self.live.values()), default=INF)
+        timeout = None if wake == INF else max(0.0, wake - time.monotonic())  # a child's end wakes it too
         news = select.select([self.stdin, self.wake_r], [], [], timeout)[0]
         if self.wake_r in news:
             try:
@@ -400,7 +585,7 @@ class Guard:
                     g.next_read = 0.0  # a reader has news: look at it now
 
     def run(self) -> None:
-        """Until the supervisor is gone; then every group still registered is killed.
+        """Until the supervisor is gone; then every group not reaped yet is killed.
 
         Each wake settles first, before any record is read: one after this
         process was stopped (its host, its container or its whole tree
@@ -417,8 +602,11 @@ class Guard:
             if self.rows:
                 self.rows_wanted()
             self.wait()
+        # Its children's ends are told to nobody now: what ended is reaped, what runs is killed and left
+        # to whoever adopts it.
+        self.reap()
         for pid in self.live:
-            kill(pid)
+            kill(pid, signal.SIGKILL)
 
 
 def main(paths: list[str]) -> None:
@@ -431,5 +619,9 @@ def main(paths: list[str]) -> None:
     except OSError:
         return  # nobody listens: there is nothing to guard
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU):
-        signal.signal(sig, signal.SIG_IGN)
-    Guard(0, paths).run()
+        signal.signal(sig, signal.SIG_IGN)  # its children start with these at their defaults again (SIGDEF)
+    guard = Guard(0, paths)
+    # A child's end wakes the loop: the signal's byte lands on the same pipe as a reader's news.
+    signal.set_wakeup_fd(guard.wake_w)
+    signal.signal(signal.SIGCHLD, lambda _sig, _frame: None)
+    guard.run()

@@ -18,10 +18,12 @@ told in :mod:`jobctl.keeper`; for a child it means:
   failing for another reason, so an adopter never starts while this child
   still runs.
 
-The child starts in its own process group under a :class:`Guardian`, a
-small process of its own that the supervisor tells each group's deadline (a
-little before its lease can run out) before the child may run any code of the
-job, and again at every renewal: it SIGKILLs the group when the supervisor
+The child is started by a :class:`Guardian`, a small process of the
+supervisor's that is the child's parent: it spawns the command in its own
+process group, registered with its deadline (a little before its lease can
+run out) before it runs any code of the job, and the supervisor moves that
+deadline at every renewal. Every signal for the group goes through it, the
+one process that reaps the child: it SIGKILLs the group when the supervisor
 is stopped (SIGSTOP, Ctrl-Z) and its deadline comes, and every group when the
 supervisor dies. It also reads the lease itself where the store says how
 (:meth:`~jobctl.store.base.Store.lease_source`: the record file, or the
@@ -47,7 +49,7 @@ not inside ``work/<id>``).
 
 The package, one idea a module: :mod:`~jobctl.runner.command` (what to run
 and the environment it starts with), :mod:`~jobctl.runner.logs` (the attempt
-logs and the result file), :mod:`~jobctl.runner.start` (the start gate), and
+logs and the result file), :mod:`~jobctl.runner.start` (the executable's lookup, the margins), and
 :mod:`~jobctl.runner.child` (the child's work and :class:`Run`). The guardian
 is :mod:`jobctl.guardian`. Everything a caller uses is named here.
 """

@@ -1,8 +1,8 @@
 """The child's work: a command run as a child process under a lease, and :class:`Run`, one attempt of it.
 
 :class:`ChildWork` is the kind of work a :class:`~jobctl.keeper.Keeper`
-keeps a lease for when the work is a command: it starts the child through
-the start gate (:mod:`jobctl.runner.start`), copies its output to the
+keeps a lease for when the work is a command: it has the guardian start
+the child (:mod:`jobctl.guardian`, :mod:`jobctl.runner.start`), copies its output to the
 attempt's log (:mod:`jobctl.runner.logs`), stops it when the keeper says so,
 and takes its result. :class:`Run` puts the two together for a caller that
 holds a claimed record.
@@ -16,22 +16,21 @@ import math
 import os
 import select
 import signal
-import subprocess
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import IO, Protocol
 
 from .. import fsio
-from ..children import describe_status, exited, feed, killpg, pidfd, sigkilled
+from ..children import describe_status, feed, killpg
 from ..errors import Invalid, JobError, LeaseExpired, NotFound
-from ..guardian import Guardian, LeaseRecord
+from ..guardian import Child, Guardian, Late, LeaseRecord, Unguarded
 from ..jobenv import JobEnvironment
 from ..keeper import Keeper, Lookout, Outcome, Work
 from ..prctl import seal
 from ..record import Record, format_time
 from .command import Command, Processor, RunStore, child_env
 from .logs import LogRoot, cut_short, log_append, log_dir_open, result_name
-from .start import check_executable, give_go, guard_margin, own_margin, read_every, spawn, withhold_go
+from .start import executable, guard_margin, own_margin, read_every
 
 __all__ = ["ChildWork", "Run", "ClaimStore", "claim_next"]
 
@@ -39,10 +38,11 @@ __all__ = ["ChildWork", "Run", "ClaimStore", "claim_next"]
 class ChildWork(Work):
     """A command run as a child process: the work of a ``shell`` job and of a handler command.
 
-    The child starts in its own process group under the :class:`Guardian`,
-    blocked until the guardian has it; its output goes to the attempt log
-    (and to ``tee``). Stopping it is SIGTERM to the group, SIGKILL at the
-    deadline; when it exits, whatever is left in its group is killed.
+    The :class:`Guardian` process starts the child, in its own process group,
+    and is its parent; its output goes to the attempt log (and to ``tee``).
+    Stopping it is SIGTERM to the group, SIGKILL at the deadline, both sent
+    through the guardian; when it exits, the guardian kills whatever is left
+    in its group and tells its exit status on the start's channel.
     """
 
     def __init__(
@@ -68,11 +68,14 @@ class ChildWork(Work):
         self.command: Command | None = None
         self.keeper: Keeper | None = None
         self._logfile: IO[bytes] | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._child: Child | None = None
+        #: Its wait status once the guardian told it (None: still running, or the guardian is gone).
+        self._status: int | None = None
+        #: The guardian ended before it told the child's end (see :meth:`_orphaned`).
+        self._orphan = False
         self._tee_r: int | None = None
         self._spec_fd = -1
         self._spec_left = memoryview(b"")
-        self._pidfd: int | None = None
         self._kill_at = math.inf
         self._timeout_at = math.inf
         self._sent_term = False
@@ -155,10 +158,11 @@ class ChildWork(Work):
         if started is None:
             self._close()  # before the write that records it, as a child that ran
             return False
-        proc, tee_r, spec, expiry = started
-        self._proc, self._tee_r = proc, tee_r
+        child, tee_r, spec, expiry = started
+        self._child, self._tee_r = child, tee_r
         if spec is not None:
             self._spec_fd, self._spec_left = spec[0], memoryview(spec[1])
+        self._heard(child.rest)  # a child quick to end: its status may have come with its pid
         self._guarded_at = expiry - guard_margin(self._ttl)
         start = time.monotonic()
         self._timeout_at = start + command.timeout if command.timeout else math.inf
@@ -166,13 +170,16 @@ class ChildWork(Work):
 
     def _start(
         self, keeper: Keeper, command: Command, log: IO[bytes] | None, out: Outcome, guardian: Guardian
-    ) -> tuple[subprocess.Popen[bytes], int | None, tuple[int, bytes] | None, float] | None:
-        """Start the child under the guardian; None (with ``out`` telling why) when it did not start.
+    ) -> tuple[Child, int | None, tuple[int, bytes] | None, float] | None:
+        """Have the guardian start the child; None (with ``out`` telling why) when it did not start.
 
         Returns the child, the tee pipe, the spec still to write to the child's
-        stdin (fd and bytes) and the lease's monotonic expiry. The child is
-        ``/bin/sh`` running :func:`~jobctl.runner.start.trampoline`, blocked until this method has
-        registered it with the guardian and written ``go``.
+        stdin (fd and bytes) and the lease's monotonic expiry. The guardian
+        spawns the command itself, registered before it runs: a time already
+        past (this process was stopped since the claim) starts nothing, since
+        the lease may be somebody else's by now. Where the store allows, the
+        guardian reads the record too: a recall made while this process is
+        stopped cannot reach it otherwise.
         """
         store = keeper.store
         env = child_env(store, keeper.rec, self._env, self._environment)
@@ -181,36 +188,68 @@ class ChildWork(Work):
             env["JOB_RESULT"] = os.path.abspath(self.result_file)
         expiry = keeper.lease_expiry()
         try:
-            check_executable(command.argv[0], env, command.cwd)
-            proc, tee_r, go_w = spawn(command, env, log, self._tee is not None)
+            path = executable(command.argv[0], env, command.cwd)
         except OSError as exc:
             self._not_started(out, command, exc)
             return None
-        self.pid = out.pid = proc.pid
+        if time.monotonic() >= expiry - own_margin(self._ttl):
+            self._late(keeper, out)
+            return None
         margin = guard_margin(self._ttl)
-        # Supervised first, then go: the guardian has the group before the job
-        # runs anything. A time already past (this process was stopped since
-        # the claim) gets no go: the lease may be somebody else's by now.
-        # Where the store allows, the guardian reads the record too: a recall
-        # made while this process is stopped cannot reach it otherwise.
         source = store.lease_source(keeper.job_id)
         record = None if source is None else LeaseRecord(source, keeper.epoch, margin, read_every(self._ttl))
-        guarded = guardian.watch(proc.pid, expiry - margin, record)
-        if guarded and time.monotonic() < expiry - own_margin(self._ttl):
-            return proc, tee_r, give_go(go_w, command.stdin), expiry
-        withhold_go(proc, go_w, tee_r, guardian)
-        if guarded:
-            out.reason = "fenced"
-            late = LeaseExpired(f"job {keeper.job_id}: the lease of epoch {keeper.epoch} ran out before the start")
-            late.job_id = keeper.job_id
-            out.verdict = late
-            self._footer(f"not started; {late.verdict}: {late.message}")
+        # Its output: the log, or the tee pipe this process copies; else this process's own stdout and stderr.
+        tee_r = tee_w = spec_r = spec_w = None
+        if self._tee is not None:
+            tee_r, tee_w = os.pipe()
+        # The spec of a handler kind goes to the child's stdin, written by the
+        # supervision loop as the child reads it: it may never read it, and a
+        # blocking write would stop supervising once the pipe's buffer filled.
+        if command.stdin:
+            spec_r, spec_w = os.pipe()
+        stdout = tee_w if tee_w is not None else log.fileno() if log is not None else 1
+        try:
+            child = guardian.start(
+                command.argv,
+                path,
+                env,
+                cwd=command.cwd,
+                stdout=stdout,
+                stderr=None if stdout != 1 else 2,
+                stdin=spec_r,
+                kill_at=expiry - margin,
+                record=record,
+            )
+        except (OSError, Late, Unguarded) as exc:
+            for fd in (tee_r, spec_w):
+                if fd is not None:
+                    os.close(fd)
+            if isinstance(exc, OSError):
+                self._not_started(out, command, exc)
+            elif isinstance(exc, Late):
+                self._late(keeper, out)
+            else:
+                out.exit_code = 126
+                out.error = f"cannot start {command.argv[0]}: no guardian process to supervise it ({exc})"
+                self._footer(out.error)
             return None
-        out.exit_code = 126
-        why = f" ({guardian.failure})" if guardian.failure else ""
-        out.error = f"cannot start {command.argv[0]}: no guardian process to supervise it{why}"
-        self._footer(out.error)
-        return None
+        finally:
+            for fd in (tee_w, spec_r):
+                if fd is not None:
+                    os.close(fd)
+        self.pid = out.pid = child.pid
+        spec = None
+        if spec_w is not None:
+            os.set_blocking(spec_w, False)
+            spec = (spec_w, command.stdin or b"")
+        return child, tee_r, spec, expiry
+
+    def _late(self, keeper: Keeper, out: Outcome) -> None:
+        out.reason = "fenced"
+        late = LeaseExpired(f"job {keeper.job_id}: the lease of epoch {keeper.epoch} ran out before the start")
+        late.job_id = keeper.job_id
+        out.verdict = late
+        self._footer(f"not started; {late.verdict}: {late.message}")
 
     # -- the result -----------------------------------------------------------------
 
@@ -291,20 +330,19 @@ class ChildWork(Work):
     # -- supervision (the keeper's loop calls these) ------------------------------
 
     def register(self, poller: select.poll) -> float:
-        assert self._proc is not None
-        self._pidfd = pidfd(self._proc.pid)
-        if self._pidfd is not None:
-            poller.register(self._pidfd, select.POLLIN)
+        assert self._child is not None
+        if not self.done():
+            poller.register(self._child.chan.fileno(), select.POLLIN)
         if self._tee_r is not None:
             os.set_blocking(self._tee_r, False)
             poller.register(self._tee_r, select.POLLIN)
         if self._spec_fd >= 0:
             poller.register(self._spec_fd, select.POLLOUT)
         self._poller = poller
-        # Without a pidfd the child's exit wakes nothing: look every 20 ms.
-        return math.inf if self._pidfd is not None else 0.02
+        return math.inf  # the child's end wakes the loop: the guardian tells it on the channel
 
     def ready(self, fd: int) -> None:
+        child = self._child
         if fd == self._tee_r:
             self._pump(fd)
         elif fd == self._spec_fd:
@@ -313,62 +351,108 @@ class ChildWork(Work):
                 self._poller.unregister(fd)
                 os.close(fd)
                 self._spec_fd = -1
+        elif child is not None and fd == child.chan.fileno():
+            try:
+                data = child.chan.recv(256)
+            except OSError:
+                data = b""
+            if not data:
+                self._orphan = self._status is None  # end of file before the status: the guardian is gone
+            else:
+                self._heard(child.rest + data)
+            if self.done():
+                self._poller.unregister(fd)
+
+    def _heard(self, data: bytes) -> None:
+        """Take in what the guardian said on the child's channel: ``X<wait status>``, once."""
+        assert self._child is not None
+        line, nl, _ = data.partition(b"\n")
+        self._child.rest = b"" if nl else data
+        if line[:1] == b"X" and line[1:].lstrip(b"-").isdigit():
+            self._status = int(line[1:])
 
     def done(self) -> bool:
-        assert self._proc is not None
-        return exited(self._proc.pid)
+        return self._status is not None or self._orphan
+
+    def _signal(self, sig: int) -> None:
+        assert self._child is not None and self._guardian is not None
+        self._guardian.signal(self._child, sig)
 
     def stop(self, when: float, now: float) -> None:
-        assert self._proc is not None
-        pid = self._proc.pid
         if when <= now:
-            killpg(pid, signal.SIGKILL)
+            self._signal(signal.SIGKILL)
             self._kill_at = math.inf
             self._sent_term = True
             return
         if not self._sent_term:
-            killpg(pid, signal.SIGTERM)
+            self._signal(signal.SIGTERM)
             self._sent_term = True
         self._kill_at = min(self._kill_at, when)
 
     def lease_moved(self, expiry: float) -> None:
         # The guardian follows the lease: it kills only when this loop could not.
         guarded_at = expiry - guard_margin(self._ttl)
-        if guarded_at != self._guarded_at and self._proc is not None and self._guardian is not None:
+        if guarded_at != self._guarded_at and self._child is not None and self._guardian is not None:
             self._guarded_at = guarded_at
-            self._guardian.renew(self._proc.pid, guarded_at)
+            self._guardian.renew(self._child, guarded_at)
 
     def due(self) -> float:
         return min(self._kill_at, self._timeout_at)
 
     def tick(self, now: float) -> tuple[str, str] | None:
-        assert self._proc is not None and self.command is not None
+        assert self.command is not None
         stop_for = None
         if now >= self._timeout_at:
             stop_for = ("timeout", f"timed out after {self.command.timeout:g} s")
             self._timeout_at = math.inf
         if now >= self._kill_at:
-            killpg(self._proc.pid, signal.SIGKILL)
+            self._signal(signal.SIGKILL)
             self._kill_at = math.inf
         return stop_for
 
     def killed_unasked(self) -> bool:
         # SIGKILLed, and not by the keeper: most likely by the guardian.
-        assert self._proc is not None
-        return sigkilled(self._proc.pid)
+        status = self._status
+        return status is not None and os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+
+    def _orphaned(self) -> None:
+        """The guardian ended before the child did: kill what it started, never another's.
+
+        The guardian is buried (:meth:`jobctl.guardian.Guardian.lost`): every
+        process left in its session is killed before it is reaped, this
+        child's group with it. Where there is no ``/proc`` to find them by,
+        the pidfd the guardian sent names the child itself: while it shows
+        the child has not exited, the group's id is still the child's, and
+        the group is killed; the child is killed through the pidfd in any
+        case. Without a pidfd (a kernel before 5.3) the group is killed as
+        it was last known.
+        """
+        child = self._child
+        assert child is not None
+        if self._guardian is not None:
+            self._guardian.lost(child.generation)  # its whole session killed, this child's group with it
+        pfd = child.pidfd
+        if pfd is None:
+            killpg(child.pid, signal.SIGKILL)
+            return
+        exited = select.select([pfd], [], [], 0)[0]
+        if not exited:
+            killpg(child.pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            signal.pidfd_send_signal(pfd, signal.SIGKILL)
 
     def end(self, out: Outcome, disposition: str, detail: str, fenced: JobError | None) -> None:
-        proc = self._proc
-        assert proc is not None and self._guardian is not None
-        pid = proc.pid
-        # The leader is a zombie: its pid (the group's id) cannot be reused
-        # yet. Nothing the job started outlives it.
-        killpg(pid, signal.SIGKILL)
-        self._guardian.forget(pid)
-        code = proc.wait()
-        if self._pidfd is not None:
-            os.close(self._pidfd)
-            self._pidfd = None
+        child = self._child
+        assert child is not None
+        if self._orphan:
+            self._orphaned()
+            code = -int(signal.SIGKILL)
+            why = "killed: its guardian process ended"
+        else:
+            assert self._status is not None
+            code = os.waitstatus_to_exitcode(self._status)
+            why = describe_status(code)
+        child.close()
         if self._spec_fd >= 0:
             os.close(self._spec_fd)
             self._spec_fd = -1
@@ -376,12 +460,12 @@ class ChildWork(Work):
             self._pump(self._tee_r)
         out.exit_code = code
         if fenced is not None:
-            self._footer(f"{describe_status(code)}; {fenced.verdict}: {fenced.message}")
+            self._footer(f"{why}; {fenced.verdict}: {fenced.message}")
         else:
-            self._footer(describe_status(code) + (f" ({disposition}: {detail})" if disposition else ""))
+            self._footer(why + (f" ({disposition}: {detail})" if disposition else ""))
         self.succeeded = code == 0
         if not self.succeeded:
-            out.error = describe_status(code)
+            out.error = why
         self._close()  # before the final write, as ever: its latency is not the record's
 
     def after(self, out: Outcome) -> None:
@@ -432,9 +516,7 @@ class Run:
     ``rec`` is the record as the claim returned it. ``execute()`` blocks until
     the child is gone and the record written; ``stop()`` may be called from
     any thread or a signal handler to stop the child and release the job.
-    The thread that calls ``execute()`` is the child's parent for the
-    parent-death signal (armed on Python 3.10's start path), so it must be the
-    one that lives as long as the child. ``guardian``: the supervisor's
+    ``guardian``: the supervisor's
     :class:`Guardian` (a worker shares one among its runs); without one the
     run starts its own for the attempt. ``lookout``: likewise, the
     :class:`jobctl.keeper.Lookout` that tells the run its record was written.

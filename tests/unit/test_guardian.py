@@ -9,21 +9,41 @@ to what it may import: the standard library only, so every start stays cheap.
 from __future__ import annotations
 
 import ast
+import errno
 import json
 import os
+import select
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
 from jobctl import FileStore, Record
-from jobctl.guardian import BOOTSTRAP, PROGRAM_DIR, program
+from jobctl.guardian import BOOTSTRAP, PROGRAM_DIR, program, start_message
 from jobctl.guardian.program import INF, Group, Guard, instant, lease, read
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as fh:
+        return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def wait_until(check: Callable[[], bool], limit: float, what: str) -> None:
+    deadline = time.monotonic() + limit
+    while not check():
+        assert time.monotonic() < deadline, f"waited {limit} s for {what}"
+        time.sleep(0.01)
 
 
 def test_the_program_imports_the_standard_library_only() -> None:
@@ -170,67 +190,168 @@ def test_a_look_at_the_record_sets_the_kill_time_and_rereads_only_a_changed_file
     assert other.lease_at == -INF  # another epoch: somebody claimed the job
 
 
+class Supervisor:
+    """A :class:`Guard` in this process, and the supervisor's end of its socket: starts sent as a worker sends them."""
+
+    def __init__(self) -> None:
+        self.ours, theirs = socket.socketpair()
+        self.guard = Guard(stdin=theirs.detach())
+        self.chans: list[socket.socket] = []
+
+    def send(self, data: bytes, fds: list[int] | None = None) -> None:
+        if fds:
+            socket.send_fds(self.ours, [data], fds)
+        else:
+            self.ours.sendall(data)
+
+    def start(self, argv: list[str], at: float, *, split: int = 0) -> socket.socket:
+        """Send a start of ``argv`` (its output to /dev/null), to be gone by ``at``; returns its channel."""
+        chan, theirs = socket.socketpair()
+        out = os.open(os.devnull, os.O_WRONLY)
+        message = start_message(argv, shutil.which(argv[0]) or argv[0], {"PATH": os.defpath}, None, at, None, "co")
+        try:
+            self.send(message[: split or len(message)], [theirs.fileno(), out])
+            if split:
+                assert self.guard.settle()  # half a message: nothing started yet
+                assert self.guard.live == {}
+                self.send(message[split:])
+        finally:
+            theirs.close()
+            os.close(out)
+        assert self.guard.settle()
+        self.chans.append(chan)
+        return chan
+
+    def close(self) -> None:
+        self.ours.close()
+        guard = self.guard
+        for pid, g in guard.live.items():
+            program.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            if g.chan is not None:
+                g.chan.close()
+        for chan in self.chans:
+            chan.close()
+        if guard.sock is not None:
+            guard.sock.close()
+        for fd in (guard.wake_r, guard.wake_w, guard.null, guard.home):
+            os.close(fd)
+
+
 @pytest.fixture
-def group() -> Iterator[subprocess.Popen[bytes]]:
-    """A process group to guard (its own session), killed at the end whatever the test did."""
-    proc = subprocess.Popen(["sleep", "30"], start_new_session=True)
-    yield proc
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+def supervisor() -> Iterator[Supervisor]:
+    sup = Supervisor()
+    yield sup
+    sup.close()
 
 
-def pipe_guard() -> tuple[Guard, int]:
-    r, w = os.pipe()
-    return Guard(stdin=r), w
+def answer(chan: socket.socket) -> tuple[bytes, list[int]]:
+    """The guard's first line on a start's channel, and the descriptors with it."""
+    chan.settimeout(10)
+    data, fds = program.receive(chan, 256, 1)
+    return data.split(b"\n")[0], fds
 
 
-def test_a_group_whose_time_has_come_is_killed_and_no_other(group: subprocess.Popen[bytes]) -> None:
-    guard, w = pipe_guard()
+def pid_of(chan: socket.socket) -> int:
+    line, fds = answer(chan)
+    assert line[:1] == b"P" and len(fds) == 1, line  # the pid, and a pidfd of that child
+    os.close(fds[0])
+    return int(line[1:])
+
+
+def status_on(chan: socket.socket, sup: Supervisor) -> int:
+    """The wait status the guard tells once the child ended and was reaped (it settles until then)."""
+    deadline = time.monotonic() + 10
+    while not select.select([chan], [], [], 0.02)[0]:
+        assert time.monotonic() < deadline, "no status"
+        assert sup.guard.settle()
+    line = chan.recv(64).split(b"\n")[0]
+    assert line[:1] == b"X", line
+    return int(line[1:])
+
+
+def test_a_child_is_started_in_its_own_group_and_its_end_told_after_its_group_is_killed(
+    supervisor: Supervisor, tmp_path: Path
+) -> None:
+    left = tmp_path / "left"
+    # The leader leaves a process of its group behind: it must not outlive the leader's end.
+    script = f"sleep 30 & echo $! > {left}; exit 3"
+    chan = supervisor.start(["sh", "-c", script], time.monotonic() + 60)
+    pid = pid_of(chan)
+    status = status_on(chan, supervisor)
+    assert os.waitstatus_to_exitcode(status) == 3
+    assert pid not in supervisor.guard.live  # reaped: never signalled again
+    straggler = int(left.read_text())
+    wait_until(lambda: not alive(straggler), 5, "the rest of the group to be killed")
+    assert chan.recv(64) == b""  # the channel is closed once told
+
+
+def test_a_group_whose_time_has_come_is_killed_and_no_other(supervisor: Supervisor) -> None:
     now = time.monotonic()
-    os.write(w, f"+{group.pid} {now + 60!r}\n".encode())
-    assert guard.settle() and group.pid in guard.live
-    assert group.poll() is None
-    os.write(w, f"={group.pid} {now - 1!r}\n".encode())  # a recall moved its time back
-    assert guard.settle()
-    assert group.wait(10) == -signal.SIGKILL and group.pid not in guard.live
-    os.close(w)
-    assert not guard.settle()  # end of file: the supervisor is gone
+    doomed = supervisor.start(["sleep", "30"], now + 60)
+    spared = supervisor.start(["sleep", "30"], now + 60)
+    pid, other = pid_of(doomed), pid_of(spared)
+    supervisor.send(f"={pid} {now - 1!r}\n".encode())  # a recall moved its time back
+    assert status_on(doomed, supervisor) == signal.SIGKILL  # killed by the signal, no exit code
+    assert other in supervisor.guard.live and alive(other)
+    supervisor.send(f"!{other} {int(signal.SIGTERM)}\n".encode())  # a stop, through the parent
+    assert os.waitstatus_to_exitcode(status_on(spared, supervisor)) == -signal.SIGTERM
 
 
-def test_a_group_forgotten_is_never_signalled(group: subprocess.Popen[bytes]) -> None:
-    guard, w = pipe_guard()
-    os.write(w, f"+{group.pid} {time.monotonic() - 1!r}\n-{group.pid}\n".encode())  # both before any kill
-    assert guard.settle() and guard.live == {}
-    with pytest.raises(subprocess.TimeoutExpired):
-        group.wait(0.3)  # alive
+def test_a_start_whose_time_has_come_starts_nothing(supervisor: Supervisor) -> None:
+    chan = supervisor.start(["sleep", "30"], time.monotonic() - 0.001)
+    assert answer(chan) == (b"L", [])
+    assert supervisor.guard.live == {}
 
 
-def test_a_line_split_across_reads_and_a_malformed_one_are_handled(group: subprocess.Popen[bytes]) -> None:
-    guard, w = pipe_guard()
-    line = f"+{group.pid} {time.monotonic() + 60!r} 1 0.5 0.25 {os.fsencode('/nowhere').hex()}\n".encode()
-    os.write(w, b"+x y\n+12\n" + line[:7])
-    assert guard.settle() and guard.live == {}
-    os.write(w, line[7:])
-    assert guard.settle()
-    g = guard.live[group.pid]
-    assert (g.where, g.epoch, g.margin, g.every, g.next_read) == (b"/nowhere", 1, 0.5, 0.25, -INF)
+def test_a_command_that_cannot_start_is_told_with_its_errno(supervisor: Supervisor, tmp_path: Path) -> None:
+    chan = supervisor.start([str(tmp_path / "nonexistent")], time.monotonic() + 60)
+    assert answer(chan) == (b"E%d" % errno.ENOENT, [])
+    plain = tmp_path / "plain"
+    plain.write_text("not a program")
+    chan = supervisor.start([str(plain)], time.monotonic() + 60)
+    assert answer(chan) == (b"E%d" % errno.EACCES, [])
+    assert supervisor.guard.live == {}
+
+
+def test_a_signal_for_a_child_already_reaped_is_never_sent(
+    supervisor: Supervisor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    chan = supervisor.start(["true"], time.monotonic() + 60)
+    pid = pid_of(chan)
+    status_on(chan, supervisor)
+    sent: list[tuple[int, int]] = []
+    monkeypatch.setattr(program, "kill", lambda pid, sig: sent.append((pid, sig)))
+    supervisor.send(f"!{pid} 9\n={pid} {time.monotonic() - 1!r}\n".encode())  # its id may be another's now
+    assert supervisor.guard.settle()
+    assert sent == []
+
+
+def test_a_message_split_across_reads_and_a_malformed_line_are_handled(supervisor: Supervisor) -> None:
+    supervisor.send(b"=x y\n=12\n!\nS12\n")  # and a start whose size runs past what came: waits for the rest
+    assert supervisor.guard.settle() and supervisor.guard.live == {}
+    supervisor.guard.rest = b""  # (that start would eat the next message: drop it as a reader would)
+    chan = supervisor.start(["sleep", "30"], time.monotonic() + 60, split=9)
+    assert pid_of(chan) in supervisor.guard.live
 
 
 def test_the_environment_comes_on_the_socket(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("JOBCTL_TEST_SECRET", raising=False)
-    guard, _ = pipe_guard()
+    guard = Guard(stdin=-1)
+    for fd in (guard.wake_r, guard.wake_w, guard.null, guard.home):
+        os.close(fd)
     guard.handle(b"E" + json.dumps({"JOBCTL_TEST_SECRET": "s3"}).encode().hex().encode())
     assert os.environ["JOBCTL_TEST_SECRET"] == "s3"
     guard.handle(b"Enot hex")  # ignored, not fatal
 
 
-def test_when_the_supervisor_is_gone_every_group_left_is_killed(group: subprocess.Popen[bytes]) -> None:
-    guard, w = pipe_guard()
-    os.write(w, f"+{group.pid} {time.monotonic() + 60!r}\n".encode())
-    os.close(w)
-    guard.run()
-    assert group.wait(10) == -signal.SIGKILL
+def test_when_the_supervisor_is_gone_every_group_left_is_killed(supervisor: Supervisor) -> None:
+    chan = supervisor.start(["sleep", "30"], time.monotonic() + 60)
+    pid = pid_of(chan)
+    supervisor.ours.close()
+    supervisor.guard.run()  # returns at end of file
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == -signal.SIGKILL
+    supervisor.guard.live.pop(pid).chan.close()  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(

@@ -13,14 +13,18 @@ store full of short jobs and SIGKILLs each during its first burst of starts
 (after its first ``started`` event, while the other slots are claiming and
 starting); then checks that every child it left behind is gone once its
 guardian has acted. It goes on past ROUNDS kills (up to four times as many)
-until some kill has left a child still waiting for its go.
+until some kill has caught a child starting: spawned by the guardian, its
+shell not yet at the job's first line (what a start in flight at the kill
+leaves).
 
 Every job is a shell command that takes an exclusive non-blocking ``flock``
 on a per-job file and appends ``DOUBLE`` to the runs file when it finds the
 lock taken: two runs of one job at the same time cannot both miss it. This
 process is a child subreaper (``PR_SET_CHILD_SUBREAPER``), so what a killed
-worker leaves behind becomes its child: its exit status tells a child that
-never got its go (exit 125) from one that ran, and one still alive after the
+worker's guardian leaves behind (it kills what runs and exits without reaping
+it) becomes its child: its exit status tells a child the guardian killed
+(SIGKILL) from one that ran on to its end after its worker died (``ran_on``:
+what a guardian that did not kill would leave), and one still alive after the
 guardian exited is a survivor. Prints one JSON object of figures.
 """
 
@@ -43,7 +47,9 @@ from jobctl import FileStore, Record, open_store
 
 HERE = Path(__file__).resolve().parent
 DRIVER = str(HERE / "_driver.py")
-NO_GO = 125
+#: The names (``comm``) of a job's leader, the guardian's child: its shell, then the sleep it becomes. (Not its
+#: flock: one that ended before its shell was killed is left a zombie, handed on here, and ran on to nothing.)
+JOB_LEADERS = ("sh", "sleep")
 
 JOB = r"""
 exec 9>>"$LOCKS/$JOB_ID"
@@ -56,22 +62,27 @@ echo "DOUBLE $JOB_ID $JOB_EPOCH $$ $PPID" >> "$RUNS"
 
 
 class Reaper:
-    """Reaps every child of this process (its workers, and the orphans reparented to it)."""
+    """Reaps every child of this process (its workers, and the orphans reparented to it), with each one's name."""
 
     def __init__(self) -> None:
         self.status: dict[int, int] = {}
+        self.comm: dict[int, str] = {}  # what it ran last (a zombie keeps its name, not its command line)
         self.lock = threading.Lock()
         threading.Thread(target=self._run, daemon=True).start()
 
     def _run(self) -> None:
         while True:
             try:
-                pid, status = os.waitpid(-1, 0)
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT)
             except ChildProcessError:
                 time.sleep(0.005)
                 continue
+            assert info is not None
+            name = comm(info.si_pid)
+            pid, status = os.waitpid(info.si_pid, 0)
             with self.lock:
                 self.status[pid] = status
+                self.comm[pid] = name
 
     def exited(self, pid: int) -> bool:
         with self.lock:
@@ -101,6 +112,15 @@ def alive(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError):  # gone before the open, or between it and the read
         return False
     return stat[stat.rindex(")") + 2] not in "ZX"
+
+
+def comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            stat = fh.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return ""
+    return stat[stat.index("(") + 1 : stat.rindex(")")]
 
 
 def cmdline(pid: int) -> bytes:
@@ -140,8 +160,10 @@ class Worker:
             elif event["what"] == "started":
                 self.started += 1
                 if self.kill_in_burst and not self.killed.is_set():
-                    # A moment into the burst: the first start is out, the other slots are claiming and starting.
-                    time.sleep(random.uniform(0.0, 0.02))
+                    # A moment into the burst: the first start is out (its guardian is up: it starts with the
+                    # first child), the other slots are claiming and starting.
+                    wait(lambda: self.guardian() is not None, 5.0)
+                    time.sleep(random.uniform(0.0, 0.01))
                     self.guardian_pid = self.guardian()
                     self.started_at_kill = self.started
                     send(self.pid, signal.SIGKILL)
@@ -197,14 +219,15 @@ def stop_campaign(root: str, place: Path, rounds: int, ttl: float, at_once: int 
     pool = [Worker(root, reaper, concurrency=4, ttl=ttl, grace=0.2, poll_interval=0.05) for _ in range(2 * at_once)]
     for w in pool:
         w.ready.wait(60)
-    figures: dict[str, Any] = {"kills": 0, "adopted": 0, "survivors": 0, "waiting_for_go": 0, "shortest_stop_s": 1e9}
+    figures: dict[str, Any] = {"kills": 0, "adopted": 0, "survivors": 0, "shortest_stop_s": 1e9}
     # A stop counts toward ``rounds`` once another worker adopted one of the stopped worker's jobs.
     while figures["adopted"] < rounds:
         jobs += submit(store, 2 * at_once, locks, runs, hold)  # a steady supply, leaving free slots for adopters
         lines = read_runs(runs)
         victims: dict[Worker, dict[str, int]] = {}
         for victim in random.sample(pool, len(pool)):
-            held = {j: int(e) for kind, j, e, pid, ppid in lines if kind == "start" and int(ppid) == victim.pid}
+            parent = victim.guardian()  # a job's child is its worker's guardian's
+            held = {j: int(e) for kind, j, e, pid, ppid in lines if kind == "start" and int(ppid) == parent}
             held = {j: e for j, e in held.items() if store.load(j).lease.epoch == e and not store.load(j).terminal}
             if held and len(victims) < at_once:
                 victims[victim] = held
@@ -225,15 +248,10 @@ def stop_campaign(root: str, place: Path, rounds: int, ttl: float, at_once: int 
         wait(lambda at=stopped_at: time.monotonic() - at > ttl, ttl + 1)  # the stop outlasts the lease, whatever else
         figures["shortest_stop_s"] = min(figures["shortest_stop_s"], time.monotonic() - stopped_at)
         for victim in victims:
-            for pid in children(victim.pid):
-                if pid == guardians[victim] or not alive(pid):
-                    continue
-                if cmdline(pid).startswith(b"/bin/sh\0-c\0IFS= read -r go"):
-                    # Started just before the stop and still waiting for its go: it has run nothing, and
-                    # gets no go once its worker sees the lease's time has passed.
-                    figures["waiting_for_go"] += 1
-                else:
-                    figures["survivors"] += 1
+            # The job's children are its guardian's (and none is the stopped worker's own).
+            started = set(children(victim.pid)) - {guardians[victim]}
+            started |= set(children(guardians[victim] or 0))
+            figures["survivors"] += sum(1 for pid in started if alive(pid))
         for victim in victims:
             send(victim.pid, signal.SIGCONT)
     guardians = [g for g in (w.guardian() for w in pool) if g is not None]
@@ -252,24 +270,28 @@ def kill_campaign(root: str, place: Path, rounds: int, ttl: float, at_once: int 
     locks.mkdir()
     jobs = submit(store, 40 + 8 * rounds, locks, runs, hold=0.3)
     reaper = Reaper()
-    figures: dict[str, Any] = {"kills": 0, "survivors": 0, "no_go": 0, "in_burst": 0}
+    figures: dict[str, Any] = {"kills": 0, "survivors": 0, "in_burst": 0}
     workers: set[int] = set()
     guardians: set[int] = set()
 
-    def no_go() -> int:
-        """How many children left behind so far exited without their go, running nothing."""
+    def left_behind() -> dict[str, int]:
+        """The job processes left behind so far (reaped here, not by a guardian), by how they ended."""
         with reaper.lock:
-            statuses = list(reaper.status.items())
-        return sum(
-            1
-            for pid, status in statuses
-            if pid not in workers and pid not in guardians and os.WIFEXITED(status) and os.WEXITSTATUS(status) == NO_GO
-        )
+            ended = [(pid, status) for pid, status in reaper.status.items() if reaper.comm[pid] in JOB_LEADERS]
+            shells = {pid for pid, _ in ended if reaper.comm[pid] == "sh"}
+        lined = {int(line[3]) for line in read_runs(runs)}
+        killed = [pid for pid, status in ended if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL]
+        return {
+            "killed": len(killed),
+            "ran_on": len(ended) - len(killed),
+            # A shell killed before the job's first line: the kill caught it starting.
+            "caught_starting": sum(1 for pid in killed if pid in shells and pid not in lined),
+        }
 
-    # A kill proves the race only when it lands while some child waits for its go. Where it lands is chance
-    # (claims are slower on PostgreSQL, and on Python 3.10 a start takes a different path): the campaign goes
-    # on past ROUNDS kills, up to four times as many, until that has happened at least once.
-    while figures["kills"] < rounds or (no_go() == 0 and figures["kills"] < 4 * rounds):
+    # A kill proves the race only when it lands while some child is starting. Where it lands is chance
+    # (claims are slower on PostgreSQL): the campaign goes on past ROUNDS kills, up to four times as many,
+    # until that has happened at least once.
+    while figures["kills"] < rounds or (left_behind()["caught_starting"] == 0 and figures["kills"] < 4 * rounds):
         batch = [
             Worker(root, reaper, kill_in_burst=True, concurrency=8, ttl=ttl, grace=0.2, poll_interval=0.05)
             for _ in range(max(1, min(at_once, rounds - figures["kills"])))
@@ -292,7 +314,7 @@ def kill_campaign(root: str, place: Path, rounds: int, ttl: float, at_once: int 
         figures["survivors"] += len(left)
         for pid in left:
             send(pid, signal.SIGKILL)
-    figures["no_go"] = no_go()
+    figures.update(left_behind())
     return finish(figures, jobs, locks, runs)
 
 

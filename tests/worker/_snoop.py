@@ -102,8 +102,12 @@ def children(pid: int) -> list[int]:
 
 
 def main() -> None:
-    worker = os.getppid()
+    # This job's parent is its worker's guardian, which started it; the worker is the guardian's parent.
+    parent = os.getppid()
+    stat = read(f"/proc/{parent}/stat").decode()
+    worker = int(stat[stat.rindex(")") + 2 :].split()[1])
     guardians = [p for p in children(worker) if b"\0-I\0-S\0-c\0" in read(f"/proc/{p}/cmdline")]
+    assert guardians == [parent], (guardians, parent)
     print("guardians", len(guardians), flush=True)
     for pid in [worker, *guardians]:
         role = "worker" if pid == worker else "guardian"

@@ -120,7 +120,7 @@ def test_sigterm_to_run_stops_the_child_and_releases(store: FileStore, root: Pat
 
 
 def test_a_sigkilled_run_takes_its_child_with_it(store: FileStore, root: Path, side_log: Path) -> None:
-    """``jobctl run`` starts the child with a parent-death signal (PR_SET_PDEATHSIG)."""
+    """``jobctl run``'s guardian, the child's parent, kills it when the run's socket to it closes."""
     job = submit(store, job_argv("sleep", 60), side_log)
     proc = subprocess.Popen([JOBCTL, "run", job], env=process_env(root), stdout=subprocess.DEVNULL)
     started = wait_until(lambda: [e for e in read_log(side_log) if e["event"] == "start"], what="the child")

@@ -143,7 +143,7 @@ def test_several_workers_never_run_a_job_twice_at_once(
     wait_until(lambda: gone(guardian), 10, "the killed worker's guardian to act")
     killed_at: dict[str, int] = {}
     for span in (s for runs in _intervals(read_log(side_log)).values() for s in runs):
-        if span["ppid"] == victim.proc.pid and "end" not in span:
+        if span["ppid"] == guardian and "end" not in span:  # its children are its guardian's
             wait_until(lambda pid=span["pid"]: gone(pid), 10, "the killed worker's jobs to die")
             killed_at[span["id"]] = time.time_ns()
     # Every job it held at its death is adopted: claimed again, at a later epoch, by another worker.

@@ -355,17 +355,42 @@ def test_an_explicit_command_overrides_the_kind(store: FileStore, tmp_path: Path
     assert outcome.state == "complete" and outcome.log is None and marker.exists()
 
 
-def test_the_fork_start_path_of_python_3_10_supervises_too(
-    store: FileStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+#: What a child reports of how it was started: its ids, its ignored signals, its open descriptors, its cwd.
+_SELF = (
+    "import json, os, sys\n"
+    "fds = sorted(int(f) for f in os.listdir('/proc/self/fd'))\n"
+    "json.dump({'pid': os.getpid(), 'pgid': os.getpgid(0), 'ppid': os.getppid(),\n"
+    "  'fds': fds, 'cwd': os.getcwd(), 'stdin': os.read(0, 100).decode()}, open(sys.argv[1], 'w'))\n"
+)
+
+
+def test_the_guardian_starts_the_child_in_its_own_group_with_nothing_of_its_own(
+    store: FileStore, tmp_path: Path
 ) -> None:
-    """Without ``process_group`` (Python 3.10) the child sets its group itself, in a preexec_fn."""
-    monkeypatch.setattr(runner.start, "_VFORK_GROUPS", False)
-    out = tmp_path / "ids.json"
-    code = "import json, os, sys; json.dump([os.getpid(), os.getpgid(0)], open(sys.argv[1], 'w'))"
-    job_id = submit(store, [sys.executable, "-c", code, str(out)])
+    """The guardian's child: its own group leader, every signal at its default, only its three descriptors.
+
+    The guardian ignores terminal signals and holds its socket, pipes and
+    record reads open: none of it reaches the job. The same path on every
+    Python (no ``process_group`` needed: ``posix_spawn`` sets the group).
+    """
+    out = tmp_path / "self.json"
+    job_id = store.submit(Record(kind="shell", spec={"argv": [sys.executable, "-c", _SELF, str(out)], "cwd": "."}))
+    run = run_job(store, job_id)
+    assert run.execute().state == "complete"
+    seen = json.loads(out.read_text())
+    assert seen["pid"] == seen["pgid"] == run.pid  # its own process group, so a stop reaches all it starts
+    assert seen["ppid"] != os.getpid()  # the guardian's child: the one process that reaps it
+    assert seen["fds"][:3] == [0, 1, 2] and len(seen["fds"]) == 4  # 0-2 and the listing's own
+    assert seen["cwd"] == os.getcwd() and seen["stdin"] == ""  # its cwd (relative to the worker's); stdin /dev/null
+    # No signal ignored: the shell execs cat, which reads what it inherited (Python itself would ignore some).
+    status = tmp_path / "status"
+    job_id = submit(store, ["sh", "-c", 'exec cat /proc/self/status > "$1"', "sh", str(status)])
     assert run_job(store, job_id).execute().state == "complete"
-    pid, pgid = json.loads(out.read_text())
-    assert pid == pgid  # its own process group, so a stop reaches all it starts
+    ignored = int(next(line for line in status.read_text().splitlines() if line.startswith("SigIgn:")).split()[1], 16)
+    # SIGINT, SIGTERM, SIGPIPE, ... at their defaults. Signals 32 and 33 are the C library's own (its
+    # thread cancellation and set*id broadcast, which no program sends): glibc's posix_spawn leaves them
+    # ignored, and a glibc program installs its handlers for them as it starts.
+    assert ignored & ~(1 << 31 | 1 << 32) == 0, hex(ignored)
 
 
 def test_a_log_cut_short_is_closed_on_adoption_with_a_line(store: FileStore) -> None:
@@ -395,3 +420,87 @@ def test_a_closed_log_gets_no_cut_short_line(store: FileStore) -> None:
     path.write_bytes(b"--- jobctl: attempt 1, epoch 1, owner w, started x ---\nout\n--- jobctl: released (pause) ---\n")
     assert run_job(store, job_id).execute().state == "complete"
     assert "cut short" not in path.read_text()
+
+
+def test_a_guardian_killed_mid_run_leaves_no_child_running_and_fails_the_attempt(
+    store: FileStore, tmp_path: Path, side_log: Path
+) -> None:
+    """The guardian is the child's parent: killed, it cannot kill the group, so the run does, and fails."""
+    marker = tmp_path / "grandchild"
+    # The job leaves a process of its group behind too: the whole group goes, not the leader alone.
+    script = f'sleep 60 & echo $! > {marker}; exec "$@"'
+    job_id = submit(store, ["sh", "-c", script, "sh", *job_argv("sleep", 60)], side_log)
+    guardian = runner.Guardian()
+    try:
+        run = run_job(store, job_id, ttl=30.0, guardian=guardian)
+        done: list[object] = []
+        thread = threading.Thread(target=lambda: done.append(run.execute()), daemon=True)
+        thread.start()
+        started = wait_until(lambda: [e for e in read_log(side_log) if e["event"] == "start"], what="the child")
+        wait_until(lambda: marker.exists() and marker.read_text().strip(), what="the grandchild's pid")
+        assert guardian.proc is not None
+        guardian.proc.kill()  # the guardian dies; the run (not stopped) sees its channel end
+        thread.join(20)
+        [outcome] = done
+        assert outcome.error.endswith("killed: its guardian process ended")  # type: ignore[attr-defined]
+        assert store.load(job_id).state in ("pending", "failed")  # under its retry policy, as a failed attempt
+        assert wait_until(lambda: gone(started[0]["pid"]), 10, "the child to be killed")
+        assert wait_until(lambda: gone(int(marker.read_text())), 10, "the rest of its group to be killed")
+        # The next start has a new guardian: the worker goes on.
+        first = guardian.proc.pid
+        assert run_job(store, submit(store, ["true"]), guardian=guardian).execute().state == "complete"
+        assert guardian.proc.pid != first
+    finally:
+        guardian.close()
+
+
+def test_a_guardian_killed_after_it_started_a_command_but_before_it_said_so_leaves_it_not_running(
+    tmp_path: Path,
+) -> None:
+    """The window a guardian as parent opens: it started the command, and died before its pid was told.
+
+    The start's channel is filled up before the guardian gets it, so the
+    guardian, having started the command, blocks telling its pid; it is
+    killed there. The supervisor never learns the pid, yet the command must
+    not run on (an attempt refused as not started is retried: it would run
+    twice): finding the guardian gone, the supervisor kills its session.
+    """
+    import socket
+    import time
+
+    from jobctl.guardian import Unguarded, start_message
+
+    marker = tmp_path / "pid"
+    guardian = runner.Guardian()
+    try:
+        # A first start brings the guardian process up.
+        until = time.monotonic() + 60
+        first = guardian.start(["true"], "/bin/true", {}, cwd=None, stdout=1, stderr=2, stdin=None, kill_at=until)
+        first.close()
+        ours, theirs = socket.socketpair()
+        theirs.setblocking(False)
+        try:
+            while True:
+                theirs.send(b"x" * 65536)
+        except BlockingIOError:
+            pass
+        theirs.setblocking(True)
+        script = f"echo $$ > {marker}.tmp && mv {marker}.tmp {marker} && exec sleep 60"
+        message = start_message(
+            ["sh", "-c", script], "/bin/sh", {"PATH": os.environ["PATH"]}, None, time.monotonic() + 60, None, "c"
+        )
+        with guardian._lock:
+            assert guardian._send(message, [theirs.fileno()], False)
+            generation = guardian.generation
+        theirs.close()
+        pid = int(wait_until(lambda: marker.exists() and marker.read_text().strip(), what="the command to start"))
+        assert guardian.proc is not None
+        guardian.proc.kill()  # blocked telling the pid: it dies before the supervisor learns it
+        with pytest.raises(Unguarded, match="all it started was killed"):
+            try:
+                guardian._started(ours, time.monotonic() + 60, generation)
+            finally:
+                ours.close()
+        assert wait_until(lambda: gone(pid), 10, "the command the guardian started unsaid to be killed")
+    finally:
+        guardian.close()

@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 from _campaign import JOB as FLOCK_JOB
 from _campaign import read_runs
-from workertools import WorkerProcess, gone, no_config, wait_until
+from workertools import Guarded, WorkerProcess, gone, no_config, wait_until
 
 from jobctl import FileStore, LeaseHeld, Record, StaleEpoch, schedule
 from jobctl.keeper import Lookout
@@ -67,10 +67,15 @@ def flock_job(store: FileStore, tmp_path: Path) -> tuple[str, Path]:
 
 
 def first_start(runs: Path) -> tuple[int, int, int]:
-    """(epoch, child pid, supervisor pid) of the first run, once it holds the job's flock."""
+    """(epoch, child pid, supervisor pid) of the first run, once it holds the job's flock.
+
+    The child's parent is the supervisor's guardian, which started it: the supervisor is the guardian's parent.
+    """
     starts = wait_until(lambda: [line for line in read_runs(runs) if line[0] == "start"], what="the first run")
     _, _, epoch, pid, ppid = starts[0]
-    return int(epoch), int(pid), int(ppid)
+    with open(f"/proc/{ppid}/stat") as fh:
+        supervisor = int(fh.read().rsplit(")", 1)[1].split()[1])
+    return int(epoch), int(pid), supervisor
 
 
 @pytest.fixture
@@ -235,24 +240,18 @@ def test_jobctl_run_stopped_past_its_lease_has_its_child_killed_before_the_lease
 FAR = 3600.0  # a reported time that never comes during a test: only the record can make the guardian act
 
 
-def sleeper() -> subprocess.Popen[bytes]:
-    return subprocess.Popen(["sleep", "60"], start_new_session=True)  # its own group, as a job's child
-
-
-def guarded(guardian: Guardian, store: Store, job: str, epoch: int) -> subprocess.Popen[bytes]:
-    """A sleeper the guardian watches, following ``job``'s lease at ``epoch`` where the store keeps it."""
-    child = sleeper()
+def guarded(guardian: Guardian, store: Store, job: str, epoch: int) -> Guarded:
+    """A sleeper the guardian started, following ``job``'s lease at ``epoch`` where the store keeps it."""
     source = store.lease_source(job)
     assert source is not None
-    assert guardian.watch(child.pid, time.monotonic() + FAR, LeaseRecord(source, epoch, 0.5, 0.05))
-    return child
+    return Guarded(guardian, time.monotonic() + FAR, LeaseRecord(source, epoch, 0.5, 0.05))
 
 
 @pytest.fixture
 def guardian() -> Iterator[Guardian]:
     guard = Guardian()
     yield guard
-    guard.close()  # kills whatever is still registered
+    guard.close()  # kills whatever it still guards
 
 
 def test_the_guardian_kills_at_once_when_the_record_shows_another_epoch(store: FileStore, guardian: Guardian) -> None:
@@ -313,9 +312,8 @@ def test_the_guardian_reads_the_record_again_only_when_its_file_changed(store: F
     changed = time.monotonic()
     path = store.path(job)
     opens = Opens(path)
-    child = sleeper()
+    child = Guarded(guardian, time.monotonic() + FAR, LeaseRecord(path, held.lease.epoch, 0.5, 0.02))
     try:
-        guardian.watch(child.pid, time.monotonic() + FAR, LeaseRecord(path, held.lease.epoch, 0.5, 0.02))
         time.sleep(0.3)
         # Just written: a second write within the file system's clock tick could leave its times as they were.
         assert opens.count() > 3
@@ -329,9 +327,7 @@ def test_the_guardian_reads_the_record_again_only_when_its_file_changed(store: F
         assert opens.count() >= 1
     finally:
         opens.close()
-        if child.poll() is None:
-            child.kill()
-            child.wait()
+        child.kill()
 
 
 @pytest.mark.file_only("links and FIFOs in place of the record file; a row has neither")
@@ -344,21 +340,17 @@ def test_the_guardian_follows_no_link_and_never_blocks_on_what_is_not_a_record(
     link, fifo = tmp_path / "link.json", tmp_path / "fifo.json"
     link.symlink_to(store.path(job))
     os.mkfifo(fifo)
-    linked, piped, control = sleeper(), sleeper(), sleeper()
     far = time.monotonic() + FAR
-    guardian.watch(linked.pid, far, LeaseRecord(str(link), held.lease.epoch, 0.5, 0.05))
-    guardian.watch(piped.pid, far, LeaseRecord(str(fifo), held.lease.epoch, 0.5, 0.05))
+    linked = Guarded(guardian, far, LeaseRecord(str(link), held.lease.epoch, 0.5, 0.05))
+    piped = Guarded(guardian, far, LeaseRecord(str(fifo), held.lease.epoch, 0.5, 0.05))
     # Read after the other two in each pass: its kill shows the guardian got past both, blocking on neither.
-    guardian.watch(control.pid, far, LeaseRecord(store.path(job), held.lease.epoch, 0.5, 0.05))
+    control = Guarded(guardian, far, LeaseRecord(store.path(job), held.lease.epoch, 0.5, 0.05))
     assert control.wait(10) == -signal.SIGKILL
     for proc in (linked, piped):
         with pytest.raises(subprocess.TimeoutExpired):
             proc.wait(0.5)  # had the guardian followed the link, it would have killed this one first
-    guardian.forget(linked.pid)
-    guardian.forget(piped.pid)
     for proc in (linked, piped):
         proc.kill()
-        proc.wait()
 
 
 @pytest.mark.file_only("a file store given another clock; a database's lease is read by the server's clock")

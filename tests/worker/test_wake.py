@@ -16,7 +16,6 @@ import contextlib
 import ctypes
 import os
 import struct
-import subprocess
 import sys
 import threading
 import time
@@ -26,6 +25,7 @@ from typing import Any
 
 import pytest
 from _wake import campaign
+from workertools import Guarded
 
 from jobctl import FileStore, Record
 from jobctl.runner import Guardian, LeaseRecord
@@ -118,9 +118,8 @@ def test_a_guardian_woken_after_a_stop_kills_before_it_reads_any_record(
     held = store.claim(job, "me", 60)  # the record says the lease has a minute left: only the reported time is due
     source = store.lease_source(job)
     assert isinstance(source, str)
-    child = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    child = Guarded(guardian, time.monotonic() + 0.5, LeaseRecord(source, held.lease.epoch, 0.0, 0.05))
     try:
-        assert guardian.watch(child.pid, time.monotonic() + 0.5, LeaseRecord(source, held.lease.epoch, 0.0, 0.05))
         assert guardian.proc is not None
         time.sleep(0.2)  # it reads the record every 50 ms: a record written this recently, at every look
         os.kill(guardian.proc.pid, 19)  # SIGSTOP
@@ -135,6 +134,4 @@ def test_a_guardian_woken_after_a_stop_kills_before_it_reads_any_record(
             opens.release()
         assert code == -9
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            child.kill()
-        child.wait(5)
+        child.kill()

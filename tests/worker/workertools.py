@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import queue
+import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,6 +19,7 @@ from typing import Any
 import pytest
 
 from jobctl import FileStore, Record, schedule
+from jobctl.guardian import Guardian, LeaseRecord
 from jobctl.worker import Worker
 
 HERE = Path(__file__).resolve().parent
@@ -153,3 +156,53 @@ class WorkerProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
         self.wait(15)
+
+
+class Guarded:
+    """``sleep 60`` started by a :class:`Guardian` as a job's child, without a worker: Popen's poll and wait.
+
+    Its end comes as the guardian tells it, on the start's channel.
+    """
+
+    def __init__(self, guardian: Guardian, kill_at: float, record: LeaseRecord | None = None) -> None:
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            self.child = guardian.start(
+                ["sleep", "60"],
+                shutil.which("sleep") or "/bin/sleep",
+                {"PATH": os.defpath},
+                cwd=None,
+                stdout=null,
+                stderr=None,
+                stdin=None,
+                kill_at=kill_at,
+                record=record,
+            )
+        finally:
+            os.close(null)
+        self.guardian = guardian
+        self.pid = self.child.pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        chan = self.child.chan
+        if self.returncode is None and select.select([chan], [], [], 0)[0]:
+            line = (self.child.rest + chan.recv(64)).split(b"\n")[0]
+            assert line[:1] == b"X", line
+            self.returncode = os.waitstatus_to_exitcode(int(line[1:]))
+            self.child.close()
+        return self.returncode
+
+    def wait(self, timeout: float) -> int:
+        deadline = time.monotonic() + timeout
+        while self.poll() is None:
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(["sleep", "60"], timeout)
+            time.sleep(0.01)
+        assert self.returncode is not None
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            self.guardian.signal(self.child, signal.SIGKILL)
+            self.wait(10)
