@@ -20,16 +20,16 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import IO, Protocol
 
-from .. import fsio
 from ..children import describe_status, feed, killpg
-from ..errors import Invalid, JobError, LeaseExpired, NotFound
+from ..errors import JobError, LeaseExpired, NotFound
 from ..guardian import Child, Guardian, Late, LeaseRecord, Unguarded
 from ..jobenv import JobEnvironment
 from ..keeper import Keeper, Lookout, Outcome, Work
 from ..prctl import seal
-from ..record import Record, format_time
+from ..record import Record
+from .attempt import AttemptFiles
 from .command import Command, Processor, RunStore, child_env
-from .logs import LogRoot, cut_short, log_append, log_dir_open, result_name
+from .logs import LogRoot
 from .start import executable, guard_margin, own_margin, read_every
 
 __all__ = ["ChildWork", "Run", "ClaimStore", "claim_next"]
@@ -57,17 +57,15 @@ class ChildWork(Work):
         logs: LogRoot | None = None,
     ) -> None:
         self._command = command
-        self._logs = logs
         self._env = env
         self._environment = environment or JobEnvironment()
         self._tee = tee
         self._guardian = guardian
         self._own_guardian = False
-        self._log = log
+        self.files = AttemptFiles(logs, log)
         self.pid: int | None = None
         self.command: Command | None = None
         self.keeper: Keeper | None = None
-        self._logfile: IO[bytes] | None = None
         self._child: Child | None = None
         #: Its wait status once the guardian told it (None: still running, or the guardian is gone).
         self._status: int | None = None
@@ -81,10 +79,6 @@ class ChildWork(Work):
         self._sent_term = False
         self._guarded_at = math.inf
         self._ttl = 30.0
-        #: Where the child may leave its result (``$JOB_RESULT``): the name, in the directory the path names.
-        self.result_file: str | None = None
-        # The job's log directory, opened once for the attempt (log, cut-short check, result).
-        self._at: fsio.Dir | None = None
 
     def prepare(self, keeper: Keeper) -> None:
         rec = keeper.rec
@@ -99,46 +93,10 @@ class ChildWork(Work):
 
     # -- starting ---------------------------------------------------------------
 
-    def _dir(self, keeper: Keeper) -> fsio.Dir:
-        """The job's log directory (made as needed), opened once for the attempt without following links."""
-        if self._at is None:
-            if self._logs is not None:
-                self._at = self._logs.job_dir(keeper.job_id)
-            else:
-                at = log_dir_open(keeper.store, keeper.job_id, create=True)
-                assert at is not None  # created
-                self._at = at
-        return self._at
-
-    def _open_log(self, keeper: Keeper) -> IO[bytes] | None:
-        if not self._log:
-            return None
-        store, job_id = keeper.store, keeper.job_id
-        try:
-            at = self._dir(keeper)
-            handle = log_append(at, job_id, keeper.attempt)  # closed by end() once the child is gone
-        except (OSError, JobError):
-            # No log beats no run (the output goes where the runner's goes); a
-            # link planted at the log's name is refused, never followed.
-            return None
-        # Only a log with something in it can have been cut short: a new one is not read back.
-        cut = cut_short(at, job_id, keeper.attempt) if os.fstat(handle.fileno()).st_size else None
-        if cut is not None:
-            handle.write(
-                f"{cut}--- jobctl: cut short: its holder stopped without closing this log "
-                f"(its worker was killed?); adopted at epoch {keeper.epoch} by {keeper.owner} ---\n".encode()
-            )
-        handle.write(
-            f"--- jobctl: attempt {keeper.attempt}, epoch {keeper.epoch}, owner {keeper.owner}, "
-            f"started {format_time(store.now())} ---\n".encode()
-        )
-        handle.flush()
-        return handle
-
     def start(self, keeper: Keeper, out: Outcome) -> bool:
         assert self.command is not None  # prepare() ran
         command = self.command
-        log = self._logfile = self._open_log(keeper)
+        log = self.files.open_log(keeper)
         out.log = None if log is None else log.name
         # Before any code of the job can run: it runs as this process's user, who could otherwise read
         # this process's environment, memory and descriptors through /proc (jobctl.prctl).
@@ -146,14 +104,7 @@ class ChildWork(Work):
         if self._guardian is None:
             self._guardian = Guardian()  # its process starts with the child it guards
             self._own_guardian = True
-        try:
-            self.result_file = self._result_ready(keeper)
-        except (OSError, JobError) as exc:
-            # As with the log: no $JOB_RESULT beats no run. A link planted at its
-            # directory is refused, never followed; the command runs without the
-            # variable, and one that needs it fails on its own.
-            why = exc.message if isinstance(exc, JobError) else str(exc)
-            self._footer(f"no $JOB_RESULT for this attempt: {why}")
+        self.files.result_ready(keeper)
         started = self._start(keeper, command, log, out, self._guardian)
         if started is None:
             self._close()  # before the write that records it, as a child that ran
@@ -184,8 +135,8 @@ class ChildWork(Work):
         store = keeper.store
         env = child_env(store, keeper.rec, self._env, self._environment)
         env.update(command.env)
-        if self.result_file is not None:
-            env["JOB_RESULT"] = os.path.abspath(self.result_file)
+        if self.files.result_file is not None:
+            env["JOB_RESULT"] = os.path.abspath(self.files.result_file)
         expiry = keeper.lease_expiry()
         try:
             path = executable(command.argv[0], env, command.cwd)
@@ -231,7 +182,7 @@ class ChildWork(Work):
             else:
                 out.exit_code = 126
                 out.error = f"cannot start {command.argv[0]}: no guardian process to supervise it ({exc})"
-                self._footer(out.error)
+                self.files.footer(out.error)
             return None
         finally:
             for fd in (tee_w, spec_r):
@@ -249,83 +200,16 @@ class ChildWork(Work):
         late = LeaseExpired(f"job {keeper.job_id}: the lease of epoch {keeper.epoch} ran out before the start")
         late.job_id = keeper.job_id
         out.verdict = late
-        self._footer(f"not started; {late.verdict}: {late.message}")
-
-    # -- the result -----------------------------------------------------------------
-
-    def _result_ready(self, keeper: Keeper) -> str:
-        """Make the directory ``$JOB_RESULT`` lives in and clear its name; returns the path.
-
-        Every directory below the store's is opened without following a link
-        (:mod:`jobctl.fsio`): a link planted there is refused (the command
-        then runs without ``$JOB_RESULT``) rather than send the result out of the store. Whatever is at the name
-        (left by a holder of the same epoch: there is none) is removed, so the
-        only result stored is one this child wrote.
-        """
-        at = self._dir(keeper)
-        name = result_name(keeper.attempt, keeper.epoch)
-        try:
-            fsio.unlink(at, name)
-        except OSError as exc:
-            raise fsio.refusal(at.join(name), exc, keeper.job_id, "remove") from None
-        return at.join(name)
+        self.files.footer(f"not started; {late.verdict}: {late.message}")
 
     def completing(self, out: Outcome) -> Callable[[Record], None] | None:
-        """The result the child left at ``$JOB_RESULT``, stored with the completion; nothing when it left none.
-
-        The file is read without following a link and must hold one JSON
-        value of at most :data:`jobctl.results.RESULT_MAX_BYTES`; anything
-        else fails the attempt (``Invalid``) with an error naming the job and
-        the file, counted under the retry policy like a non-zero exit.
-        """
-        if self.result_file is None or self.keeper is None:
-            return None
-        from ..results import RESULT_MAX_BYTES, parse_result, set_result
-
-        keeper = self.keeper
-        job_id = keeper.job_id
-        where = f"job {job_id}: $JOB_RESULT ({self.result_file})"
-        at = self._at
-        if at is None:
-            return None
-        try:
-            data = fsio.read_file(at, os.path.basename(self.result_file), job_id, limit=RESULT_MAX_BYTES)
-        except JobError as exc:
-            raise Invalid(f"{where}: {exc.message}", job_id) from None
-        if data is None:
-            return None
-        try:
-            value = parse_result(data, job_id)
-        except Invalid as exc:
-            raise Invalid(f"{where}: {exc.message}", job_id) from None
-
-        def store_result(rec: Record) -> None:
-            set_result(rec, value)
-
-        return store_result
-
-    def _result_gone(self) -> None:
-        """Remove the result file once the attempt is over: the record holds the result now."""
-        at = self._at
-        if self.result_file is None or at is None:
-            return
-        with contextlib.suppress(OSError, JobError):
-            fsio.unlink(at, os.path.basename(self.result_file))
+        """The result the child left at ``$JOB_RESULT``, stored with the completion (:meth:`AttemptFiles.result`)."""
+        return None if self.keeper is None else self.files.result(self.keeper.job_id)
 
     def _not_started(self, out: Outcome, command: Command, exc: OSError) -> None:
         out.exit_code = 127 if isinstance(exc, FileNotFoundError) else 126
         out.error = f"cannot start {command.argv[0]}: {exc.strerror or exc}"
-        self._footer(out.error)
-
-    def _footer(self, text: str) -> None:
-        log = self._logfile
-        if log is None:
-            return
-        try:
-            log.write(f"--- jobctl: {text} ---\n".encode())
-            log.flush()
-        except (OSError, ValueError):
-            pass
+        self.files.footer(out.error)
 
     # -- supervision (the keeper's loop calls these) ------------------------------
 
@@ -460,9 +344,9 @@ class ChildWork(Work):
             self._pump(self._tee_r)
         out.exit_code = code
         if fenced is not None:
-            self._footer(f"{why}; {fenced.verdict}: {fenced.message}")
+            self.files.footer(f"{why}; {fenced.verdict}: {fenced.message}")
         else:
-            self._footer(why + (f" ({disposition}: {detail})" if disposition else ""))
+            self.files.footer(why + (f" ({disposition}: {detail})" if disposition else ""))
         self.succeeded = code == 0
         if not self.succeeded:
             out.error = why
@@ -470,10 +354,7 @@ class ChildWork(Work):
 
     def after(self, out: Outcome) -> None:
         self._close()  # a child that never started leaves them open
-        self._result_gone()
-        if self._at is not None:
-            self._at.close()
-            self._at = None
+        self.files.close()
 
     def _close(self) -> None:
         """Close the tee pipe, the attempt's own guardian and the log (each once)."""
@@ -483,13 +364,11 @@ class ChildWork(Work):
         if self._own_guardian and self._guardian is not None:
             self._guardian.close()
             self._own_guardian = False
-        if self._logfile is not None:
-            self._logfile.close()
-            self._logfile = None
+        self.files.close_log()
 
     def _pump(self, fd: int) -> None:
         """Copy what the child wrote to the terminal and the log (tee mode)."""
-        log = self._logfile
+        log = self.files.logfile
         while True:
             try:
                 chunk = os.read(fd, 1 << 16)
