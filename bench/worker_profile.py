@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO))  # the working tree, even without an editable inst
 from jobctl import FileStore, Record, lock  # noqa: E402 -- after the path fix above
 from jobctl.guardian import Guardian  # noqa: E402
 from jobctl.keeper import Ending, Keeper  # noqa: E402
-from jobctl.runner import child  # noqa: E402
+from jobctl.runner import attempt, child  # noqa: E402
 from jobctl.slots import Slots  # noqa: E402
 from jobctl.worker import Worker  # noqa: E402
 
@@ -47,9 +47,9 @@ CALLS: collections.Counter[str] = collections.Counter()
 STEPS: list[tuple[Any, str, str]] = [
     (Ending, "finish", "final write: finish + claim of the next job"),
     (lock, "change", "  of which record writes (each: lock, read, stage + fsync, rename, fsync dir)"),
-    (child.ChildWork, "_open_log", "attempt log: its directory made and opened, the log created, its header"),
+    (attempt.AttemptFiles, "open_log", "attempt log: its directory made and opened, the log created, its header"),
     (child, "seal", "seal (non-dumpable)"),
-    (child.ChildWork, "_result_ready", "$JOB_RESULT's name cleared"),
+    (attempt.AttemptFiles, "result_ready", "$JOB_RESULT's name cleared"),
     (child, "child_env", "the job's environment"),
     (child, "executable", "the command looked up"),
     (Guardian, "start", "start: one message to the guardian, which spawns it and sends its pid back"),
