@@ -118,6 +118,10 @@ def reconnect_wait_of(environ: Mapping[str, str]) -> float:
     return seconds
 
 
+#: SQLSTATEs of a server ending the connection: admin_shutdown, crash_shutdown, cannot_connect_now.
+_GOING_AWAY = frozenset(("57P01", "57P02", "57P03"))
+
+
 class Unsure(Refused):
     """The connection went away while a write was under way: it may have committed, or not."""
 
@@ -212,6 +216,12 @@ class Session:
     def failed(self, conn: psycopg.Connection[Any], exc: psycopg.Error, committing: bool) -> Refused:
         """The refusal a driver error becomes: ``Lost`` when nothing can have been written."""
         first = first_line(exc)
+        if getattr(exc, "sqlstate", None) in _GOING_AWAY or conn.pgconn.pipeline_status != _PIPELINE_OFF:
+            # The server ends this connection (a shutdown or a restart: whatever libpq still says, it
+            # is gone), or the failure left it in pipeline mode, where it would refuse every statement
+            # after ("cannot exit pipeline mode while busy"): let it go; the next call opens another.
+            with contextlib.suppress(psycopg.Error):
+                conn.close()
         if not (conn.broken or conn.closed or conn.pgconn.status != _OK):
             return Refused(f"{self.root}: {first}")
         if committing and not getattr(self.local, "reads", False):
@@ -351,6 +361,7 @@ def _forget_in_child() -> None:
 os.register_at_fork(after_in_child=_forget_in_child)
 
 _OK = psycopg.pq.ConnStatus.OK
+_PIPELINE_OFF = psycopg.pq.PipelineStatus.OFF
 _TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
 _COMMAND_OK = psycopg.pq.ExecStatus.COMMAND_OK
 _SYNC = psycopg.pq.ExecStatus.PIPELINE_SYNC
@@ -439,8 +450,13 @@ class Statements:
             if self._result(sync=True).status != _SYNC:
                 raise psycopg.OperationalError("the pipeline's Sync was not answered")
         finally:
-            with contextlib.suppress(psycopg.Error):
+            try:
                 pg.exit_pipeline_mode()
+            except psycopg.Error:
+                # Still busy: the answers stopped coming (the server ended the connection midway).
+                # Left in pipeline mode, the connection would refuse every statement after: it is
+                # closed, so the failure is the connection's and the next call opens a new one.
+                pg.finish()
         for answer in answers:
             self._check(answer)  # the first failure; those after it say only that they were aborted
         out: list[Any] = []
