@@ -1,16 +1,14 @@
-"""Python 3.10's child start: a job's command in its own process group, and killed with it.
+"""A job's command in its own process group, killed with it: through the real command line, on every Python.
 
-Before 3.11, subprocess cannot put a child in a new process group without a
-``preexec_fn``, so jobctl starts children another way there than on newer
-Pythons. These tests drive the real command line (``jobctl run``, ``jobctl
-worker``) on that Python and check only what a user relies on, whatever the
-start code looks like: the command runs in a process group of its own, not
-its supervisor's; a stop (here: cancel) reaches everything in that group; and
-when the supervisor is SIGKILLed, the command does not run on unsupervised.
-
-They run in the 3.10 leg of ``make matrix`` (tests/worker is in every leg)
-and are skipped on newer Pythons, whose start path the other worker tests
-cover.
+Python 3.10's subprocess cannot put a child in a new process group without a
+``preexec_fn``; jobctl's children are started by the guardian
+(``posix_spawn`` with its own group) on every Python, 3.10 included. These
+tests drive the real command line (``jobctl run``, ``jobctl worker``) and
+check only what a user relies on, whatever the start code looks like: the
+command runs in a process group of its own, not its supervisor's; a stop
+(here: cancel) reaches everything in that group; and when the supervisor is
+SIGKILLed, the command does not run on unsupervised. ``make matrix`` runs
+them on every supported Python (tests/worker is in every leg).
 """
 
 from __future__ import annotations
@@ -28,13 +26,7 @@ from workertools import gone, submit, wait_until
 
 from jobctl import FileStore
 
-pytestmark = [
-    pytest.mark.skipif(
-        sys.version_info >= (3, 11),
-        reason="Python 3.10's start path (no process_group in subprocess); make matrix runs it on 3.10",
-    ),
-    pytest.mark.timeout(90),
-]
+pytestmark = [pytest.mark.timeout(90)]
 
 #: The job: starts a grandchild in its own process group, says who is who, and waits to be stopped.
 COMMAND = """
