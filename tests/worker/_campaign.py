@@ -11,8 +11,9 @@ worker's children is still alive, and SIGCONTs it.
 MODE ``kill``: each round starts fresh workers at ``--concurrency 8`` on a
 store full of short jobs and SIGKILLs each during its first burst of starts
 (after its first ``started`` event, while the other slots are claiming and
-starting); then checks that every child it left behind is gone once its
-guardian has acted. It goes on past ROUNDS kills (up to four times as many)
+starting, once its guardian has spawned the first); then checks that every
+child the guardian had started at the kill is gone once the guardian has
+acted. It goes on past ROUNDS kills (up to four times as many)
 until some kill has caught a child starting: spawned by the guardian, its
 shell not yet at the job's first line (what a start in flight at the kill
 leaves).
@@ -147,6 +148,8 @@ class Worker:
         self.started = 0
         self.started_at_kill = -1
         self.guardian_pid: int | None = None
+        #: The guardian's children when the kill was sent: the starts in flight, and the jobs running.
+        self.in_flight: set[int] = set()
         self.ready = threading.Event()
         self.killed = threading.Event()
         threading.Thread(target=self._read, daemon=True).start()
@@ -162,10 +165,13 @@ class Worker:
                 if self.kill_in_burst and not self.killed.is_set():
                     # A moment into the burst: the first start is out (its guardian is up: it starts with the
                     # first child), the other slots are claiming and starting.
-                    wait(lambda: self.guardian() is not None, 5.0)
+                    # (The worker says "started" as it sends the start: wait until the guardian has spawned it.)
+                    wait(lambda: bool((g := self.guardian()) is not None and children(g)), 5.0)
                     time.sleep(random.uniform(0.0, 0.01))
                     self.guardian_pid = self.guardian()
                     self.started_at_kill = self.started
+                    if self.guardian_pid is not None:
+                        self.in_flight = children(self.guardian_pid)
                     send(self.pid, signal.SIGKILL)
                     self.killed.set()
 
@@ -273,6 +279,8 @@ def kill_campaign(root: str, place: Path, rounds: int, ttl: float, at_once: int 
     figures: dict[str, Any] = {"kills": 0, "survivors": 0, "in_burst": 0}
     workers: set[int] = set()
     guardians: set[int] = set()
+    in_flight: set[int] = set()  # what each killed worker's guardian had started, at the kill
+    stopped: set[int] = set()  # of those, the ones gone once their guardian had acted
 
     def left_behind() -> dict[str, int]:
         """The job processes left behind so far (reaped here, not by a guardian), by how they ended."""
@@ -284,8 +292,12 @@ def kill_campaign(root: str, place: Path, rounds: int, ttl: float, at_once: int 
         return {
             "killed": len(killed),
             "ran_on": len(ended) - len(killed),
-            # A shell killed before the job's first line: the kill caught it starting.
-            "caught_starting": sum(1 for pid in killed if pid in shells and pid not in lined),
+            # A shell killed before the job's first line: the kill caught it starting. Seen here when the
+            # guardian left it to this subreaper, or, when the guardian reaped it itself, as one of its
+            # children at the kill that never wrote its first line.
+            "caught_starting": len({pid for pid in killed if pid in shells and pid not in lined} | (in_flight - lined)),
+            "in_flight": len(in_flight),
+            "stopped": len(stopped),
         }
 
     # A kill proves the race only when it lands while some child is starting. Where it lands is chance
@@ -309,6 +321,9 @@ def kill_campaign(root: str, place: Path, rounds: int, ttl: float, at_once: int 
         # Their children are this process's now. Once every guardian has acted, none may be left.
         for g in guardians:
             wait(lambda g=g: reaper.exited(g), 10)
+        for w in batch:
+            in_flight.update(w.in_flight)
+            stopped.update(pid for pid in w.in_flight if not alive(pid))
         wait(lambda: not any(alive(p) for p in children(os.getpid())), 1.0)
         left = [p for p in children(os.getpid()) if alive(p)]
         figures["survivors"] += len(left)
