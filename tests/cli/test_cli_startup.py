@@ -140,13 +140,19 @@ def test_a_piped_submit_loads_no_fast_path_of_the_decoder(jobctl: Jobctl, tmp_pa
 
 
 COMPILED = """
-import atexit, json, re, sys, traceback
+import atexit, json, re, sys
 out = sys.argv[1]
 compiled = []
 real = re._compile
 def compile(pattern, flags):
-    if not isinstance(pattern, re.Pattern) and any("jobctl" in f.filename for f in traceback.extract_stack()[:-1]):
-        compiled.append(pattern if isinstance(pattern, str) else pattern.decode("latin-1"))
+    # The frames walked as they are: traceback's extract_stack reads source lines (linecache, tokenize),
+    # and on 3.13 a pattern tokenize compiles at its own import came back here half imported.
+    f = sys._getframe(1)
+    while f is not None and not isinstance(pattern, re.Pattern):
+        if "jobctl" in f.f_code.co_filename:
+            compiled.append(pattern if isinstance(pattern, str) else pattern.decode("latin-1"))
+            break
+        f = f.f_back
     return real(pattern, flags)
 re._compile = compile
 atexit.register(lambda: open(out, "w").write(json.dumps(compiled)))
