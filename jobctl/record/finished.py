@@ -28,6 +28,14 @@ def _canonical_parts(text: str) -> _Parts | None:
     return parts(text)
 
 
+def _ended_fields(text: str, job_id: str) -> tuple[Any, ...] | None:
+    """:func:`_canonical_parts`'s twin for a finished record's fields (:func:`.canonical._ended_fields`)."""
+    from .canonical import _ended_fields as fields
+
+    globals()["_ended_fields"] = fields
+    return fields(text, job_id)
+
+
 def summary_or_record(data: bytes | str, job_id: str = "", fields: bool = True) -> tuple[Any, ...] | str | Record:
     """:func:`decode`, or for a finished record in the canonical layout without a checkpoint, its summary's fields.
 
@@ -44,7 +52,14 @@ def summary_or_record(data: bytes | str, job_id: str = "", fields: bool = True) 
     if _UNTIL_CANONICAL[0] == 0:
         try:
             text = data if isinstance(data, str) else wire.utf8_text(data, "record")
-            parts = _canonical_parts(text) if text.startswith(_CANONICAL_START) else None
+            parts = None
+            if text.startswith(_CANONICAL_START):
+                # A finished record's fields by the shorter way when it applies (its head met before),
+                # else its parts, whose reader the shorter way takes its word from.
+                got = _ended_fields(text, job_id) if job_id else None
+                if got is not None:
+                    return got if fields else got[2]
+                parts = _canonical_parts(text)
         except Exception:  # decode says why, in its words
             parts = None
         # A record naming another id than it was read under goes to decode, which refuses it.
