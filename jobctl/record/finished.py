@@ -15,6 +15,8 @@ from .times import micros
 if TYPE_CHECKING:
     from .canonical import _Parts
 
+_CANONICAL_START_BYTES = _CANONICAL_START.encode()
+
 
 def _canonical_parts(text: str) -> _Parts | None:
     """The first look at a canonical text: load :mod:`.canonical`, put its reader in this name's place, use it.
@@ -51,8 +53,13 @@ def summary_or_record(data: bytes | str, job_id: str = "", fields: bool = True) 
     text: str | None = None
     if _UNTIL_CANONICAL[0] == 0:
         try:
-            text = data if isinstance(data, str) else wire.utf8_text(data, "record")
             parts = None
+            if isinstance(data, str):
+                text = data
+            elif data.startswith(_CANONICAL_START_BYTES):  # no byte order mark: the bytes' text as it is
+                text = data.decode("utf-8")
+            else:
+                text = wire.utf8_text(data, "record")
             if text.startswith(_CANONICAL_START):
                 # A finished record's fields by the shorter way when it applies (its head met before),
                 # else its parts, whose reader the shorter way takes its word from.
