@@ -218,6 +218,9 @@ def _canonical_parts(text: str) -> _Parts | None:
 #: :data:`_HEADS_SEEN` is; only a spec's text is kept, never its value (a record's own, and mutable).
 _SPECS_PASSED: set[str] = set()
 _REST_AT = ',\n  "progress": {\n'
+#: The head and spec texts of the last finished record :func:`_ended_fields` read, and the head's blocks:
+#: the next one is mostly the same, and compared in place costs no copy of either.
+_LAST: list[Any] = ["", None, ""]
 
 
 def _ended_fields(text: str, job_id: str) -> tuple[Any, ...] | None:
@@ -236,10 +239,18 @@ def _ended_fields(text: str, job_id: str) -> tuple[Any, ...] | None:
     record or spec value is kept. tests/property/test_fast_decode.py compares
     the answers on mutated records.
     """
-    id_at = text.find(_ID_AT)
-    blocks = _HEADS_SEEN.get(text[:id_at]) if id_at > 0 else None
-    if blocks is None:
-        return None
+    last = _LAST
+    head = last[0]
+    # The last head again: _ID_AT right after it is the first in the text (the head holds none, and
+    # its only newline is its first character), as text.find would find it.
+    if head and text.startswith(head) and text.startswith(_ID_AT, len(head)):
+        id_at, blocks = len(head), last[1]
+    else:
+        id_at = text.find(_ID_AT)
+        blocks = _HEADS_SEEN.get(text[:id_at]) if id_at > 0 else None
+        if blocks is None:
+            return None
+        last[0], last[1] = text[:id_at], blocks
     m = _ENDED_ON.match(text, id_at + len(_ID_AT))
     if m is None:
         return None
@@ -247,16 +258,23 @@ def _ended_fields(text: str, job_id: str) -> tuple[Any, ...] | None:
     if read_id != job_id or not job_id.strip() or not kind.strip() or "\\" in text:
         return None
     start = m.end()
-    end = text.find(_REST_AT, start)
-    if end < 0:
-        return None
-    spec_text = text[start:end]
-    if spec_text not in _SPECS_PASSED:
-        spec, end = wire._scan(text, start)
-        if spec is None or text.count("{", start, end) + text.count("[", start, end) >= wire.MAX_DEPTH:
+    spec_text = last[2]
+    if spec_text and text.startswith(spec_text, start) and text.startswith(_REST_AT, start + len(spec_text)):
+        end = start + len(spec_text)  # the last spec passed, compared in place
+    else:
+        end = text.find(_REST_AT, start)
+        if end < 0:
             return None
-        if len(_SPECS_PASSED) < 256 and end == start + len(spec_text):
-            _SPECS_PASSED.add(spec_text)  # the whole value, ended where the rest begins
+        spec_text = text[start:end]
+        if spec_text not in _SPECS_PASSED:
+            spec, end = wire._scan(text, start)
+            if spec is None or text.count("{", start, end) + text.count("[", start, end) >= wire.MAX_DEPTH:
+                return None
+            if end != start + len(spec_text):
+                spec_text = ""  # a spec holding the rest's opening: not remembered
+            elif len(_SPECS_PASSED) < 256:
+                _SPECS_PASSED.add(spec_text)  # the whole value, ended where the rest begins
+        last[2] = spec_text
     r = _ENDED_REST.match(text, end)
     if r is None or _models(blocks) is None:
         return None
