@@ -126,6 +126,7 @@ class FileListing:
             jobs_stat: os.stat_result | None = os.fstat(jobs.fd)
         except OSError:
             jobs_stat = None
+        summary.settle()  # what this process left to write of the cache, written before it is read
         cache = summary.Summaries.load(cache_dir, self.jobs_dir, jobs_stat)
         try:
             limit: int | None = fsio.max_record_bytes()  # once, not once a file
@@ -156,9 +157,12 @@ class FileListing:
                 # Every record read: scan(opened=out) need list none again (and the pieces made the
                 # listing part's rows, when they were shared, with their identities in the cache's).
                 out.whole = (jobs_stat, made, cache)
-            if jobs_stat is not None:
-                cache.finish(jobs_stat)
-                cache.save()
+            if made is not None and jobs_stat is not None:
+                # A listing's cold pass, shared: the cache is written with its listing part, once the
+                # listing is out (summary.now_or_aside; a later pass in this process settles it first).
+                summary.now_or_aside(lambda: _finish(cache, jobs_stat), len(todo))
+            elif jobs_stat is not None:
+                _finish(cache, jobs_stat)
         out.sort(key=_by_id)
         out.unreadable.sort(key=lambda pair: pair[0])
         return out
@@ -395,6 +399,12 @@ class FileListing:
         for k in sorted(rows):
             cache.take_rows(rows[k])  # malformed rows are left out: their records are read again next time
         return made if whole else None
+
+
+def _finish(cache: summary.Summaries, jobs_stat: os.stat_result) -> None:
+    """End a full scan of the cache (``jobs_stat``: ``jobs/`` before it began) and write what it learnt."""
+    cache.finish(jobs_stat)
+    cache.save()
 
 
 @contextlib.contextmanager

@@ -229,9 +229,11 @@ def now_or_aside(work: Callable[[], object], rows: int) -> None:
     until the listing is out, and is then done in a forked child
     (:func:`write_aside`) that this process does not wait for. Work still
     waiting when something reads the part (:func:`settle`), or when the
-    process exits, is done then, here.
+    process exits, is done then, here. Work is done in the order it came:
+    behind work that waits, work of a few rows waits too (the listing part
+    takes its identities from the rows the cache's own write makes).
     """
-    if rows < _ASIDE_FROM:
+    if rows < _ASIDE_FROM and not _WAITING:
         work()
         return
     if not _WAITING:

@@ -163,3 +163,39 @@ def test_the_listing_part_takes_each_identity_from_the_cache_rows(tmp_path: Path
         assert text == summary.ident(os.stat(store.path(row[0]), follow_symlinks=False))
     assert part.others == sorted(set(ids) - set(ended))
     assert part.fresh(jobs)
+
+
+def test_work_left_waiting_is_done_in_the_order_it_came() -> None:
+    # The cache's own write waits for the listing to be out; the listing part's, made after it and
+    # taking its identities from the rows that write makes, waits behind it however small it is.
+    done: list[str] = []
+    summary.listed.settle()
+    summary.now_or_aside(lambda: done.append("rows"), summary.listed._ASIDE_FROM)
+    summary.now_or_aside(lambda: done.append("part"), 1)
+    assert done == []
+    summary.listed.settle()
+    assert done == ["rows", "part"]
+    summary.now_or_aside(lambda: done.append("now"), 1)  # nothing waiting: done at once
+    assert done == ["rows", "part", "now"]
+
+
+@pytest.mark.timeout(60)
+def test_a_shared_cold_listing_writes_the_cache_once_it_is_out_and_a_later_pass_here_reads_it(
+    tmp_path: Path, shared: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, cache = tmp_path / "root", tmp_path / "cache"
+    store, _ = _store(root, cache, 30)
+    time.sleep(0.1)  # every record and jobs/ older than the racy window
+    summary.listed.settle()
+    ended, opened, states = _brief_listing(store)
+    assert (ended, opened, states) == _decoded(root)
+    assert summary.listed._WAITING and not list(cache.rglob("*.open"))  # written once the listing is out
+    decoded: list[str] = []
+    real = file_listing.decode
+    monkeypatch.setattr(
+        file_listing, "decode", lambda data, job_id, **kw: decoded.append(job_id) or real(data, job_id, **kw)
+    )
+    again = store.list_open()  # settles what waits first: the cache it then reads is this listing's
+    assert not summary.listed._WAITING and list(cache.rglob("*.open")) and list(cache.rglob("*.list"))
+    assert [rec.id for rec in again] == opened and dict(again.states) == states
+    assert sorted(decoded) == opened  # the finished records vouched for by the rows written, none read
