@@ -472,6 +472,7 @@ class _PipedList:
     ) -> None:
         self.state, self.wanted, self.kind, self.states, self.owner = state, wanted, kind, states, owner
         self.newest, self.limit = newest, limit
+        self.every = not kind and not states and owner is None  # summarised() of every summary
         self.store = state.store()
         self.now = self.store.now()
         # Summary, or with --json _Shown: sorted by _listing_order once all are in
@@ -503,7 +504,7 @@ class _PipedList:
         if isinstance(rec, Summary):  # list_open(briefly=True) read it in another process
             if how is not None:
                 self.taken[rec.id] = (rec, how)
-            if self.summarised(rec):
+            if self.every or self.summarised(rec):
                 self.ended.append(rec)
             return
         brief = summary_of(rec)

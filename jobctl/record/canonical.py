@@ -276,7 +276,8 @@ def _ended_fields(text: str, job_id: str) -> tuple[Any, ...] | None:
                 _SPECS_PASSED.add(spec_text)  # the whole value, ended where the rest begins
         last[2] = spec_text
     r = _ENDED_REST.match(text, end)
-    if r is None or _models(blocks) is None:
+    # _models' judgement, without the pair it makes: asked every time (understand()).
+    if r is None or not blocks[2] or not roster._UNDERSTOOD.issuperset(blocks[1]):
         return None
     done, total, p_updated, owner, epoch, expires, _, error, _, at, created, updated = r.groups()
     done_n, epoch_n = int(done), int(epoch)
