@@ -322,6 +322,7 @@ def list_jobs(
 #: The id and the creation time of a Summary (a tuple: its fields by index).
 _summary_id = itemgetter(Summary._fields.index("id"))
 _summary_created = itemgetter(Summary._fields.index("created"))
+_summary_expires = itemgetter(Summary._fields.index("expires"))
 
 
 def _listing_order(ended: list[Any], shown: bool) -> None:
@@ -583,7 +584,7 @@ class _PipedList:
             summaries: list[Summary] = picked
             self.flagged |= _long_summaries(state, summaries, self.now)
             self.shown.extend(summaries)
-            self.lines.out_all([render.summary_line(entry) for entry in summaries])
+            self.lines.out_all(render.summary_lines(summaries))
 
 
 #: A listing of at least this many ended jobs is never let go of: the process ends without freeing it.
@@ -614,6 +615,8 @@ def _long_summaries(state: State, items: list[Summary], now: datetime) -> set[st
     # A lease ending more than the smallest max_ttl (and the slack) ahead, compared in whole microseconds
     # first -- a millisecond short, so that float rounding cannot drop one -- then as State.long_leases does.
     cutoff = micros(now) + int((limits.MAX_TTL.low + limits.LEASE_SLACK) * 1e6) - 1000
+    if not items or max(map(_summary_expires, items)) <= cutoff:
+        return set()  # most listings: none ahead, found by one C loop
     ahead = [
         s for s in items if s.expires > cutoff and limits.lease_too_long(moment(s.expires), now, limits.MAX_TTL.low)
     ]
