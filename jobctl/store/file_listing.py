@@ -346,7 +346,7 @@ class FileListing:
         the records this call answers with are this process's own), the ids
         it could not read, which are read here again, so that their refusals
         are this process's own too, and the cache's rows for it, which are
-        taken in the order of ``todo`` once every piece is in. The answer is
+        taken in the order of ``todo``, each piece's as soon as those before it are in. The answer is
         the one :meth:`_take_open` gives id by id.
 
         Handed summaries (``finished``) with ``whole`` (every record is read:
@@ -368,12 +368,16 @@ class FileListing:
         summary_type: Any = _load_summary().Summary if brief else None
         states = out.states
         rows: dict[int, Any] = {}  # each piece's cache rows, taken in the order of todo: the order met
+        next_rows = 0  # the piece whose rows are taken next, as soon as it is in (while the others are read)
         made: _Made = []
         with contextlib.closing(fanout.share_out(todo, each, (jobs.fd,))) as pieces:
             for k, piece, answer in pieces:
                 if not _well_formed(answer, brief, whole):
                     answer = each(piece)  # not what a child of ours sends: do its piece here
                 fin_ids, fin_states, briefs, opened, bad, rows[k] = answer
+                while next_rows in rows:
+                    cache.take_rows(rows.pop(next_rows))  # malformed rows are left out: read again next time
+                    next_rows += 1
                 if finished is None:
                     states.update(zip(fin_ids, fin_states, strict=True))
                 elif whole:
@@ -396,8 +400,8 @@ class FileListing:
                     out.append(rec)
                 for job_id in bad:  # unreadable there: read here, and say why
                     self._take_open(jobs, job_id, out, cache, finished, limit)
-        for k in sorted(rows):
-            cache.take_rows(rows[k])  # malformed rows are left out: their records are read again next time
+        for k in sorted(rows):  # none, when every piece came in
+            cache.take_rows(rows[k])
         return made if whole else None
 
 
