@@ -322,7 +322,6 @@ def list_jobs(
 #: The id and the creation time of a Summary (a tuple: its fields by index).
 _summary_id = itemgetter(Summary._fields.index("id"))
 _summary_created = itemgetter(Summary._fields.index("created"))
-_summary_expires = itemgetter(Summary._fields.index("expires"))
 
 
 def _listing_order(ended: list[Any], shown: bool) -> None:
@@ -615,8 +614,6 @@ def _long_summaries(state: State, items: list[Summary], now: datetime) -> set[st
     # A lease ending more than the smallest max_ttl (and the slack) ahead, compared in whole microseconds
     # first -- a millisecond short, so that float rounding cannot drop one -- then as State.long_leases does.
     cutoff = micros(now) + int((limits.MAX_TTL.low + limits.LEASE_SLACK) * 1e6) - 1000
-    if not items or max(map(_summary_expires, items)) <= cutoff:
-        return set()  # most listings: none ahead, found by one C loop
     ahead = [
         s for s in items if s.expires > cutoff and limits.lease_too_long(moment(s.expires), now, limits.MAX_TTL.low)
     ]
