@@ -519,11 +519,18 @@ class _PipedList:
         else:
             self.ended.append(brief)
 
+    #: What list_open hands each finished record to (``finished``): this listing itself.
+    __call__ = keep
+
+    def many(self, summaries: list[Summary]) -> None:
+        """:meth:`keep` of summaries handed over together, none with a file's status (``finished.many``)."""
+        self.ended.extend(summaries if self.every else filter(self.summarised, summaries))
+
     def write(self, whole: bool, open_only: bool) -> None:
         state, store, now, lines = self.state, self.store, self.now, self.lines
         wants_ended = not open_only and (not self.states or any(s in TERMINAL for s in self.states))
         briefly = not state.json and not whole  # a line that a summary serves
-        opened = store.list_open(finished=self.keep if wants_ended else None, briefly=briefly)
+        opened = store.list_open(finished=self if wants_ended else None, briefly=briefly)  # keep, many
         every = opened.states  # what dependencies are in, for the JSON
         self.unreadable = {job_id: exc for job_id, exc in opened.unreadable}
         try:

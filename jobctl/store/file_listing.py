@@ -11,6 +11,7 @@ that does it; the store's writes never come through here.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import operator
 import os
@@ -113,6 +114,9 @@ class FileListing:
         one a CPU (:mod:`jobctl.fanout`; ``JOBCTL_SCAN_PROCESSES`` sets how
         many): the answer is the same, only sooner. Handed whole records
         (``finished`` without ``briefly``), the call reads them all here.
+        A ``finished`` with a ``many`` method is handed the summaries such a
+        scan's pieces made (none with a file's status) a piece at a time,
+        as a list: ``finished.many(summaries)``.
         """
         with collector_paused():
             return self._list_open(self._summaries_dir(), finished, briefly)
@@ -366,6 +370,8 @@ class FileListing:
             return _read_share(jobs, share, limit, brief, cache, not whole)
 
         summary_type: Any = _load_summary().Summary if brief else None
+        new_summary = functools.partial(_new, summary_type)
+        many = getattr(finished, "many", None)  # the summaries of a piece handed over at once (list_open)
         states = out.states
         rows: dict[int, Any] = {}  # each piece's cache rows, taken in the order of todo: the order met
         next_rows = 0  # the piece whose rows are taken next, as soon as it is in (while the others are read)
@@ -384,8 +390,11 @@ class FileListing:
                     # Each summary's fields alone: the listing part takes the identities from the cache's rows.
                     made.append(briefs)
                     states.update(zip(map(_ID, briefs), map(_STATE, briefs), strict=True))
-                    for fields in briefs:
-                        finished(_new(summary_type, fields), None)
+                    if many is not None:
+                        many(list(map(new_summary, briefs)))
+                    else:
+                        for fields in briefs:
+                            finished(_new(summary_type, fields), None)
                 else:
                     for fields, ident in briefs:
                         states[fields[0]] = fields[2]

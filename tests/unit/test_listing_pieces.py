@@ -199,3 +199,34 @@ def test_a_shared_cold_listing_writes_the_cache_once_it_is_out_and_a_later_pass_
     assert not summary.listed._WAITING and list(cache.rglob("*.open")) and list(cache.rglob("*.list"))
     assert [rec.id for rec in again] == opened and dict(again.states) == states
     assert sorted(decoded) == opened  # the finished records vouched for by the rows written, none read
+
+
+@pytest.mark.timeout(60)
+def test_a_finished_with_many_is_handed_each_piece_s_summaries_at_once(tmp_path: Path, shared: list[int]) -> None:
+    # list_open's finished.many: the summaries a shared cold scan's pieces made, a list a piece, none of
+    # them also handed one by one; the open and re-read ones still come one at a time.
+    root = tmp_path / "root"
+    store, _ = _store(root, tmp_path / "cache", 30)
+
+    class Taking:
+        def __init__(self) -> None:
+            self.lists: list[list[Any]] = []
+            self.one_by_one: list[Any] = []
+
+        def __call__(self, item: Any, how: Any) -> None:
+            self.one_by_one.append(item)
+
+        def many(self, summaries: list[Any]) -> None:
+            self.lists.append(summaries)
+
+    taking = Taking()
+    opened = store.list_open(finished=taking, briefly=True)
+    assert shared and taking.lists
+    assert all(type(one) is summary.Summary for got in taking.lists for one in got)
+    got = {one.id: tuple(one) for batch in taking.lists for one in batch}
+    got.update(
+        (one.id, tuple(one if isinstance(one, summary.Summary) else summary_of(one))) for one in taking.one_by_one
+    )
+    assert sum(map(len, taking.lists)) + len(taking.one_by_one) == len(got)
+    ended, open_ids, states = _decoded(root)
+    assert got == ended and [rec.id for rec in opened] == open_ids and dict(opened.states) == states
