@@ -350,8 +350,8 @@ class FileListing:
         the records this call answers with are this process's own), the ids
         it could not read, which are read here again, so that their refusals
         are this process's own too, and the cache's rows for it, which are
-        taken in the order of ``todo``, each piece's as soon as those before it are in. The answer is
-        the one :meth:`_take_open` gives id by id.
+        taken in the order of ``todo``: each piece's as soon as those before
+        it are in. The answer is the one :meth:`_take_open` gives id by id.
 
         Handed summaries (``finished``) with ``whole`` (every record is read:
         the listing part is made from them), the pieces' summaries are
