@@ -218,9 +218,10 @@ def _canonical_parts(text: str) -> _Parts | None:
 #: :data:`_HEADS_SEEN` is; only a spec's text is kept, never its value (a record's own, and mutable).
 _SPECS_PASSED: set[str] = set()
 _REST_AT = ',\n  "progress": {\n'
-#: The head and spec texts of the last finished record :func:`_ended_fields` read, and the head's blocks:
-#: the next one is mostly the same, and compared in place costs no copy of either.
-_LAST: list[Any] = ["", None, ""]
+#: The head of the last finished record :func:`_ended_fields` read with its blocks (one pair, replaced
+#: whole: a thread reading it meanwhile never sees one's head with another's blocks), and its spec text:
+#: the next record is mostly the same, and compared in place costs no copy of either.
+_LAST: list[Any] = [("", None), ""]
 
 
 def _ended_fields(text: str, job_id: str) -> tuple[Any, ...] | None:
@@ -240,17 +241,17 @@ def _ended_fields(text: str, job_id: str) -> tuple[Any, ...] | None:
     the answers on mutated records.
     """
     last = _LAST
-    head = last[0]
+    head, blocks = last[0]
     # The last head again: _ID_AT right after it is the first in the text (the head holds none, and
     # its only newline is its first character), as text.find would find it.
     if head and text.startswith(head) and text.startswith(_ID_AT, len(head)):
-        id_at, blocks = len(head), last[1]
+        id_at = len(head)
     else:
         id_at = text.find(_ID_AT)
         blocks = _HEADS_SEEN.get(text[:id_at]) if id_at > 0 else None
         if blocks is None:
             return None
-        last[0], last[1] = text[:id_at], blocks
+        last[0] = (text[:id_at], blocks)
     m = _ENDED_ON.match(text, id_at + len(_ID_AT))
     if m is None:
         return None
@@ -258,7 +259,7 @@ def _ended_fields(text: str, job_id: str) -> tuple[Any, ...] | None:
     if read_id != job_id or not job_id.strip() or not kind.strip() or "\\" in text:
         return None
     start = m.end()
-    spec_text = last[2]
+    spec_text = last[1]
     if spec_text and text.startswith(spec_text, start) and text.startswith(_REST_AT, start + len(spec_text)):
         end = start + len(spec_text)  # the last spec passed, compared in place
     else:
@@ -274,7 +275,7 @@ def _ended_fields(text: str, job_id: str) -> tuple[Any, ...] | None:
                 spec_text = ""  # a spec holding the rest's opening: not remembered
             elif len(_SPECS_PASSED) < 256:
                 _SPECS_PASSED.add(spec_text)  # the whole value, ended where the rest begins
-        last[2] = spec_text
+        last[1] = spec_text
     r = _ENDED_REST.match(text, end)
     # _models' judgement, without the pair it makes: asked every time (understand()).
     if r is None or not blocks[2] or not roster._UNDERSTOOD.issuperset(blocks[1]):
