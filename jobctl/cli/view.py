@@ -472,6 +472,7 @@ class _PipedList:
     ) -> None:
         self.state, self.wanted, self.kind, self.states, self.owner = state, wanted, kind, states, owner
         self.newest, self.limit = newest, limit
+        self.every = not kind and not states and owner is None  # summarised() of every summary
         self.store = state.store()
         self.now = self.store.now()
         # Summary, or with --json _Shown: sorted by _listing_order once all are in
@@ -503,7 +504,7 @@ class _PipedList:
         if isinstance(rec, Summary):  # list_open(briefly=True) read it in another process
             if how is not None:
                 self.taken[rec.id] = (rec, how)
-            if self.summarised(rec):
+            if self.every or self.summarised(rec):
                 self.ended.append(rec)
             return
         brief = summary_of(rec)
@@ -518,11 +519,18 @@ class _PipedList:
         else:
             self.ended.append(brief)
 
+    #: What list_open hands each finished record to (``finished``): this listing itself.
+    __call__ = keep
+
+    def many(self, summaries: list[Summary]) -> None:
+        """:meth:`keep` of summaries handed over together, none with a file's status (``finished.many``)."""
+        self.ended.extend(summaries if self.every else filter(self.summarised, summaries))
+
     def write(self, whole: bool, open_only: bool) -> None:
         state, store, now, lines = self.state, self.store, self.now, self.lines
         wants_ended = not open_only and (not self.states or any(s in TERMINAL for s in self.states))
         briefly = not state.json and not whole  # a line that a summary serves
-        opened = store.list_open(finished=self.keep if wants_ended else None, briefly=briefly)
+        opened = store.list_open(finished=self if wants_ended else None, briefly=briefly)  # keep, many
         every = opened.states  # what dependencies are in, for the JSON
         self.unreadable = {job_id: exc for job_id, exc in opened.unreadable}
         try:
@@ -582,7 +590,7 @@ class _PipedList:
             summaries: list[Summary] = picked
             self.flagged |= _long_summaries(state, summaries, self.now)
             self.shown.extend(summaries)
-            self.lines.out_all([render.summary_line(entry) for entry in summaries])
+            self.lines.out_all(render.summary_lines(summaries))
 
 
 #: A listing of at least this many ended jobs is never let go of: the process ends without freeing it.

@@ -8,6 +8,7 @@ extensions) go through the strict scanner. Anything else returns None.
 from __future__ import annotations
 
 import re
+import sys
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -16,7 +17,7 @@ from . import roster
 from .checks import _INT64
 from .model import Intent, Lease, Progress, Record
 from .roster import _NEVER_CRITICAL
-from .times import _Z, _fromiso, _offset_iso, _time
+from .times import _EPOCH, _MICROSECOND, _Z, _fromiso, _offset_iso, _time
 
 _new_record = object.__new__
 _new_parts = tuple.__new__
@@ -44,6 +45,20 @@ _BODY: re.Pattern[str] = wire.lazy_pattern(
     rf'(?:  "intent": \{{\n    "want": "(run|pause|cancel)"(?:,\n    "by": {_S})?(?:,\n    "at": {_S})?\n  \}},\n)?',
 )
 _TAIL: re.Pattern[str] = wire.lazy_pattern(globals(), "_TAIL", rf'  "created_at": {_T},\n  "updated_at": {_T}\n\}}\n\Z')
+# A finished record's (:func:`_ended_fields`): after the id's quote, the id, the kind and a terminal state;
+# after the spec, the rest as _BODY and _TAIL match it, with neither checkpoint nor extensions.
+_ENDED_ON: re.Pattern[str] = wire.lazy_pattern(
+    globals(), "_ENDED_ON", rf'{_S},\n  "kind": {_S},\n  "state": "(complete|failed|cancelled)",\n  "spec": '
+)
+_ENDED_REST: re.Pattern[str] = wire.lazy_pattern(
+    globals(),
+    "_ENDED_REST",
+    rf',\n  "progress": \{{\n    "done": {_N},\n(?:    "total": {_N},\n)?    "updated_at": {_T}\n  \}},\n'
+    rf'  "lease": \{{\n    "owner": {_S},\n    "epoch": {_N},\n    "expires_at": {_T}\n  \}},\n'
+    rf'(?:  "requires": {_NAMES_BLOCK})?(?:  "error": {_S},\n)?'
+    rf'(?:  "intent": \{{\n    "want": "(?:run|pause|cancel)"(?:,\n    "by": {_S})?(?:,\n    "at": {_S})?\n  \}},\n)?'
+    rf'  "created_at": {_T},\n  "updated_at": {_T}\n\}}\n\Z',
+)
 
 
 _CHECKPOINT_AT = ',\n  "checkpoint": '
@@ -196,6 +211,90 @@ def _canonical_parts(text: str) -> _Parts | None:
     )
     parts: _Parts = _new_parts(_Parts, values)  # tuple.__new__: the NamedTuple's own is a Python function
     return parts
+
+
+#: The spec texts the strict scanner has passed in a finished record's place (:func:`_ended_fields`):
+#: the same text passes again, so a store whose jobs repeat their specs scans each once. Bounded, as
+#: :data:`_HEADS_SEEN` is; only a spec's text is kept, never its value (a record's own, and mutable).
+_SPECS_PASSED: set[str] = set()
+_REST_AT = ',\n  "progress": {\n'
+#: The head of the last finished record :func:`_ended_fields` read with its blocks (one pair, replaced
+#: whole: a thread reading it meanwhile never sees one's head with another's blocks), and its spec text:
+#: the next record is mostly the same, and compared in place costs no copy of either.
+_LAST: list[Any] = [("", None), ""]
+
+
+def _ended_fields(text: str, job_id: str) -> tuple[Any, ...] | None:
+    """A finished record's summary fields as ``summary_or_record`` gives them, read with one pattern less.
+
+    For a record in the canonical layout whose head :func:`_canonical_parts`
+    has met (:data:`_HEADS_SEEN`), named ``job_id``, in a terminal state,
+    with neither checkpoint nor extensions nor any backslash: the fields
+    ``jobctl.record.summary_tuple`` makes of its parts. Every check that
+    function's reader makes is made here too -- the models understood, the
+    spec scanned strictly (or its very text passed before), the depth, the
+    integers' range, each of the four instants read by the calendar (a 13th
+    month raises ValueError) and the intent's time -- and anything else
+    returns None: the caller asks :func:`_canonical_parts`, which decides.
+    Only the two instants a summary keeps become numbers, and no datetime,
+    record or spec value is kept. tests/property/test_fast_decode.py compares
+    the answers on mutated records.
+    """
+    last = _LAST
+    head, blocks = last[0]
+    # The last head again: _ID_AT right after it is the first in the text (the head holds none, and
+    # its only newline is its first character), as text.find would find it.
+    if head and text.startswith(head) and text.startswith(_ID_AT, len(head)):
+        id_at = len(head)
+    else:
+        id_at = text.find(_ID_AT)
+        blocks = _HEADS_SEEN.get(text[:id_at]) if id_at > 0 else None
+        if blocks is None:
+            return None
+        last[0] = (text[:id_at], blocks)
+    m = _ENDED_ON.match(text, id_at + len(_ID_AT))
+    if m is None:
+        return None
+    read_id, kind, state = m.groups()
+    if read_id != job_id or not job_id.strip() or not kind.strip() or "\\" in text:
+        return None
+    start = m.end()
+    spec_text = last[1]
+    if spec_text and text.startswith(spec_text, start) and text.startswith(_REST_AT, start + len(spec_text)):
+        end = start + len(spec_text)  # the last spec passed, compared in place
+    else:
+        end = text.find(_REST_AT, start)
+        if end < 0:
+            return None
+        spec_text = text[start:end]
+        if spec_text not in _SPECS_PASSED:
+            spec, end = wire._scan(text, start)
+            if spec is None or text.count("{", start, end) + text.count("[", start, end) >= wire.MAX_DEPTH:
+                return None
+            if end != start + len(spec_text):
+                spec_text = ""  # a spec holding the rest's opening: not remembered
+            elif len(_SPECS_PASSED) < 256:
+                _SPECS_PASSED.add(spec_text)  # the whole value, ended where the rest begins
+        last[1] = spec_text
+    r = _ENDED_REST.match(text, end)
+    # _models' judgement, without the pair it makes: asked every time (understand()).
+    if r is None or not blocks[2] or not roster._UNDERSTOOD.issuperset(blocks[1]):
+        return None
+    done, total, p_updated, owner, epoch, expires, _, error, _, at, created, updated = r.groups()
+    done_n, epoch_n = int(done), int(epoch)
+    total_n = 0 if total is None else int(total)
+    if done_n > _INT64 or total_n > _INT64 or epoch_n > _INT64:
+        return None
+    iso = _fromiso if _Z == "Z" else _offset_iso  # a ValueError (a 13th month): the caller decides
+    iso(p_updated)
+    iso(updated)
+    if at is not None:
+        _time(at, "intent.at")
+    intern = sys.intern
+    return (
+        job_id, intern(kind), intern(state), done_n, total_n, intern(owner), epoch_n, intern(error or ""), None,
+        (iso(created) - _EPOCH) // _MICROSECOND, (iso(expires) - _EPOCH) // _MICROSECOND,
+    )  # fmt: skip
 
 
 def _canonical(text: str) -> Record | None:

@@ -15,6 +15,8 @@ from .times import micros
 if TYPE_CHECKING:
     from .canonical import _Parts
 
+_CANONICAL_START_BYTES = _CANONICAL_START.encode()
+
 
 def _canonical_parts(text: str) -> _Parts | None:
     """The first look at a canonical text: load :mod:`.canonical`, put its reader in this name's place, use it.
@@ -26,6 +28,14 @@ def _canonical_parts(text: str) -> _Parts | None:
 
     globals()["_canonical_parts"] = parts
     return parts(text)
+
+
+def _ended_fields(text: str, job_id: str) -> tuple[Any, ...] | None:
+    """:func:`_canonical_parts`'s twin for a finished record's fields (:func:`.canonical._ended_fields`)."""
+    from .canonical import _ended_fields as fields
+
+    globals()["_ended_fields"] = fields
+    return fields(text, job_id)
 
 
 def summary_or_record(data: bytes | str, job_id: str = "", fields: bool = True) -> tuple[Any, ...] | str | Record:
@@ -43,8 +53,20 @@ def summary_or_record(data: bytes | str, job_id: str = "", fields: bool = True) 
     text: str | None = None
     if _UNTIL_CANONICAL[0] == 0:
         try:
-            text = data if isinstance(data, str) else wire.utf8_text(data, "record")
-            parts = _canonical_parts(text) if text.startswith(_CANONICAL_START) else None
+            parts = None
+            if isinstance(data, str):
+                text = data
+            elif data.startswith(_CANONICAL_START_BYTES):  # no byte order mark: the bytes' text as it is
+                text = data.decode("utf-8")
+            else:
+                text = wire.utf8_text(data, "record")
+            if text.startswith(_CANONICAL_START):
+                # A finished record's fields by the shorter way when it applies (its head met before),
+                # else its parts, whose reader the shorter way takes its word from.
+                got = _ended_fields(text, job_id) if job_id else None
+                if got is not None:
+                    return got if fields else got[2]
+                parts = _canonical_parts(text)
         except Exception:  # decode says why, in its words
             parts = None
         # A record naming another id than it was read under goes to decode, which refuses it.

@@ -277,7 +277,9 @@ class Store(Protocol):
         ``finished`` with what :meth:`scan` needs to know it again (the file
         store: the file's status), so that a listing need not read it twice;
         with ``briefly``, a store may hand its :class:`jobctl.summary.Summary`
-        instead of the record.
+        instead of the record, and, when ``finished`` has a ``many`` method,
+        hand it a list of such summaries at once (``finished.many``), none of
+        them with that status.
         """
         ...
 

@@ -11,11 +11,13 @@ that does it; the store's writes never come through here.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
+import operator
 import os
 import stat
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from .. import fsio
 from ..errors import JobError
@@ -32,8 +34,9 @@ __all__ = ["FileListing", "Finished", "FileIdentity", "collector_paused", "summa
 #: for the identity when the listing part is made from what a shared scan's pieces made (``OpenListing.whole``).
 Finished = Callable[[Any, "FileIdentity | None"], None]
 #: What the pieces of a shared scan made of the finished records, for the listing part: one list a
-#: piece of ``(summary fields, file identity, identity text or None)`` (jobctl.summary.Listed.remember_made).
-_Made = list[list[tuple[tuple[Any, ...], Any, "str | None"]]]
+#: piece of their summary fields (jobctl.summary.Listed.remember_made); their files' identities are the
+#: summary cache's rows (jobctl.summary.Summaries.ident_texts).
+_Made = list[list[tuple[Any, ...]]]
 _new = tuple.__new__
 
 
@@ -111,6 +114,9 @@ class FileListing:
         one a CPU (:mod:`jobctl.fanout`; ``JOBCTL_SCAN_PROCESSES`` sets how
         many): the answer is the same, only sooner. Handed whole records
         (``finished`` without ``briefly``), the call reads them all here.
+        A ``finished`` with a ``many`` method is handed the summaries such a
+        scan's pieces made (none with a file's status) a piece at a time,
+        as a list: ``finished.many(summaries)``.
         """
         with collector_paused():
             return self._list_open(self._summaries_dir(), finished, briefly)
@@ -124,6 +130,7 @@ class FileListing:
             jobs_stat: os.stat_result | None = os.fstat(jobs.fd)
         except OSError:
             jobs_stat = None
+        summary.settle()  # what this process left to write of the cache, written before it is read
         cache = summary.Summaries.load(cache_dir, self.jobs_dir, jobs_stat)
         try:
             limit: int | None = fsio.max_record_bytes()  # once, not once a file
@@ -152,11 +159,14 @@ class FileListing:
                 made = self._take_shared(jobs, todo, out, cache, finished, limit, whole)
             if whole:
                 # Every record read: scan(opened=out) need list none again (and the pieces made the
-                # listing part's rows, when they were shared).
-                out.whole = (jobs_stat, made)
-            if jobs_stat is not None:
-                cache.finish(jobs_stat)
-                cache.save()
+                # listing part's rows, when they were shared, with their identities in the cache's).
+                out.whole = (jobs_stat, made, cache)
+            if made is not None and jobs_stat is not None:
+                # A listing's cold pass, shared: the cache is written with its listing part, once the
+                # listing is out (summary.now_or_aside; a later pass in this process settles it first).
+                summary.now_or_aside(lambda: _finish(cache, jobs_stat), len(todo))
+            elif jobs_stat is not None:
+                _finish(cache, jobs_stat)
         out.sort(key=_by_id)
         out.unreadable.sort(key=lambda pair: pair[0])
         return out
@@ -268,6 +278,7 @@ class FileListing:
 
         jobs_stat: os.stat_result = opened.whole[0]
         made: _Made | None = opened.whole[1]
+        rows: summary.Summaries = opened.whole[2]
         summaries = summary.Summaries.load(self._summaries_dir(), self.jobs_dir, jobs_stat, read=False)
         if summaries.directory is None:
             return
@@ -278,7 +289,7 @@ class FileListing:
                 return
             with collector_paused():
                 if made is not None:
-                    listed.remember_made(made)
+                    listed.remember_made(made, rows.ident_texts())
                 # Those read here (every one, without made); one handed over without its identity is in made.
                 listed.remember_all(pair for pair in taken.values() if pair[1] is not None)
                 for rec in opened:
@@ -339,17 +350,17 @@ class FileListing:
         the records this call answers with are this process's own), the ids
         it could not read, which are read here again, so that their refusals
         are this process's own too, and the cache's rows for it, which are
-        taken in the order of ``todo`` once every piece is in. The answer is
-        the one :meth:`_take_open` gives id by id.
+        taken in the order of ``todo``: each piece's as soon as those before
+        it are in. The answer is the one :meth:`_take_open` gives id by id.
 
-        Handed summaries (``finished``), the pieces also made the listing
-        part's rows (:meth:`jobctl.summary.Listed.remember_made`): they are
-        returned, one list a piece, for :meth:`_listed_from`; None otherwise.
-        With ``whole`` (every record is read: the listing part is made from
-        them), ``finished`` is handed None for the identity of what the
-        pieces made, which the part takes from there; the records read again
-        here come with theirs, and the part takes them from the listing's
-        ``taken``.
+        Handed summaries (``finished``) with ``whole`` (every record is read:
+        the listing part is made from them), the pieces' summaries are
+        returned, one list a piece, for :meth:`_listed_from`
+        (:meth:`jobctl.summary.Listed.remember_made`, their files' identities
+        taken from the cache's rows); None otherwise. ``finished`` is then
+        handed None for the identity of what the pieces made; the records read
+        again here come with theirs, and the part takes them from the
+        listing's ``taken``.
         """
         from .. import fanout
 
@@ -359,19 +370,35 @@ class FileListing:
             return _read_share(jobs, share, limit, brief, cache, not whole)
 
         summary_type: Any = _load_summary().Summary if brief else None
+        new_summary = functools.partial(_new, summary_type)
+        many = getattr(finished, "many", None)  # the summaries of a piece handed over at once (list_open)
         states = out.states
         rows: dict[int, Any] = {}  # each piece's cache rows, taken in the order of todo: the order met
+        next_rows = 0  # the piece whose rows are taken next, as soon as it is in (while the others are read)
         made: _Made = []
         with contextlib.closing(fanout.share_out(todo, each, (jobs.fd,))) as pieces:
             for k, piece, answer in pieces:
-                if not _well_formed(answer, brief):
+                if not _well_formed(answer, brief, whole):
                     answer = each(piece)  # not what a child of ours sends: do its piece here
                 fin_ids, fin_states, briefs, opened, bad, rows[k] = answer
-                states.update(zip(fin_ids, fin_states, strict=True))
-                if finished is not None:
+                while next_rows in rows:
+                    cache.take_rows(rows.pop(next_rows))  # malformed rows are left out: read again next time
+                    next_rows += 1
+                if finished is None:
+                    states.update(zip(fin_ids, fin_states, strict=True))
+                elif whole:
+                    # Each summary's fields alone: the listing part takes the identities from the cache's rows.
                     made.append(briefs)
-                    for fields, ident, _ in briefs:
-                        finished(_new(summary_type, fields), None if ident is None else _new(FileIdentity, ident))
+                    states.update(zip(map(_ID, briefs), map(_STATE, briefs), strict=True))
+                    if many is not None:
+                        many(list(map(new_summary, briefs)))
+                    else:
+                        for fields in briefs:
+                            finished(_new(summary_type, fields), None)
+                else:
+                    for fields, ident in briefs:
+                        states[fields[0]] = fields[2]
+                        finished(_new(summary_type, fields), _new(FileIdentity, ident))
                 for job_id, _, data in opened:
                     try:
                         rec = decode(data, job_id, named=True)
@@ -382,9 +409,15 @@ class FileListing:
                     out.append(rec)
                 for job_id in bad:  # unreadable there: read here, and say why
                     self._take_open(jobs, job_id, out, cache, finished, limit)
-        for k in sorted(rows):
-            cache.take_rows(rows[k])  # malformed rows are left out: their records are read again next time
-        return made if finished is not None else None
+        for k in sorted(rows):  # none, when every piece came in
+            cache.take_rows(rows[k])
+        return made if whole else None
+
+
+def _finish(cache: summary.Summaries, jobs_stat: os.stat_result) -> None:
+    """End a full scan of the cache (``jobs_stat``: ``jobs/`` before it began) and write what it learnt."""
+    cache.finish(jobs_stat)
+    cache.save()
 
 
 @contextlib.contextmanager
@@ -443,26 +476,25 @@ def _read_share(
     """What :meth:`FileListing._take_shared` needs of the records of ``share``, as :mod:`marshal` carries it.
 
     ``[finished ids, their states, their summaries, open records, unreadable
-    ids, cache rows]``: the summaries only with ``brief`` (else None), each
-    as its fields (:func:`summary_fields`), its file's identity, and that
-    identity as the listing part keeps it (None when the file changed too
-    recently to trust: :meth:`jobctl.summary.Listed.remember_made`), in id
-    order (without ``idents``, None for the identity: the text is all the
-    listing part needs); each open record as ``(id, identity, bytes)``;
-    the ids this process could not read or decode (the caller reads them
-    again); the cache's rows of every record read, in share order
-    (:meth:`jobctl.summary.Summaries.rows_of`; None without a cache). A
-    file gone since the directory was read is in none of them.
+    ids, cache rows]``. With ``brief`` the finished records come as their
+    summaries' fields (:func:`summary_fields`), which hold their ids and
+    states (the first two None), in id order: each with its file's identity
+    (``(fields, identity)``), or without ``idents`` the fields alone (the
+    listing part takes the identities from the cache's rows). Each open
+    record as ``(id, identity, bytes)``; the ids this process could not read
+    or decode (the caller reads them again); the cache's rows of every
+    record read, in share order (:meth:`jobctl.summary.Summaries.rows_of`;
+    None without a cache). A file gone since the directory was read is in
+    none of them. As few objects a record as that allows: the caller takes
+    each one a child made out of a pipe.
     """
     fin_ids: list[str] = []
     fin_states: list[str] = []
-    briefs: list[tuple[tuple[Any, ...], tuple[int, int, int, int] | None, str | None]] = []
+    briefs: list[Any] = []
     opened: list[tuple[str, tuple[int, int, int, int], bytes]] = []
     bad: list[str] = []
     read: list[tuple[str, str | None, tuple[int, int, int, int]]] = []
     rows = cache.directory is not None
-    mod = _summary_module or _load_summary()
-    ident_text, too_recent, started = mod.ident_text, mod.too_recent, cache.started
     at, plain = jobs.fd, fsio.read_plain
     if limit is None:
         limit = -1  # a bad setting: read_plain refuses every record, read again (and refused) by the caller
@@ -481,48 +513,65 @@ def _read_share(
             bad.append(job_id)
             continue
         ident = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-        if isinstance(got_one, Record):
-            if not got_one.terminal:
+        if type(got_one) is tuple:
+            state = got_one[2]
+            briefs.append((got_one, ident) if idents else got_one)
+        elif type(got_one) is str:
+            state = got_one
+            fin_ids.append(job_id)
+            fin_states.append(state)
+        else:
+            rec = cast(Record, got_one)
+            if not rec.terminal:
                 opened.append((job_id, ident, data))
                 if rows:
                     read.append((job_id, None, ident))
                 continue
-            got_one = summary_fields(got_one) if brief else got_one.state
-        if isinstance(got_one, str):
-            state, fields = got_one, None
-        else:
-            state, fields = got_one[2], got_one
-        fin_ids.append(job_id)
-        fin_states.append(state)
+            state = rec.state
+            if brief:
+                fields = summary_fields(rec)
+                briefs.append((fields, ident) if idents else fields)
+            else:
+                fin_ids.append(job_id)
+                fin_states.append(state)
         if rows:
             read.append((job_id, state, ident))
-        if fields is not None:
-            # Too recent a change: not kept in the listing part (Listed.remember_made names it among the others).
-            text = None if not rows or too_recent(ident[2], ident[3], started) else ident_text(*ident)
-            briefs.append((fields, ident if idents else None, text))
     if brief:
         # By id, which for ids minted by time is creation order too: the sorts of a listing (by
         # creation) and of the cache's listing part (by id) then merge runs.
-        briefs.sort(key=_fields_id)
-    return [fin_ids, fin_states, briefs if brief else None, opened, bad, cache.rows_of(read) if rows else None]
+        briefs.sort(key=_fields_id if idents else _ID)
+    return [None if brief else fin_ids, None if brief else fin_states, briefs if brief else None, opened, bad,
+            cache.rows_of(read) if rows else None]  # fmt: skip
 
 
-def _fields_id(brief: tuple[tuple[Any, ...], Any, Any]) -> str:
-    """The id in a finished record's summary fields (with its identity and its text)."""
+_ID = operator.itemgetter(0)
+_ONLY_TUPLE = {tuple}
+_STATE = operator.itemgetter(2)
+
+
+def _fields_id(brief: tuple[tuple[Any, ...], Any]) -> str:
+    """The id in a finished record's summary fields (with its identity)."""
     id_: str = brief[0][0]
     return id_
 
 
-def _well_formed(answer: Any, brief: bool) -> bool:
+def _well_formed(answer: Any, brief: bool, whole: bool) -> bool:
     """True when ``answer`` has the shape :func:`_read_share` gives (its rows are checked as they are taken)."""
     if type(answer) is not list or len(answer) != 6:
         return False
     fin_ids, fin_states, briefs, opened, bad, _ = answer
-    if not (type(fin_ids) is list and type(fin_states) is list and len(fin_ids) == len(fin_states)):
+    if type(opened) is not list or type(bad) is not list:
         return False
-    if brief and not (type(briefs) is list and len(briefs) == len(fin_ids)):
+    if not brief:
+        return type(fin_ids) is list and type(fin_states) is list and len(fin_ids) == len(fin_states)
+    if fin_ids is not None or fin_states is not None or type(briefs) is not list:
         return False
-    return type(opened) is list and type(bad) is list
+    # Each summary's fields a tuple of a Summary's length (with identities, a pair of them): looked at
+    # by C loops, tens of thousands a piece.
+    fields = briefs if whole else [pair[0] for pair in briefs if type(pair) is tuple and len(pair) == 2]
+    if len(fields) != len(briefs) or not set(map(type, fields)) <= _ONLY_TUPLE:
+        return False
+    return set(map(len, fields)) <= {len((_summary_module or _load_summary()).Summary._fields)}
 
 
 def _by_id(rec: Record) -> str:

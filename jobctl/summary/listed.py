@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from itertools import islice
 from typing import Any
 
@@ -145,16 +145,19 @@ class Listed:
             seen[summary[0]] = (ident(st), tuple(summary))
             self.dirty = True
 
-    def remember_made(self, pieces: Iterable[list[tuple[tuple[Any, ...], Any, str | None]]]) -> None:
+    def remember_made(self, pieces: Iterable[list[tuple[Any, ...]]], texts: Mapping[str, str]) -> None:
         """:meth:`remember_all` of summaries made where they were read (a piece of a shared scan).
 
-        Each is ``(fields, identity, text)``: the text (:func:`ident_text`) is
-        None for a file that changed within :data:`RACY_NS` of the scan's
-        start, which is before this listing's, so it is named among the others.
+        Each is a summary's fields; ``texts`` holds the identity of each file
+        the scan's cache rows remember (:meth:`Summaries.ident_texts`), as
+        :func:`ident_text` spells it. One it does not hold -- a file that
+        changed within :data:`RACY_NS` of the scan's start, which is before
+        this listing's -- is named among the others.
         """
         seen, others = self.seen, self._others
         for made in pieces:
-            for fields, _, text in made:
+            for fields in made:
+                text = texts.get(fields[0])
                 if text is None:
                     others.append(fields[0])
                 else:
@@ -226,9 +229,11 @@ def now_or_aside(work: Callable[[], object], rows: int) -> None:
     until the listing is out, and is then done in a forked child
     (:func:`write_aside`) that this process does not wait for. Work still
     waiting when something reads the part (:func:`settle`), or when the
-    process exits, is done then, here.
+    process exits, is done then, here. Work is done in the order it came:
+    behind work that waits, work of a few rows waits too (the listing part
+    takes its identities from the rows the cache's own write makes).
     """
-    if rows < _ASIDE_FROM:
+    if rows < _ASIDE_FROM and not _WAITING:
         work()
         return
     if not _WAITING:

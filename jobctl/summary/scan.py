@@ -22,6 +22,7 @@ from .cachefile import (
     _private_dir,
     _record_names,
     _save_file,
+    ident_text,
     too_recent,
 )
 from .states import States
@@ -348,6 +349,22 @@ class Summaries(StoredRows):
         elif dir_id != self.dir_id:
             self.dirty = True
         self.dir_id = dir_id
+
+    def ident_texts(self) -> dict[str, str]:
+        """After :meth:`finish`: by id, the identity (:func:`ident_text`) of each finished record its rows remember.
+
+        What the listing part keeps beside each summary, made from the rows
+        rather than sent beside each: a file too recent to trust (:data:`_OTHER`)
+        has none. Made once a listing is printed, by the process writing the part.
+        """
+        text, codes, sizes_raw, times_raw = self._rows_out
+        names = text.split("\n") if text else []
+        sizes, times = memoryview(sizes_raw).cast("Q"), memoryview(times_raw).cast("q")
+        return {
+            _ID(name): ident_text(sizes[2 * at], sizes[2 * at + 1], times[2 * at], times[2 * at + 1])
+            for at, name in enumerate(names)
+            if codes[at] != _OTHER
+        }
 
     def _rebuild(self) -> tuple[str, bytes, bytes, bytes]:
         """The rows as this scan met them: the confirmed runs, and what was read in between.

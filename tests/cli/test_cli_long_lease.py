@@ -83,3 +83,18 @@ def test_max_ttl_decides_what_is_too_long(jobctl: Jobctl) -> None:
     assert json.loads(jobctl("show", job, "--json").text)["lease_too_long"] is True
     assert json.loads(jobctl("show", job, "--json", env=ceiling).text)["lease_too_long"] is False
     assert jobctl("show", job, env=ceiling).err == ""
+
+
+def test_a_finished_job_s_long_lease_is_flagged_from_its_summary(jobctl: Jobctl) -> None:
+    # A finished job's line is printed from its summary (read now, or kept by the summary cache): the
+    # lease it kept, ten years ahead, is flagged all the same, and an ordinary finished one is not.
+    careless = FileStore(jobctl.root, max_ttl=math.inf)
+    long = careless.submit(Record(kind="k", spec={}))
+    careless.finish(long, careless.claim(long, "planter", TEN_YEARS).lease.epoch, "complete")
+    short = careless.submit(Record(kind="k", spec={}))
+    careless.finish(short, careless.claim(short, "w", 300).lease.epoch, "complete")
+    for _ in range(2):  # the second listing takes both from the summary cache
+        ran = jobctl("list")
+        assert ran.code == 0 and len(ran.lines) == 2
+        warnings = ran.err.splitlines()
+        assert len(warnings) == 1 and warnings[0].startswith(f"jobctl: warning: job {long}: its lease"), ran.err

@@ -326,6 +326,15 @@ def test_a_record_s_own_text_never_splits_or_colours_a_plain_line(jobctl: Jobctl
     # What a warm listing prints a finished record from (jobctl.summary.Summary), without reading it.
     kept = summary.Summary(done, "c\x1b[31m", "failed", 0, 0, "host\n1", 1, "line one", None, 0, 0)
     assert render.summary_line(kept) == f"{done} kind=c\\x1b[31m state=failed done=0 checkpoint=none"
+    # A listing of thousands renders them together: the same lines, each kind judged once.
+    many = [
+        kept,
+        kept._replace(id="b", kind="backup", checkpoint='{"offset":3}', done=7),
+        kept._replace(id="c", kind="a\u2028b", state="complete"),
+        kept._replace(id="d", kind="backup", checkpoint=""),
+    ]
+    assert render.summary_lines(many) == [render.summary_line(one) for one in many]
+    assert render.summary_lines([]) == []
 
 
 def test_word_keeps_printable_text_byte_for_byte() -> None:

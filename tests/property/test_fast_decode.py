@@ -265,6 +265,13 @@ _REPLACEMENTS = [
     b'"2026-01-01T00:00:00.000000+01:00"',
     b'"2026-01-01T00:00:00.000000-00:30"',
     b'"0001-01-01T00:00:00.000000Z"',
+    b'"0000-01-01T00:00:00.000000Z"',
+    b'"2024-02-29T00:00:00.000000Z"',
+    b'"2026-02-29T00:00:00.000000Z"',
+    b'"1900-02-29T00:00:00.000000Z"',
+    b'"2000-02-29T23:59:59.999999Z"',
+    b'"2026-04-31T00:00:00.000000Z"',
+    b'"2026-00-10T00:00:00.000000Z"',
     b'"9999-12-31T23:59:59.999999Z"',
     b'"\xef\xbc\x92026-01-01T00:00:00.000000Z"',
     *(b"[" * depth + b"0" + b"]" * depth for depth in (60, 61, 62, 63, 64)),
@@ -508,3 +515,82 @@ def test_a_head_seen_before_is_remembered_and_what_follows_it_still_judged() -> 
     other = text.replace('"content": [\n', '"content": [\n ', 1)
     assert record._canonical_parts(other) is None
     check(other.encode())
+
+
+_INSTANT = re.compile(r'"(updated_at|expires_at|created_at)": "([^"]*)"')
+_ODD_INSTANTS = [
+    ("2026-13-01T00:00:00.000000Z", False),
+    ("2026-00-01T00:00:00.000000Z", False),
+    ("2026-02-29T00:00:00.000000Z", False),
+    ("1900-02-29T00:00:00.000000Z", False),
+    ("2026-04-31T00:00:00.000000Z", False),
+    ("2026-01-01T24:00:00.000000Z", False),
+    ("2026-01-01T00:00:60.000000Z", False),
+    ("0000-01-01T00:00:00.000000Z", False),
+    ("2024-02-29T00:00:00.000000Z", True),
+    ("2000-02-29T23:59:59.999999Z", True),
+    ("0001-01-01T00:00:00.000000Z", True),
+    ("9999-12-31T23:59:59.999999Z", True),
+]
+
+
+def _ended(text: str) -> Any:
+    """``_ended_fields`` of ``text`` under the id it names: its fields, None, or the exception it raised.
+
+    (Whatever it raises sends the record to the decoder, as None does: ``summary_or_record``.)
+    """
+    try:
+        return record.canonical._ended_fields(text, json.loads(text)["id"])
+    except (ValueError, JobError) as exc:
+        return exc
+
+
+def test_a_finished_record_is_summarised_the_shorter_way_each_instant_judged_by_the_calendar() -> None:
+    # A finished record without checkpoint or extensions: its fields read by _ended_fields (one
+    # pattern after the spec, two instants made numbers, two only judged), exactly as summary_fields
+    # takes them of the strict decoder's record; and an instant the calendar refuses (a 13th month,
+    # the 29th of February of a common year), wherever it stands, is never summarised.
+    done = next(d for d in BASES if b'"complete"' in d and b'"checkpoint"' not in d).decode()
+    check(done.encode())  # its head met, as by any listing's first records
+    assert _ended(done) == summary_fields(_strict(done.encode()))
+    found = list(_INSTANT.finditer(done))
+    assert [m.group(1) for m in found] == ["updated_at", "expires_at", "created_at", "updated_at"]
+    for m in found:
+        for value, valid in _ODD_INSTANTS:
+            text = done[: m.start(2)] + value + done[m.end(2) :]
+            got = _ended(text)
+            if valid:
+                assert got == summary_fields(_strict(text.encode())), (m.group(1), value)
+            else:
+                assert got is None or isinstance(got, ValueError | JobError), (m.group(1), value)
+                with pytest.raises(Invalid):
+                    _strict(text.encode())
+            check(text.encode())
+
+
+def test_a_spec_passed_before_is_passed_by_its_text_and_no_other_is() -> None:
+    # The spec texts the scanner passed are remembered: the same text is not scanned again, a spec
+    # that differs by a duplicate name is, and refused; so is one that holds the rest's opening.
+    done = next(d for d in BASES if b'"complete"' in d and b'"checkpoint"' not in d).decode()
+    check(done.encode())
+    start = done.index('"spec": ') + len('"spec": ')
+    end = done.index(record.canonical._REST_AT)
+    assert done[start:end] in record.canonical._SPECS_PASSED
+    for spec, refused in [
+        ('{"a": 1, "a": 2}', True),
+        ('{"a": [1, {"b": 2, "b": 3}]}', True),
+        ('{"n": 12}', False),
+        ('{\n  "a": 1,\n  "progress": {\n    "done": 1\n  }\n}', False),
+        ('{\n  "a": 1,\n  "progress": {\n    "done": 1,\n    "done": 1\n  }\n}', True),
+    ]:
+        text = done[:start] + spec + done[end:]
+        for _ in range(2):  # the second time, from what the first left (if anything)
+            got = _ended(text)
+            if refused:
+                assert got is None or isinstance(got, ValueError | JobError)
+                with pytest.raises(Invalid, match="duplicate member name"):
+                    record.decode(text.encode(), json.loads(done)["id"])
+            else:
+                assert got == summary_fields(_strict(text.encode()))
+            check(text.encode())
+    assert '{"a": 1, "a": 2}' not in record.canonical._SPECS_PASSED
