@@ -6,10 +6,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from workertools import gone, wait_until
 
 from jobctl.children import sweep_session
 
@@ -44,39 +44,22 @@ time.sleep(120)
 """
 
 
-def _gone(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            stat = fh.read()
-    except FileNotFoundError:
-        return True
-    return stat[stat.rindex(")") + 2] in "ZX"
-
-
-def _until(check: object, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():  # type: ignore[operator]
-            return True
-        time.sleep(0.01)
-    return False
-
-
 def test_a_dead_leaders_session_is_swept_and_nothing_else(tmp_path: Path) -> None:
     pids_file = tmp_path / "pids"
     leader = subprocess.Popen([sys.executable, "-c", LEADER, str(pids_file)], start_new_session=True)
     bystander = subprocess.Popen(["sleep", "120"], start_new_session=True)  # ours, in another session
     try:
-        assert _until(pids_file.exists), "the leader did not start its children"
+        wait_until(pids_file.exists, 10, "the leader to start its children")
         in_group, own_group, own_session, own_groups_child = map(int, pids_file.read_text().split())
         leader.kill()
-        assert _until(lambda: _gone(leader.pid))  # a zombie, not reaped: its pid (the session's id) is held
+        # A zombie, not reaped: its pid (the session's id) is held.
+        wait_until(lambda: gone(leader.pid), 10, "the leader to die")
         killed = sweep_session(leader.pid)
         assert killed == 3
         for pid in (in_group, own_group, own_groups_child):
-            assert _until(lambda pid=pid: _gone(pid)), f"{pid} of the session outlived the sweep"
-        assert not _gone(own_session)  # it left the session: not the guardian's to answer for
-        assert not _gone(bystander.pid)
+            wait_until(lambda pid=pid: gone(pid), 10, f"{pid} of the session to die of the sweep")
+        assert not gone(own_session)  # it left the session: not the guardian's to answer for
+        assert not gone(bystander.pid)
         assert sweep_session(leader.pid) == 0  # nothing left: a second sweep kills nothing
     finally:
         leader.kill()
