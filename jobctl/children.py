@@ -7,7 +7,7 @@ is seen by its parent, the guardian process (:mod:`jobctl.guardian`).
 
 from __future__ import annotations
 
-import contextlib
+import errno
 import os
 import signal
 import time
@@ -68,37 +68,46 @@ def sweep_session(sid: int, rounds: int = 50) -> int:
     """
     if not os.path.isdir("/proc"):
         return 0
-    pidfd_open = getattr(os, "pidfd_open", None)
     killed: set[int] = set()
     for _ in range(rounds):
-        found = 0
-        for name in os.listdir("/proc"):
-            if not name.isdigit() or int(name) == sid or _session_of(int(name)) != sid:
-                continue
-            pid = int(name)
-            if pidfd_open is None:
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)
-                    found += 1
-                    killed.add(pid)
-                continue
-            try:
-                fd = pidfd_open(pid)
-            except OSError:
-                continue  # gone already
-            try:
-                if _session_of(pid) == sid:  # the pidfd holds this very process now
-                    signal.pidfd_send_signal(fd, signal.SIGKILL)
-                    found += 1
-                    killed.add(pid)
-            except OSError:
-                pass
-            finally:
-                os.close(fd)
+        found = [
+            pid
+            for pid in (int(name) for name in os.listdir("/proc") if name.isdigit())
+            if pid != sid and _session_of(pid) == sid and _kill_in(pid, sid)
+        ]
         if not found:
             break
+        killed.update(found)
         time.sleep(0.001)  # a SIGKILLed process takes a moment to become a zombie
     return len(killed)
+
+
+def _kill_in(pid: int, sid: int) -> bool:
+    """SIGKILL ``pid`` if it is still in session ``sid``; whether it was signalled.
+
+    Through a pidfd opened before the session is read again, so a pid reused
+    between the look and the kill is never signalled. Without pidfds (a
+    kernel before 5.3: ``ENOSYS``), by its pid, as the look found it.
+    """
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError as exc:
+        if exc.errno != errno.ENOSYS:
+            return False  # gone already
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            return False
+        return True
+    try:
+        if _session_of(pid) != sid:
+            return False
+        signal.pidfd_send_signal(fd, signal.SIGKILL)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def describe_status(code: int) -> str:

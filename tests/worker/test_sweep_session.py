@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -44,7 +45,16 @@ time.sleep(120)
 """
 
 
-def test_a_dead_leaders_session_is_swept_and_nothing_else(tmp_path: Path) -> None:
+def _no_pidfds(pid: int) -> int:
+    raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS))
+
+
+@pytest.mark.parametrize("pidfds", [True, False], ids=["pidfds", "a kernel without pidfds"])
+def test_a_dead_leaders_session_is_swept_and_nothing_else(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pidfds: bool
+) -> None:
+    if not pidfds:
+        monkeypatch.setattr(os, "pidfd_open", _no_pidfds)  # the kill falls back to the pid the look found
     pids_file = tmp_path / "pids"
     leader = subprocess.Popen([sys.executable, "-c", LEADER, str(pids_file)], start_new_session=True)
     bystander = subprocess.Popen(["sleep", "120"], start_new_session=True)  # ours, in another session
