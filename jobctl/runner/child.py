@@ -308,8 +308,8 @@ class ChildWork(Work):
         the pidfd the guardian sent names the child itself: while it shows
         the child has not exited, the group's id is still the child's, and
         the group is killed; the child is killed through the pidfd in any
-        case. Without a pidfd (a kernel before 5.3) the group is killed as
-        it was last known.
+        case. Without a pidfd nothing more is done: the child's id, its
+        parent gone, may be another's by now.
         """
         child = self._child
         assert child is not None
@@ -317,7 +317,6 @@ class ChildWork(Work):
             self._guardian.lost(child.generation)  # its whole session killed, this child's group with it
         pfd = child.pidfd
         if pfd is None:
-            killpg(child.pid, signal.SIGKILL)
             return
         exited = select.select([pfd], [], [], 0)[0]
         if not exited:
