@@ -178,9 +178,10 @@ class Slots:
         self._said_busy: set[str] = set()  # jobs whose lock another writer held
         self._work: queue.SimpleQueue[list[Record] | _Claimed | None] = queue.SimpleQueue()
         self._ahead: deque[Record] = deque()
-        # Taken from _ahead by a slot's finish (when), until the loop has a report naming the job:
-        # the claim's, or its refusal. Kept out of picks till then (:meth:`reported`).
-        self._taking: dict[str, float] = {}
+        # Taken from _ahead by a slot's finish (the record, and when), until the loop has a report naming
+        # the job: the claim's, or its refusal. Kept out of picks, and counted against its kind's limit and
+        # its key, till then (:meth:`reported`).
+        self._taking: dict[str, tuple[Record, float]] = {}
         self._slot_taking = threading.local()  # the job this slot's finish under way took, if any
         self._threads: list[threading.Thread] = []
 
@@ -212,10 +213,15 @@ class Slots:
         with self.lock:
             self._ahead.append(rec)
 
-    def ahead_records(self) -> list[Record]:
-        """The jobs picked ahead, oldest first."""
+    def picked(self) -> list[Record]:
+        """The jobs picked ahead, oldest first, then the ones a slot is taking from them.
+
+        The loop counts them with its busy jobs against the kinds' limits: a
+        job a slot's finish is claiming is in neither the loop's busy jobs nor
+        the ones ahead until the loop reads that slot's report.
+        """
         with self.lock:
-            return list(self._ahead)
+            return [*self._ahead, *(rec for rec, _ in self._taking.values())]
 
     def take_ahead(self) -> Record | None:
         """The oldest job picked ahead, for the loop to hand to a free slot; None when there is none."""
@@ -363,7 +369,7 @@ class Slots:
                 if self.stop_applied[0] or not self._ahead:
                     return None
                 rec = self._ahead.popleft()
-                self._taking[rec.id] = time.monotonic()
+                self._taking[rec.id] = (rec, time.monotonic())
             if not self._left_running(rec):
                 self._slot_taking.rec = rec
                 return rec
@@ -416,7 +422,7 @@ class Slots:
             return None
         following, answer = then
         with self.lock:
-            at = self._taking.get(following.id, 0.0)
+            _, at = self._taking.get(following.id, (following, 0.0))
         if isinstance(answer, JobError):
             self._post(Report(rec.id, outcome=outcome))
             self._refused(following, answer)  # the loop lets it go from _taking on this report

@@ -338,7 +338,7 @@ class Worker:
         time) may run.
         """
         skip = self._picker.excluded(self._busy, self._slots.taken(), now_mono)
-        tally = self.quota.tally([*self._busy.values(), *self._slots.ahead_records()])
+        tally = self.quota.tally([*self._busy.values(), *self._slots.picked()])
         batch: list[Record] = []
         wake: datetime | None = None
         idle = False

@@ -189,3 +189,30 @@ def test_a_slot_whose_run_fails_after_its_finish_took_a_successor_reports_both(s
     assert sorted(r.job_id for r in reports) == sorted([first, following])  # neither left waiting for ever
     slots.reported(following)
     assert slots.taken() == set()
+
+
+def test_a_successor_being_taken_counts_against_its_kinds_limit(
+    store: FileStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slot's finish took a render picked ahead; until the loop has its report, the render still counts.
+
+    The gap between the two is real: a slot's ``finish_and_claim`` is a store write, and another slot's
+    report can wake the loop meanwhile. Counted only while picked ahead, the taken render left the tally,
+    and with ``--limit render=1`` the loop handed a second render to a free slot: two ran at once.
+    """
+    from jobctl import Record
+    from jobctl.board import Board
+
+    first, second = (store.submit(Record(kind="render", spec={})) for _ in range(2))
+    w = worker(store, concurrency=2, handlers={"render": "true"}, limits={"render": 1})
+    handed: list[list[str]] = []
+    monkeypatch.setattr(w._slots, "hand", lambda recs: handed.append([r.id for r in recs]))
+    w._slots.add_ahead(store.load(first))
+    assert w._slots._successor() is not None  # a finish under way claims it
+    board = Board(store, w.kinds)
+    try:
+        w._hand_out(board, None, 0.0)
+    finally:
+        board.close()
+    assert second not in [job for batch in handed for job in batch]
+    assert second not in {r.id for r in w._slots.picked()}
