@@ -387,8 +387,9 @@ WHERE id = %(id)s AND state IN ('complete', 'failed', 'cancelled') AND critical 
 RETURNING id;
 
 -- name: listen
--- Change notices: the trigger jobctl_jobs_written (migrate-3-finish.sql) sends
--- one per row written or removed, when its transaction commits.
+-- Change notices: one per row written or removed, when its transaction commits,
+-- sent by jobctl's updates here and by the trigger jobctl_jobs_written on inserts
+-- and deletes (migrate-5.sql).
 LISTEN jobctl_jobs;
 
 -- name: current_schema
