@@ -1,23 +1,27 @@
 """Every write of a PostgreSQL store raises the row's revision by one, keeps `unfinished` and sends one notice.
 
 From schema version 5 jobctl's updates do this in their own statements
-(queries.sql) and the trigger ``jobctl_jobs_written`` only for inserts and
-deletes (migrate-5.sql): each write, whichever path it takes (a step's
-statement, the rules' locked write, a batch, bytes planted as another writer
-would), must still announce itself with the revision it wrote, or a listener
-sleeps through it and a holder takes it for its own.
+(queries.sql), and the trigger does it for inserts, deletes and every other
+writer's update that does not raise the revision itself (migrate-5.sql):
+each write, whichever path it takes (a step's statement, the rules' locked
+write, a batch, bytes planted as another writer would, an administrator's
+``UPDATE`` in psql), must still announce itself with the revision it wrote,
+or a listener sleeps through it, a holder takes it for its own, and a job
+reopened by hand is never picked.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 
 from jobctl import Record
 from jobctl.record import encode
+from jobctl.store import postgres
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -122,3 +126,69 @@ def test_a_foreign_insert_is_announced_and_its_unfinished_kept_by_the_trigger(pg
     listening.execute("DELETE FROM jobctl_jobs WHERE id = 'complete-1'")
     got = [json.loads(n.payload) for n in listening.notifies(timeout=0.5, stop_after=2)]
     assert got == [[schema, "removed", "complete-1", 0]]
+
+
+def hand(store: Any, sql: str, params: dict[str, object] | None = None) -> None:
+    """``sql`` as an administrator's psql sends it: plain SQL on a connection of its own, committed."""
+    import psycopg
+
+    with psycopg.connect(store.url, autocommit=True) as conn:
+        conn.execute(sql.encode(), params)  # type: ignore[call-overload]
+
+
+def test_a_finished_job_reopened_by_hand_is_announced_and_picked(pg_store: Any, listening: Any) -> None:
+    """A psql ``UPDATE ... SET state = 'pending'`` raises no revision itself: the trigger does all of it."""
+    s = pg_store
+    job = s.submit(Record(kind="k", spec={}))
+    got = s.claim_next("w", 30)
+    assert got is not None and got.id == job
+    s.finish(job, got.lease.epoch, "complete")
+    assert row_of(s, job)[1:] == (False, "complete")
+    assert s.claim_next("w", 30) is None
+    listening.execute("SELECT 1")
+    list(listening.notifies(timeout=0.5, stop_after=3))
+    announced(
+        listening, s, lambda: hand(s, "UPDATE jobctl_jobs SET state = 'pending' WHERE id = %(id)s", {"id": job}), job
+    )
+    assert row_of(s, job)[1:] == (True, "pending")  # back in the open jobs: a pick walks it
+    # The finished attempt's lease is still on the row: a picker once it has run out takes the job.
+    later = postgres.PostgresStore(s.url, clock=lambda: datetime.now(timezone.utc) + timedelta(seconds=60))
+    try:
+        again = later.claim_next("w2", 30)
+    finally:
+        later.close()
+    assert again is not None and again.id == job and again.lease.owner == "w2"
+
+
+def test_every_other_writers_update_is_announced_whatever_it_sets(pg_store: Any, listening: Any) -> None:
+    """Several rows at once, a column that is no state, a revision set back: each row raised by one and announced."""
+    s = pg_store
+    jobs = [s.submit(Record(kind="k", spec={"n": n})) for n in range(3)]
+    listening.execute("SELECT 1")
+    list(listening.notifies(timeout=0.5, stop_after=4))
+    announced(listening, s, lambda: hand(s, "UPDATE jobctl_jobs SET priority = 7"), *jobs)
+    announced(
+        listening,
+        s,
+        lambda: hand(s, "UPDATE jobctl_jobs SET state = state WHERE id = %(id)s", {"id": jobs[0]}),
+        jobs[0],
+    )
+    before = row_of(s, jobs[1])[0]
+    hand(s, "UPDATE jobctl_jobs SET revision = 0, state = 'cancelled' WHERE id = %(id)s", {"id": jobs[1]})
+    listening.execute("SELECT 1")
+    got = [json.loads(n.payload)[2:] for n in listening.notifies(timeout=0.5, stop_after=2)]
+    assert got == [[jobs[1], before + 1]]  # set back, it is another writer's: raised from where it was
+    assert row_of(s, jobs[1]) == (before + 1, False, "cancelled")
+
+
+def test_an_update_that_raises_the_revision_itself_is_left_to_announce_itself(pg_store: Any, listening: Any) -> None:
+    """The gate jobctl's statements pass: the trigger's body is skipped, so the writer's revision stands."""
+    s = pg_store
+    job = s.submit(Record(kind="k", spec={}))
+    listening.execute("SELECT 1")
+    list(listening.notifies(timeout=0.5, stop_after=1))
+    before = row_of(s, job)[0]
+    hand(s, "UPDATE jobctl_jobs SET revision = revision + 1 WHERE id = %(id)s", {"id": job})
+    listening.execute("SELECT 1")
+    assert list(listening.notifies(timeout=0.3, stop_after=1)) == []
+    assert row_of(s, job)[0] == before + 1  # not raised twice

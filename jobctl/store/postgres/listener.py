@@ -16,8 +16,8 @@ from .session import connect, psycopg, refusing
 __all__ = ["Listener", "CHANNEL", "SYNC_EVERY"]
 
 
-#: The channel every write is announced on: by jobctl's updates (``queries.sql``), and for inserts and deletes
-#: by the trigger ``jobctl_jobs_written`` (``migrate-5.sql``).
+#: The channel every write is announced on: by jobctl's updates (``queries.sql``), and for inserts, deletes and
+#: other writers' updates by the triggers of ``migrate-5.sql``.
 CHANNEL = "jobctl_jobs"
 
 #: Seconds between the round trips that prove the listening connection alive.

@@ -11,7 +11,8 @@
 -- then judges the row with the contract's Python rules, which name the
 -- refusal. Every UPDATE raises the row's revision, keeps `unfinished` true
 -- to the state where it may change it, and sends the row's change notice
--- last in its RETURNING list (migrate-5.sql says why not a trigger): the
+-- last in its RETURNING list (migrate-5.sql says why not a trigger; the
+-- trigger does it for an UPDATE that does not raise the revision): the
 -- store reads a row's answer without that last column. A claim hands back
 -- the record's columns and the revision (the row's head: `j.*` without the
 -- scheduling columns at its end); the other steps hand back the revision
@@ -388,8 +389,8 @@ RETURNING id;
 
 -- name: listen
 -- Change notices: one per row written or removed, when its transaction commits,
--- sent by jobctl's updates here and by the trigger jobctl_jobs_written on inserts
--- and deletes (migrate-5.sql).
+-- sent by jobctl's updates here and by the triggers (migrate-5.sql) on inserts,
+-- deletes and every other writer's update.
 LISTEN jobctl_jobs;
 
 -- name: current_schema

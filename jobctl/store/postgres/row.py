@@ -73,7 +73,7 @@ COLUMNS = (
 REVISION = len(COLUMNS)
 HELD = (*COLUMNS, "revision")
 #: The columns after them: the scheduling facts a pick reads, written from jobctl's extensions, and
-#: whether the job is unfinished (kept true to the state by every write of jobctl's and the insert trigger).
+#: whether the job is unfinished (kept true to the state by jobctl's writes and the trigger).
 SCHEDULING = ("not_before", "after", "pipeline", "scheduled", "unfinished", "priority")
 
 VERBATIM = COLUMNS.index("verbatim")

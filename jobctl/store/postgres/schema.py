@@ -6,8 +6,9 @@ into their columns, decoding them in Python as every reader decodes them
 (:func:`_fill_3`), between ``migrate-3.sql`` and ``migrate-3-finish.sql``.
 Version 4 (the pick's priority) adds the ``priority`` column and orders the
 open index by it; :func:`_fill_4` sets it on the rows that carry one.
-Version 5 keeps the trigger for inserts and deletes only: jobctl's updates
-raise the revision, keep ``unfinished`` and send their notices themselves.
+Version 5: jobctl's updates raise the revision, keep ``unfinished`` and send
+their notices themselves; the trigger runs on inserts, deletes and the
+updates that do not raise the revision (another writer's).
 A database is initialised by the same steps a migration runs, from nothing,
 in one transaction; so is every migration.
 
