@@ -192,3 +192,19 @@ def test_an_update_that_raises_the_revision_itself_is_left_to_announce_itself(pg
     listening.execute("SELECT 1")
     assert list(listening.notifies(timeout=0.3, stop_after=1)) == []
     assert row_of(s, job)[0] == before + 1  # not raised twice
+    # So it does all three itself, as docs/reference/postgres.md shows administrators: a finished job reopened.
+    rec = s.load(job)
+    rec.state = "complete"
+    s.replace_bytes(job, encode(rec))
+    assert row_of(s, job)[1:] == (False, "complete")
+    listening.execute("SELECT 1")
+    list(listening.notifies(timeout=0.5, stop_after=1))
+    documented = (
+        "UPDATE jobctl_jobs AS j SET state = 'pending', unfinished = true, revision = j.revision + 1"
+        " WHERE j.id = %(id)s"
+        " RETURNING pg_notify('jobctl_jobs', json_build_array(current_schema(), 'written', j.id, j.revision)::text)"
+    )
+    announced(listening, s, lambda: hand(s, documented, {"id": job}), job)
+    assert row_of(s, job)[1:] == (True, "pending")
+    again = s.claim_next("w", 30)
+    assert again is not None and again.id == job
