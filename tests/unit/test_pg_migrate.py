@@ -270,3 +270,54 @@ def test_a_store_made_before_the_index_of_keyed_jobs_picks_the_same_and_migrate_
         assert sorted(rec.id for rec in got) == sorted([keyed, plain])
     _migrate(pg_url, was=postgres.SCHEMA_VERSION)
     assert _keyed_index(pg_url) is not None
+
+
+def test_a_populated_version_4_store_keeps_every_row_and_hands_its_updates_to_jobctl(
+    populated: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """4 -> 5: no row changes; jobctl's updates raise and announce; another writer's still get the trigger."""
+    import psycopg
+
+    url, records, clock = populated
+    assert postgres.migrate(url, target=4) == (2, 4)
+    every = "SELECT j.* FROM jobctl_jobs j ORDER BY j.id"
+    triggers = (
+        "SELECT event_manipulation, action_condition FROM information_schema.triggers"
+        " WHERE event_object_table = 'jobctl_jobs' AND trigger_schema = current_schema()"
+    )
+    with psycopg.connect(url, autocommit=True) as conn:
+        before = conn.execute(every).fetchall()
+        assert sorted(conn.execute(triggers).fetchall()) == [("DELETE", None), ("INSERT", None), ("UPDATE", None)]
+    _migrate(url, was=4)
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert conn.execute(every).fetchall() == before  # every column, the revision too
+        assert sorted(conn.execute(triggers).fetchall()) == [
+            ("DELETE", None),
+            ("INSERT", None),
+            ("UPDATE", "(new.revision <= old.revision)"),
+        ]
+    revision = {row[0]: row[postgres.row.REVISION] for row in before}
+    with postgres.PostgresStore(url, clock=clock) as pg:
+        for job_id, data in records.items():
+            assert pg.load_bytes(job_id) == data, job_id
+        notices = pg.notices()
+        try:
+            got = pg.claim_next("host-c", 60)
+            assert got is not None and got.id in records
+            assert notices.read() == ({got.id}, set())
+            pg.finish(got.id, got.lease.epoch, "complete")
+            assert notices.read() == ({got.id}, set())
+            with psycopg.connect(url, autocommit=True) as conn:  # an administrator reopens it in psql
+                conn.execute("UPDATE jobctl_jobs SET state = 'pending' WHERE id = %s", (got.id,))
+            assert notices.read() == ({got.id}, set())
+        finally:
+            notices.close()
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT revision, unfinished FROM jobctl_jobs WHERE id = %s", (got.id,)).fetchone()
+    assert row == (revision[got.id] + 3, True)
+    # A jobctl of version 4 refuses the store, its db commands and its steps alike.
+    with pytest.raises(JobError, match="schema version 5, newer than this jobctl knows \\(4\\)"):
+        postgres.migrate(url, target=4)
+    monkeypatch.setattr(postgres.handle, "SCHEMA_VERSION", 4)
+    with pytest.raises(JobError, match="schema version 5, newer than this jobctl knows \\(4\\)"):
+        postgres.PostgresStore(url, clock=clock).load(got.id)

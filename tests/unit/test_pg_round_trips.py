@@ -66,6 +66,9 @@ def submit(store: Any) -> str:
 def test_the_hot_path_round_trips(pg_store: Any) -> None:
     """Every step one round trip: its statement; update two (read under lock; write with commit).
 
+    A pick that fills its slots is its statement alone; one that leaves some
+    free reads the open jobs with a key after it (a round trip more).
+
     A refused step costs its statement and the rules' locked read, whose
     transaction ends with nothing written (its Sync): three.
     """
@@ -93,7 +96,8 @@ def test_the_hot_path_round_trips(pg_store: Any) -> None:
     skipped: list[Any] = []
     assert round_trips(pg_store, lambda: pg_store.claim_next("w", 30, skipped=skipped)) == 1
     batch: list[Any] = []
-    assert round_trips(pg_store, lambda: batch.extend(pg_store.claim_some("w", 30, 4))) == 1
+    # a pick that leaves slots free (2 jobs for 4) reads the open jobs with a key after it, for those slots
+    assert round_trips(pg_store, lambda: batch.extend(pg_store.claim_some("w", 30, 4))) == 2
     assert len(batch) == 2
     # a refused step: its statement, then the rules on the row under its lock, which name the refusal
     now_at = mine[0].lease.epoch
@@ -316,33 +320,38 @@ def test_without_pipeline_mode_a_write_is_an_ordinary_transaction(pg_store: Any,
     assert taken.state == "running" and pg_store.load(nxt).lease.owner == "w"
 
 
+#: What every UPDATE of queries.sql hands back last: the row's change notice, sent (schema version 5).
+NOTICE = "pg_notify('jobctl_jobs', json_build_array(current_schema(), 'written', j.id, j.revision)::text)"
+
+
 def test_each_step_hands_back_what_the_store_lays_over() -> None:
-    """queries.sql's RETURNING of each step is the revision, then row.STEPS's columns, in that order."""
+    """queries.sql's RETURNING of each step is the revision, then row.STEPS's columns, in order, then the notice."""
     import re
 
     from jobctl.store.postgres import Q, row
 
+    def names(listed: str, prefix: str) -> tuple[str, ...]:
+        listed = listed.rstrip(";").rstrip()
+        assert listed.endswith(", " + NOTICE) or listed.endswith(",\n    " + NOTICE), listed
+        listed = listed[: listed.rindex(NOTICE)].rstrip().rstrip(",")
+        return tuple(name.strip().removeprefix(prefix) for name in listed.split(","))
+
     for step, columns in row.STEPS.items():
         found = re.search(r"RETURNING (.*);?\Z", Q[step], re.S)
         assert found is not None, step
-        names = [name.strip().removeprefix("j.") for name in found.group(1).rstrip(";").split(",")]
-        assert names == ["revision", *columns], step
+        assert names(found.group(1), "j.") == ("revision", *columns), step
 
-    def names(listed: str, prefix: str) -> tuple[str, ...]:
-        return tuple(name.strip().removeprefix(prefix) for name in listed.rstrip(";").split(","))
-
-    # A claim's answer is the row's head: the record's columns and the revision.
-    found = re.search(r"RETURNING (.*);?\Z", Q["claim"], re.S)
-    assert found is not None and names(found.group(1), "j.") == row.HELD
-    # The pick's: the head of each row claimed, then of each open job with a key, with the time of the look.
-    claimed = re.search(
-        r"RETURNING (.*?)\n\)\nSELECT claimed\.\*, NULL::timestamptz FROM claimed\n", Q["claim_next"], re.S
-    )
-    assert claimed is not None and names(claimed.group(1), "j.") == row.HELD
-    keyed = re.search(
-        r"UNION ALL\n\(SELECT (.*?), coalesce\(%\(now\)s::timestamptz, [^\n]*\n FROM", Q["claim_next"], re.S
-    )
-    assert keyed is not None and names(keyed.group(1), "k.") == row.HELD
+    # A claim's answer is the row's head: the record's columns and the revision; the pick's, each claimed row's.
+    for name in ("claim", "claim_next"):
+        found = re.search(r"RETURNING (.*);?\Z", Q[name], re.S)
+        assert found is not None and names(found.group(1), "j.") == row.HELD, name
+    # Every other UPDATE of the table sends its notice too.
+    for name in ("write", "forged"):
+        assert Q[name].endswith("RETURNING " + NOTICE + ";"), name
+    # The open jobs with a key, read when a pick leaves slots free: the head of each, with the time of the look.
+    keyed = re.search(r"^SELECT (.*?), coalesce\(%\(now\)s::timestamptz, [^\n]*\nFROM", Q["keyed_open"], re.S | re.M)
+    assert keyed is not None
+    assert tuple(name.strip().removeprefix("k.") for name in keyed.group(1).split(",")) == row.HELD
 
 
 def test_a_step_after_another_writer_hands_back_the_row_as_it_left_it(pg_store: Any) -> None:

@@ -80,15 +80,14 @@ class BatchClaims(RowSteps):
         if unpicked:
             self._name_unpicked(sorted(unpicked, key=first), wanted, skipped, unreadable)
         claimed: Records = []
-        waiting: Rows = []
         for got in rows:
-            if got[-1] is not None:  # an open job with a key: looked at, not claimed
-                waiting.append(got)
-                continue
             self._held.wrote(got[0], got[row.REVISION])
             claimed.append(self._holding(got))
-        if waiting and len(claimed) < limit:
-            claimed += self._claim_keyed(owner, ttl, limit - len(claimed), wanted, skipped, waiting)
+        if len(claimed) < limit:  # slots left: the open jobs with a key take them, each with its key
+            looks = {"now": params["now"], "kinds": wanted}
+            waiting = self.session.all(Q["keyed_open"], looks)
+            if waiting:
+                claimed += self._claim_keyed(owner, ttl, limit - len(claimed), wanted, skipped, waiting)
         claimed.sort(key=pick_key)  # the order the statements picked them in
         return claimed
 
@@ -97,8 +96,8 @@ class BatchClaims(RowSteps):
     ) -> Records:
         """The oldest runnable jobs with an exclusive key whose key is free, up to ``limit``: each claimed with its key.
 
-        ``rows`` are the open jobs with a key nobody holds, read by the pick's
-        statement (``claim_next``), with the time of the look last. The pick statement passes them over, so they
+        ``rows`` are the open jobs with a key nobody holds (``keyed_open``),
+        with the time of the look last. The pick's statement passes them over, so they
         take the slots it leaves; here each is judged as the
         directory's pick judges it (:func:`.picking.claim_some`), under its
         row lock and its key's lock (:mod:`.keys`): a key another job holds

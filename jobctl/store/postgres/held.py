@@ -1,10 +1,11 @@
 """What a PostgreSQL store remembers of the rows it touched: the last of each, and its own revisions.
 
-Every write raises a row's ``revision`` by one (the trigger of schema
-version 3). So a store that holds a row as it read or wrote it at revision
-``r``, and whose next step answers ``r + 1``, knows the whole row without
-reading it: the step's statement hands back only what it set, and the
-store lays that over the row it holds (:func:`.row.laid_over`). And a notice
+Every write raises a row's ``revision`` by one (jobctl's updates in their
+statements, the trigger another writer's updates: schema version 5). So a
+store that holds a row as it read or wrote it at revision ``r``, and whose
+next step answers ``r + 1``, knows the whole row without reading it: the
+step's statement hands back only what it set, and the store lays that over
+the row it holds (:func:`.row.laid_over`). And a notice
 that names a revision this store's holder wrote itself tells that holder
 nothing new (:meth:`Held.mine`, for ``notices(news_only=True)``).
 """

@@ -1,4 +1,4 @@
-"""Change notices from a PostgreSQL store: LISTEN on the channel its trigger sends on."""
+"""Change notices from a PostgreSQL store: LISTEN on the channel its writes are announced on."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from .session import connect, psycopg, refusing
 __all__ = ["Listener", "CHANNEL", "SYNC_EVERY"]
 
 
-#: The channel the trigger ``jobctl_jobs_written`` (``migrate-3-finish.sql``) sends on.
+#: The channel every write is announced on: by jobctl's updates (``queries.sql``), and for inserts, deletes and
+#: other writers' updates by the triggers of ``migrate-5.sql``.
 CHANNEL = "jobctl_jobs"
 
 #: Seconds between the round trips that prove the listening connection alive.
@@ -26,7 +27,7 @@ SYNC_EVERY = 1.0
 class Listener:
     """A connection of its own that LISTENs for the store's row changes [JOB-N1].
 
-    The trigger sends one notice per row written or removed, as its
+    One notice is sent per row written or removed, as its
     transaction commits, naming the schema, the id and the row's revision;
     this listener keeps the ones of its own schema (one database may hold
     several stores), and leaves out those of the revisions ``mine`` says its

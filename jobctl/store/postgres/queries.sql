@@ -9,12 +9,16 @@
 -- step's preconditions (DIGEST §5, in jobctl.store.contract) and its SET the
 -- step's effect; a statement that changes no row was refused, and the store
 -- then judges the row with the contract's Python rules, which name the
--- refusal. Every write raises the row's revision: the trigger
--- jobctl_jobs_written does, whoever writes. A claim hands back the record's
--- columns and the revision (the row's head: `j.*` without the scheduling
--- columns at its end); the other steps hand back the revision and the
--- columns they set, which the store lays over the row it holds at the
--- revision before (or reads it in the same round trip when it holds none).
+-- refusal. Every UPDATE raises the row's revision, keeps `unfinished` true
+-- to the state where it may change it, and sends the row's change notice
+-- last in its RETURNING list (migrate-5.sql says why not a trigger; the
+-- trigger does it for an UPDATE that does not raise the revision): the
+-- store reads a row's answer without that last column. A claim hands back
+-- the record's columns and the revision (the row's head: `j.*` without the
+-- scheduling columns at its end); the other steps hand back the revision
+-- and the columns they set, which the store lays over the row it holds at
+-- the revision before (or reads it in the same round trip when it holds
+-- none).
 -- `now` is %(now)s when the store was given a clock of its own (tests), else
 -- statement_timestamp(): the server's clock as the statement
 -- starts, one instant for every judgement and every time the statement writes
@@ -148,7 +152,7 @@ RETURNING id;
 -- name: write
 -- A whole record, written back under the row lock lock_record took: update(),
 -- and a step the rules allowed after its statement was refused.
-UPDATE jobctl_jobs SET
+UPDATE jobctl_jobs AS j SET
     kind = %(kind)s, state = %(state)s, envelope_schema = %(envelope_schema)s,
     envelope_actions = %(envelope_actions)s, spec = %(spec)s, checkpoint = %(checkpoint)s, done = %(done)s,
     total = %(total)s, progress_at = %(progress_at)s, step_name = %(step_name)s, step_ordinal = %(step_ordinal)s,
@@ -160,16 +164,20 @@ UPDATE jobctl_jobs SET
     want = %(want)s, intent_by = %(intent_by)s, intent_at = %(intent_at)s, extension_keys = %(extension_keys)s,
     extension_values = %(extension_values)s, created_at = %(created_at)s, updated_at = %(updated_at)s,
     content = %(content)s, critical = %(critical)s, verbatim = %(verbatim)s, not_before = %(not_before)s,
-    after = %(after)s, pipeline = %(pipeline)s, scheduled = %(scheduled)s, priority = %(priority)s
-WHERE id = %(id)s;
+    after = %(after)s, pipeline = %(pipeline)s, scheduled = %(scheduled)s, priority = %(priority)s,
+    unfinished = %(unfinished)s, revision = j.revision + 1
+WHERE j.id = %(id)s
+RETURNING pg_notify('jobctl_jobs', json_build_array(current_schema(), 'written', j.id, j.revision)::text);
 
 -- name: forged
 -- Bytes at the row this reader cannot decode (replay's `plant` forges them, as
 -- a newer writer would write them), with the lists they declare: every step
 -- refuses the row for its critical list, and readers are handed the bytes.
 -- The other columns stay as they were.
-UPDATE jobctl_jobs SET verbatim = %(verbatim)s, content = %(content)s, critical = %(critical)s
-WHERE id = %(id)s;
+UPDATE jobctl_jobs AS j
+SET verbatim = %(verbatim)s, content = %(content)s, critical = %(critical)s, revision = j.revision + 1
+WHERE j.id = %(id)s
+RETURNING pg_notify('jobctl_jobs', json_build_array(current_schema(), 'written', j.id, j.revision)::text);
 
 -- name: claim
 -- [JOB-L4]: the lease is taken and the epoch raised; pending and running
@@ -185,7 +193,7 @@ SET epoch = j.epoch + 1, owner = %(owner)s,
     expires_at = coalesce(%(now)s::timestamptz, statement_timestamp()) + %(ttl)s::interval,
     recall_reason = NULL, recall_by = NULL, recall_at = NULL, recall_until = NULL,
     state = CASE WHEN j.state IN ('pending', 'running') THEN 'running' ELSE j.state END,
-    verbatim = NULL
+    verbatim = NULL, revision = j.revision + 1
 WHERE j.id = ANY(%(ids)s::text[])
   AND j.critical <@ %(understood)s::text[]
   AND j.state NOT IN ('complete', 'failed', 'cancelled')
@@ -197,7 +205,8 @@ RETURNING j.id, j.kind, j.state, j.envelope_schema, j.envelope_actions, j.spec, 
     j.progress_at, j.step_name, j.step_ordinal, j.step_of, j.step_done, j.step_total, j.owner, j.epoch, j.expires_at,
     j.recall_reason, j.recall_by, j.recall_at, j.recall_until, j.delegation_system, j.delegation_external_id,
     j.delegation_delivered, j.requires, j.error, j.want, j.intent_by, j.intent_at, j.extension_keys,
-    j.extension_values, j.created_at, j.updated_at, j.content, j.critical, j.verbatim, j.revision;
+    j.extension_values, j.created_at, j.updated_at, j.content, j.critical, j.verbatim, j.revision,
+    pg_notify('jobctl_jobs', json_build_array(current_schema(), 'written', j.id, j.revision)::text);
 
 -- name: claim_next
 -- The first runnable jobs (jobctl.schedule.runnable), up to %(limit)s, claimed
@@ -210,63 +219,63 @@ RETURNING j.id, j.kind, j.state, j.envelope_schema, j.envelope_actions, j.spec, 
 -- FOR UPDATE judges each row again as it is when locked. First is the
 -- highest priority, then the oldest (jobctl.priority.pick_key): a walk of
 -- jobctl_jobs_open in order that stops at the first %(limit)s rows: the
--- store's sessions never sort (session.py says why).
--- The claimed rows come first, the row's head each and a NULL. After them,
--- in the same statement (one round trip, and no statement more to run at
--- every pick), the open jobs with an exclusive key that nobody holds, each
--- with the time of the look: the pick passes them over, and claim_some
--- offers them their key's claim (each judged again under its row lock and
--- its key's). They are read through jobctl_jobs_keyed (exclusive.sql),
+-- store's sessions never sort (session.py says why). Each claimed row's
+-- head, and its notice. A job with an exclusive key is passed over: the
+-- store claims it with its key (keyed_open) for the slots this leaves free.
+-- One UPDATE and nothing around it: each plan node a statement has is set
+-- up again at every run, and a pick runs at every job.
+UPDATE jobctl_jobs AS j
+SET epoch = j.epoch + 1, owner = %(owner)s,
+    expires_at = coalesce(%(now)s::timestamptz, statement_timestamp()) + %(ttl)s::interval,
+    recall_reason = NULL, recall_by = NULL, recall_at = NULL, recall_until = NULL,
+    state = 'running', verbatim = NULL, revision = j.revision + 1
+FROM (
+    SELECT r.id FROM jobctl_jobs r
+    WHERE r.unfinished AND r.state IN ('pending', 'running')
+      AND (r.owner = '' OR r.expires_at <= coalesce(%(now)s::timestamptz, statement_timestamp()))
+      AND r.want IS DISTINCT FROM 'pause'
+      AND r.scheduled
+      AND r.critical <@ %(understood)s::text[]
+      AND (r.not_before IS NULL OR r.not_before <= coalesce(%(now)s::timestamptz, statement_timestamp()))
+      AND (%(kinds)s::text[] IS NULL OR r.kind = ANY(%(kinds)s::text[]))
+      -- A job with an exclusive key is claimed with its key, after this statement (exclusive.sql).
+      AND NOT coalesce(r.extension_keys @> ARRAY['jobctl.run/exclusive@1']::text[], false)
+      AND (cardinality(r.after) = 0 OR NOT EXISTS (
+          SELECT 1 FROM unnest(r.after) AS dep(id)
+          WHERE NOT EXISTS (
+              SELECT 1 FROM jobctl_jobs d
+              WHERE d.id = dep.id AND d.state = 'complete' AND d.critical <@ %(understood)s::text[])))
+    ORDER BY r.priority DESC, r.created_at, r.id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+) AS picked
+WHERE j.id = picked.id
+RETURNING j.id, j.kind, j.state, j.envelope_schema, j.envelope_actions, j.spec, j.checkpoint, j.done, j.total,
+    j.progress_at, j.step_name, j.step_ordinal, j.step_of, j.step_done, j.step_total, j.owner, j.epoch,
+    j.expires_at, j.recall_reason, j.recall_by, j.recall_at, j.recall_until, j.delegation_system,
+    j.delegation_external_id, j.delegation_delivered, j.requires, j.error, j.want, j.intent_by, j.intent_at,
+    j.extension_keys, j.extension_values, j.created_at, j.updated_at, j.content, j.critical, j.verbatim,
+    j.revision, pg_notify('jobctl_jobs', json_build_array(current_schema(), 'written', j.id, j.revision)::text);
+
+-- name: keyed_open
+-- The open jobs with an exclusive key that nobody holds, the row's head each
+-- and the time of the look: read when a pick (claim_next) leaves slots free,
+-- which claim_some offers them, each with its key's claim (judged again
+-- under its row lock and its key's). Through jobctl_jobs_keyed (keyed.sql),
 -- which holds none in most stores, in its order: an order of their own
 -- would be a sort.
-WITH claimed AS (
-    UPDATE jobctl_jobs AS j
-    SET epoch = j.epoch + 1, owner = %(owner)s,
-        expires_at = coalesce(%(now)s::timestamptz, statement_timestamp()) + %(ttl)s::interval,
-        recall_reason = NULL, recall_by = NULL, recall_at = NULL, recall_until = NULL,
-        state = 'running', verbatim = NULL
-    FROM (
-        SELECT r.id FROM jobctl_jobs r
-        WHERE r.unfinished AND r.state IN ('pending', 'running')
-          AND (r.owner = '' OR r.expires_at <= coalesce(%(now)s::timestamptz, statement_timestamp()))
-          AND r.want IS DISTINCT FROM 'pause'
-          AND r.scheduled
-          AND r.critical <@ %(understood)s::text[]
-          AND (r.not_before IS NULL OR r.not_before <= coalesce(%(now)s::timestamptz, statement_timestamp()))
-          AND (%(kinds)s::text[] IS NULL OR r.kind = ANY(%(kinds)s::text[]))
-          -- A job with an exclusive key is claimed with its key, after this statement (exclusive.sql).
-          AND NOT coalesce(r.extension_keys @> ARRAY['jobctl.run/exclusive@1']::text[], false)
-          AND (cardinality(r.after) = 0 OR NOT EXISTS (
-              SELECT 1 FROM unnest(r.after) AS dep(id)
-              WHERE NOT EXISTS (
-                  SELECT 1 FROM jobctl_jobs d
-                  WHERE d.id = dep.id AND d.state = 'complete' AND d.critical <@ %(understood)s::text[])))
-        ORDER BY r.priority DESC, r.created_at, r.id
-        LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
-    ) AS picked
-    WHERE j.id = picked.id
-    RETURNING j.id, j.kind, j.state, j.envelope_schema, j.envelope_actions, j.spec, j.checkpoint, j.done, j.total,
-        j.progress_at, j.step_name, j.step_ordinal, j.step_of, j.step_done, j.step_total, j.owner, j.epoch,
-        j.expires_at, j.recall_reason, j.recall_by, j.recall_at, j.recall_until, j.delegation_system,
-        j.delegation_external_id, j.delegation_delivered, j.requires, j.error, j.want, j.intent_by, j.intent_at,
-        j.extension_keys, j.extension_values, j.created_at, j.updated_at, j.content, j.critical, j.verbatim,
-        j.revision
-)
-SELECT claimed.*, NULL::timestamptz FROM claimed
-UNION ALL
-(SELECT k.id, k.kind, k.state, k.envelope_schema, k.envelope_actions, k.spec, k.checkpoint, k.done, k.total,
-     k.progress_at, k.step_name, k.step_ordinal, k.step_of, k.step_done, k.step_total, k.owner, k.epoch,
-     k.expires_at, k.recall_reason, k.recall_by, k.recall_at, k.recall_until, k.delegation_system,
-     k.delegation_external_id, k.delegation_delivered, k.requires, k.error, k.want, k.intent_by, k.intent_at,
-     k.extension_keys, k.extension_values, k.created_at, k.updated_at, k.content, k.critical, k.verbatim,
-     k.revision, coalesce(%(now)s::timestamptz, statement_timestamp())
- FROM jobctl_jobs k
- WHERE k.unfinished AND k.extension_keys @> ARRAY['jobctl.run/exclusive@1']::text[]
-   AND k.state IN ('pending', 'running')
-   AND (k.owner = '' OR k.expires_at <= coalesce(%(now)s::timestamptz, statement_timestamp()))
-   AND (%(kinds)s::text[] IS NULL OR k.kind = ANY(%(kinds)s::text[]))
- ORDER BY k.priority DESC, k.created_at, k.id);
+SELECT k.id, k.kind, k.state, k.envelope_schema, k.envelope_actions, k.spec, k.checkpoint, k.done, k.total,
+    k.progress_at, k.step_name, k.step_ordinal, k.step_of, k.step_done, k.step_total, k.owner, k.epoch,
+    k.expires_at, k.recall_reason, k.recall_by, k.recall_at, k.recall_until, k.delegation_system,
+    k.delegation_external_id, k.delegation_delivered, k.requires, k.error, k.want, k.intent_by, k.intent_at,
+    k.extension_keys, k.extension_values, k.created_at, k.updated_at, k.content, k.critical, k.verbatim,
+    k.revision, coalesce(%(now)s::timestamptz, statement_timestamp())
+FROM jobctl_jobs k
+WHERE k.unfinished AND k.extension_keys @> ARRAY['jobctl.run/exclusive@1']::text[]
+  AND k.state IN ('pending', 'running')
+  AND (k.owner = '' OR k.expires_at <= coalesce(%(now)s::timestamptz, statement_timestamp()))
+  AND (%(kinds)s::text[] IS NULL OR k.kind = ANY(%(kinds)s::text[]))
+ORDER BY k.priority DESC, k.created_at, k.id;
 
 -- name: renew
 -- The lease extended to now + ttl, capped at a recall's until [JOB-R4];
@@ -278,12 +287,12 @@ SET expires_at = CASE
          AND coalesce(%(now)s::timestamptz, statement_timestamp()) + %(ttl)s::interval > j.recall_until
         THEN j.recall_until
         ELSE coalesce(%(now)s::timestamptz, statement_timestamp()) + %(ttl)s::interval END,
-    verbatim = NULL
+    verbatim = NULL, revision = j.revision + 1
 WHERE j.id = %(id)s
   AND j.critical <@ %(understood)s::text[]
   AND j.epoch = %(epoch)s
   AND j.owner <> '' AND j.expires_at > coalesce(%(now)s::timestamptz, statement_timestamp())
-RETURNING j.revision, j.expires_at;
+RETURNING j.revision, j.expires_at, pg_notify('jobctl_jobs', json_build_array(current_schema(), 'written', j.id, j.revision)::text);
 
 -- name: progress
 -- The holder's progress: done, its time, and the checkpoint when one is given
@@ -295,13 +304,15 @@ SET done = %(done)s, progress_at = coalesce(%(now)s::timestamptz, statement_time
     checkpoint = CASE WHEN %(set_checkpoint)s THEN %(checkpoint)s ELSE j.checkpoint END,
     content = CASE WHEN %(carry)s::text IS NULL OR %(carry)s::text = ANY(j.content) THEN j.content
                    ELSE j.content || %(carry)s::text END,
-    updated_at = coalesce(%(now)s::timestamptz, statement_timestamp()), verbatim = NULL
+    updated_at = coalesce(%(now)s::timestamptz, statement_timestamp()), verbatim = NULL,
+    revision = j.revision + 1
 WHERE j.id = %(id)s
   AND j.critical <@ %(understood)s::text[]
   AND j.state NOT IN ('complete', 'failed', 'cancelled')
   AND j.epoch = %(epoch)s
   AND j.owner <> '' AND j.expires_at > coalesce(%(now)s::timestamptz, statement_timestamp())
-RETURNING j.revision, j.done, j.progress_at, j.checkpoint, j.content, j.updated_at;
+RETURNING j.revision, j.done, j.progress_at, j.checkpoint, j.content, j.updated_at,
+    pg_notify('jobctl_jobs', json_build_array(current_schema(), 'written', j.id, j.revision)::text);
 
 -- name: finish
 -- The holder sets the state, with error, checkpoint and done in the same
@@ -314,13 +325,15 @@ SET state = %(state)s, error = coalesce(%(error)s, j.error),
     done = coalesce(%(done)s, j.done),
     progress_at = CASE WHEN %(done)s::bigint IS NULL THEN j.progress_at
                        ELSE coalesce(%(now)s::timestamptz, statement_timestamp()) END,
-    updated_at = coalesce(%(now)s::timestamptz, statement_timestamp()), verbatim = NULL
+    updated_at = coalesce(%(now)s::timestamptz, statement_timestamp()), verbatim = NULL,
+    unfinished = %(state)s NOT IN ('complete', 'failed', 'cancelled'), revision = j.revision + 1
 WHERE j.id = %(id)s
   AND j.critical <@ %(understood)s::text[]
   AND j.state NOT IN ('complete', 'failed', 'cancelled')
   AND j.epoch = %(epoch)s
   AND j.owner <> '' AND j.expires_at > coalesce(%(now)s::timestamptz, statement_timestamp())
-RETURNING j.revision, j.state, j.error, j.checkpoint, j.content, j.done, j.progress_at, j.updated_at;
+RETURNING j.revision, j.state, j.error, j.checkpoint, j.content, j.done, j.progress_at, j.updated_at,
+    pg_notify('jobctl_jobs', json_build_array(current_schema(), 'written', j.id, j.revision)::text);
 
 -- name: release
 -- The holder gives the lease up: it ends now, nobody owns it, running becomes
@@ -329,24 +342,24 @@ RETURNING j.revision, j.state, j.error, j.checkpoint, j.content, j.done, j.progr
 UPDATE jobctl_jobs AS j
 SET expires_at = coalesce(%(now)s::timestamptz, statement_timestamp()), owner = '',
     state = CASE WHEN j.state = 'running' AND j.delegation_system IS NULL THEN 'pending' ELSE j.state END,
-    updated_at = coalesce(%(now)s::timestamptz, statement_timestamp()), verbatim = NULL
+    updated_at = coalesce(%(now)s::timestamptz, statement_timestamp()), verbatim = NULL, revision = j.revision + 1
 WHERE j.id = %(id)s
   AND j.critical <@ %(understood)s::text[]
   AND j.state NOT IN ('complete', 'failed', 'cancelled')
   AND j.epoch = %(epoch)s
   AND j.owner <> '' AND j.expires_at > coalesce(%(now)s::timestamptz, statement_timestamp())
-RETURNING j.revision, j.expires_at, j.owner, j.state, j.updated_at;
+RETURNING j.revision, j.expires_at, j.owner, j.state, j.updated_at, pg_notify('jobctl_jobs', json_build_array(current_schema(), 'written', j.id, j.revision)::text);
 
 -- name: set_intent
 -- What somebody wants, recorded with no epoch [JOB-I3]; run is recorded too
 -- [JOB-I7]. Refused: a finished job [JOB-I5].
 UPDATE jobctl_jobs AS j
 SET want = %(want)s, intent_by = %(by)s, intent_at = coalesce(%(now)s::timestamptz, statement_timestamp()),
-    updated_at = coalesce(%(now)s::timestamptz, statement_timestamp()), verbatim = NULL
+    updated_at = coalesce(%(now)s::timestamptz, statement_timestamp()), verbatim = NULL, revision = j.revision + 1
 WHERE j.id = %(id)s
   AND j.critical <@ %(understood)s::text[]
   AND j.state NOT IN ('complete', 'failed', 'cancelled')
-RETURNING j.revision, j.want, j.intent_by, j.intent_at, j.updated_at;
+RETURNING j.revision, j.want, j.intent_by, j.intent_at, j.updated_at, pg_notify('jobctl_jobs', json_build_array(current_schema(), 'written', j.id, j.revision)::text);
 
 -- name: recall
 -- The lease demanded back by until = now + grace, which the lease's end
@@ -358,13 +371,14 @@ SET recall_reason = %(reason)s, recall_by = %(by)s,
     recall_at = coalesce(%(now)s::timestamptz, statement_timestamp()),
     recall_until = coalesce(%(now)s::timestamptz, statement_timestamp()) + %(grace)s::interval,
     expires_at = least(j.expires_at, coalesce(%(now)s::timestamptz, statement_timestamp()) + %(grace)s::interval),
-    updated_at = coalesce(%(now)s::timestamptz, statement_timestamp()), verbatim = NULL
+    updated_at = coalesce(%(now)s::timestamptz, statement_timestamp()), verbatim = NULL, revision = j.revision + 1
 WHERE j.id = %(id)s
   AND j.critical <@ %(understood)s::text[]
   AND j.state NOT IN ('complete', 'failed', 'cancelled')
   AND j.epoch = %(epoch)s
   AND j.owner <> '' AND j.expires_at > coalesce(%(now)s::timestamptz, statement_timestamp())
-RETURNING j.revision, j.recall_reason, j.recall_by, j.recall_at, j.recall_until, j.expires_at, j.updated_at;
+RETURNING j.revision, j.recall_reason, j.recall_by, j.recall_at, j.recall_until, j.expires_at, j.updated_at,
+    pg_notify('jobctl_jobs', json_build_array(current_schema(), 'written', j.id, j.revision)::text);
 
 -- name: remove
 -- jobctl gc: an ended job this reader can read [JOB-D7]; nobody writes a
@@ -374,8 +388,9 @@ WHERE id = %(id)s AND state IN ('complete', 'failed', 'cancelled') AND critical 
 RETURNING id;
 
 -- name: listen
--- Change notices: the trigger jobctl_jobs_written (migrate-3-finish.sql) sends
--- one per row written or removed, when its transaction commits.
+-- Change notices: one per row written or removed, when its transaction commits,
+-- sent by jobctl's updates here and by the triggers (migrate-5.sql) on inserts,
+-- deletes and every other writer's update.
 LISTEN jobctl_jobs;
 
 -- name: current_schema

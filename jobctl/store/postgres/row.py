@@ -73,7 +73,7 @@ COLUMNS = (
 REVISION = len(COLUMNS)
 HELD = (*COLUMNS, "revision")
 #: The columns after them: the scheduling facts a pick reads, written from jobctl's extensions, and
-#: whether the job is unfinished (which the table's trigger keeps true to the state, whoever writes).
+#: whether the job is unfinished (kept true to the state by jobctl's writes and the trigger).
 SCHEDULING = ("not_before", "after", "pipeline", "scheduled", "unfinished", "priority")
 
 VERBATIM = COLUMNS.index("verbatim")
@@ -94,10 +94,12 @@ def laid_over(held: Sequence[Any], step: str, got: Sequence[Any]) -> tuple[Any, 
     """The row after ``step``: ``held`` (the row at the revision before) with what the step set, from ``got``.
 
     ``got`` is the statement's answer: the new revision, then :data:`STEPS`'s
-    columns. Every step's statement clears ``verbatim``.
+    columns, then the notice it sent. Every step's statement clears ``verbatim``.
     """
     out = list(held)
-    for name, value in zip(STEPS[step], got[1:], strict=True):
+    columns = STEPS[step]
+    # After them the statement's notice (queries.sql), which is no column of the row.
+    for name, value in zip(columns, got[1 : 1 + len(columns)], strict=True):
         out[_AT[name]] = value
     out[VERBATIM] = None
     out[REVISION] = got[0]

@@ -6,6 +6,9 @@ into their columns, decoding them in Python as every reader decodes them
 (:func:`_fill_3`), between ``migrate-3.sql`` and ``migrate-3-finish.sql``.
 Version 4 (the pick's priority) adds the ``priority`` column and orders the
 open index by it; :func:`_fill_4` sets it on the rows that carry one.
+Version 5: jobctl's updates raise the revision, keep ``unfinished`` and send
+their notices themselves; the trigger runs on inserts, deletes and the
+updates that do not raise the revision (another writer's).
 A database is initialised by the same steps a migration runs, from nothing,
 in one transaction; so is every migration.
 
@@ -33,8 +36,8 @@ from .session import connect, psycopg, refusing
 __all__ = ["SCHEMA_VERSION", "SQL_DIR", "queries", "Q", "schema_status", "init", "migrate", "UNDECODABLE"]
 
 #: The schema version this jobctl writes and reads (2: change notices; 3: the columns are the record;
-#: 4: jobs picked by priority).
-SCHEMA_VERSION = 4
+#: 4: jobs picked by priority; 5: jobctl's updates raise the revision and send their notices themselves).
+SCHEMA_VERSION = 5
 SQL_DIR = os.path.dirname(os.path.abspath(__file__))
 
 #: The critical model a row holds when no reader can decode the bytes at it:

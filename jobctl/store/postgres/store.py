@@ -264,7 +264,7 @@ class PostgresStore(RowReads, BatchClaims, WorkerRows, ScheduleRows):
         return 0
 
     def notices(self, *, news_only: bool = False) -> Notices:
-        """LISTEN on the store's channel (:class:`.listener.Listener`): the trigger sends the ids.
+        """LISTEN on the store's channel (:class:`.listener.Listener`): every write sends its id.
 
         With ``news_only`` the notices of this store's own writes are left out
         (each names the row's revision, and this store keeps the revisions it
