@@ -28,22 +28,9 @@
 -- 4 refuses a store of version 5, as every jobctl refuses a store newer than
 -- its own.
 
+-- The function is version 3's (migrate-3-finish.sql), unchanged: only the
+-- triggers that call it change.
 DROP TRIGGER jobctl_jobs_written ON jobctl_jobs;
-
-CREATE OR REPLACE FUNCTION jobctl_written() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    IF TG_OP = 'DELETE' THEN
-        PERFORM pg_notify('jobctl_jobs', json_build_array(TG_TABLE_SCHEMA, 'removed', OLD.id, OLD.revision)::text);
-        RETURN OLD;
-    END IF;
-    IF TG_OP = 'UPDATE' THEN
-        NEW.revision := OLD.revision + 1;
-    END IF;
-    NEW.unfinished := NEW.state NOT IN ('complete', 'failed', 'cancelled');
-    PERFORM pg_notify('jobctl_jobs', json_build_array(TG_TABLE_SCHEMA, 'written', NEW.id, NEW.revision)::text);
-    RETURN NEW;
-END
-$$;
 
 CREATE TRIGGER jobctl_jobs_written BEFORE INSERT OR DELETE ON jobctl_jobs
     FOR EACH ROW EXECUTE FUNCTION jobctl_written();
