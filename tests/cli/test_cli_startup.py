@@ -133,12 +133,15 @@ def test_a_piped_submit_generates_no_dataclass(jobctl: Jobctl, tmp_path: Path) -
     assert absent(modules - click_loads(), "dataclasses", "copy") == []
 
 
-def test_a_piped_submit_loads_no_fast_path_of_the_decoder(jobctl: Jobctl, tmp_path: Path) -> None:
-    """``submit`` decodes nothing: the decoder's fast paths load on the first decode, not with the store."""
+def test_a_piped_submit_loads_no_decoder(jobctl: Jobctl, tmp_path: Path) -> None:
+    """``submit`` decodes nothing: the decoder (and its fast paths) load on the first decode, not with the store;
+    the exclusive keys' module with the first claim that takes keys."""
+    decoder = ("jobctl.record.fast", "jobctl.record.canonical", "jobctl.record.decoder", "jobctl.record.finished")
     modules = loaded(jobctl, tmp_path, "submit", "--kind", "fetch", *SPEC)
-    assert absent(modules, "jobctl.record.fast", "jobctl.record.canonical") == []
+    assert absent(modules, *decoder, "jobctl.store.keys") == []
     jobctl.submit()
-    assert "jobctl.record.fast" in loaded(jobctl, tmp_path, "list")  # a command that reads records has them
+    assert set(decoder[:3]) <= loaded(jobctl, tmp_path, "list")  # a command that reads records has them
+    assert "jobctl.store.keys" in loaded(jobctl, tmp_path, "claim", "--next")
 
 
 COMPILED = """
