@@ -15,14 +15,16 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import ids, limits
 from ..errors import Invalid, JobError, LeaseExpired, LeaseHeld, Refused, StaleEpoch, Terminal
-from ..exclusive import Keys, exclusive_of
 from ..record import STATES, WANTS, Intent, Lease, Recall, Record, encode, given_checkpoint, held
 from ..wire import JsonText, Raw
 from .base import UNSET, Skipped, Value, Verdicts
+
+if TYPE_CHECKING:
+    from ..exclusive import Keys
 
 __all__ = [
     "ContractStore",
@@ -477,6 +479,7 @@ def claiming(
     it, nothing written); a store that gives no ``keys`` claims none
     (``Refused``), so no claim runs such a job past its key.
     """
+    from ..exclusive import exclusive_of  # a claim's: not on a piped submit's path
 
     def apply(rec: Record, now: datetime) -> None:
         lease = rec.lease

@@ -144,6 +144,15 @@ def test_a_piped_submit_loads_no_decoder(jobctl: Jobctl, tmp_path: Path) -> None
     assert "jobctl.store.keys" in loaded(jobctl, tmp_path, "claim", "--next")
 
 
+def test_a_piped_submit_loads_an_extension_s_module_with_its_option(jobctl: Jobctl, tmp_path: Path) -> None:
+    """``--priority``, ``--timeout``, ``--exclusive``: each extension's rules load when the option is given."""
+    lazy = ("jobctl.priority", "jobctl.timeout", "jobctl.exclusive")
+    assert absent(loaded(jobctl, tmp_path, "submit", "--kind", "fetch", *SPEC), *lazy) == []
+    asked = ("--priority", "5", "--timeout", "1m", "--exclusive", "db")
+    assert set(lazy) <= loaded(jobctl, tmp_path, "submit", "--kind", "fetch", *SPEC, *asked)
+    assert "jobctl.exclusive" in loaded(jobctl, tmp_path, "claim", "--next")  # a claim judges a job's key
+
+
 COMPILED = """
 import atexit, json, re, sys
 out = sys.argv[1]
