@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from clitools import Jobctl
 
-from jobctl import FileStore
+from jobctl import FileStore, ids, wire
 from jobctl.errors import Invalid
 
 DUMP = """
@@ -198,6 +198,10 @@ def test_a_piped_submit_compiles_only_the_patterns_it_uses(jobctl: Jobctl, tmp_p
     lazy = ("[\ud800-\udfff]", r"\\u[dD][89a-fA-F]")  # wire's surrogate checks: only for a non-ASCII or escaped text
     unused = [p for p in patterns if "password" in p or "://" in p or "smhd" in p or p in lazy]
     assert unused == []
+    # A plain ASCII text's escape, the spec's outer whitespace and a minted id's check need no pattern.
+    shortcut = (wire._PLAIN.pattern, wire._WS.pattern, ids._SAFE.pattern)
+    assert [p for p in patterns if p in shortcut] == []
+    assert wire._PLAIN.pattern in compiled(jobctl, tmp_path, "submit", "--kind", "caf\u00e9")  # not ASCII: the pattern
     # each of them where it is used
     assert any("smhd" in p for p in compiled(jobctl, tmp_path, "submit", "--kind", "k", "--not-before", "5m"))
     surrogate = compiled(jobctl, tmp_path, "submit", "--kind", "k", "--spec", '{"a": "\\ud83d\\ude00"}')

@@ -64,6 +64,16 @@ def test_escape_lone_surrogate_becomes_ufffd_escape(lone: str, where: str) -> No
     assert wire.escape(lone + lone) == r'"\ufffd\ufffd"'  # one for one
 
 
+def test_escape_says_plain_for_the_ascii_text_its_pattern_says_plain() -> None:
+    """Printable ASCII with no quote or backslash is taken as plain without _PLAIN (not compiled at start-up);
+    every ASCII character, in the middle of a text, is plain exactly when the pattern says so."""
+    for code in range(128):
+        text = f"a{chr(code)}b"
+        plain = wire._PLAIN.match(text) is not None
+        assert (wire.escape(text) == f'"{text}"') is plain, code
+    assert wire.escape("\x7f") == '"\x7f"' and wire.escape("") == '""' and wire.escape(" ") == '" "'
+
+
 def test_escape_differs_from_json_dumps_defaults() -> None:
     """Neither ensure_ascii nor HTML escaping: the two wrong defaults of §3.3."""
     text = "é<>&\u2028\x01"
