@@ -153,6 +153,33 @@ def test_a_piped_submit_loads_an_extension_s_module_with_its_option(jobctl: Jobc
     assert "jobctl.exclusive" in loaded(jobctl, tmp_path, "claim", "--next")  # a claim judges a job's key
 
 
+NAMED = """
+import atexit, collections, sys
+out, made, real = sys.argv[1], [], collections.namedtuple
+def namedtuple(name, *args, **kwargs):
+    f = sys._getframe(1)
+    while f.f_code.co_filename.endswith("typing.py"):  # typing.NamedTuple's own frames
+        f = f.f_back
+    made.append(name) if "jobctl" in f.f_code.co_filename else None  # made by jobctl, not by what it imports
+    return real(name, *args, **kwargs)
+collections.namedtuple = namedtuple
+atexit.register(lambda: open(out, "w").write("\\n".join(made)))
+sys.argv = ["jobctl", *sys.argv[2:]]
+from jobctl.cli import main
+main()
+"""
+
+
+def test_a_piped_submit_generates_one_named_tuple(jobctl: Jobctl, tmp_path: Path) -> None:
+    """The encoder's Prepared and the shell spec have slots: generating a NamedTuple is ~0.1 ms (the listing's
+    FileIdentity, a tuple its cache compares, is the one left)."""
+    out = tmp_path / "named.txt"
+    argv = [sys.executable, "-c", NAMED, str(out), "submit", "--kind", "fetch", *SPEC]
+    proc = subprocess.run(argv, env=jobctl.subprocess_env(), capture_output=True, check=False, timeout=60)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert out.read_text().splitlines() == ["FileIdentity"]
+
+
 COMPILED = """
 import atexit, json, re, sys
 out = sys.argv[1]
