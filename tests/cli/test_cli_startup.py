@@ -122,6 +122,8 @@ def test_submit_imports_only_its_own_command_module(jobctl: Jobctl, tmp_path: Pa
     commands = {m for m in modules if m.startswith("jobctl.cli.") and not m.startswith(shared)}
     assert commands == {"jobctl.cli.submit"}  # not even the worker's commands
     assert "jobctl.cli.render" in modules
+    assert "jobctl.cli.render.piped" not in modules  # it prints an id: no record's line or JSON
+    assert "jobctl.cli.render.piped" in loaded(jobctl, tmp_path, "submit", "--kind", "k", "--json")
 
 
 SPEC = ("--spec", '{"url": "https://example.com/a", "n": 1.50}')
