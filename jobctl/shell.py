@@ -10,7 +10,7 @@ imports this, and its start-up is a cron job's latency.
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
+from typing import Any
 
 from .errors import Invalid
 
@@ -38,13 +38,13 @@ def check_kind(kind: str, what: str = "kind") -> str:
     return kind
 
 
-class ShellSpec(NamedTuple):
-    """A checked ``shell`` spec. (A NamedTuple, not a dataclass: ``dataclasses`` costs ``submit`` its start-up.)"""
+class ShellSpec:
+    """A checked ``shell`` spec. (Slots: a dataclass or a ``NamedTuple`` costs ``submit`` its start-up.)"""
 
-    argv: list[str]
-    cwd: str | None = None
-    env: dict[str, str] = {}  # noqa: RUF012 -- never mutated: parse() always passes a fresh dict
-    timeout: float | None = None
+    __slots__ = ("argv", "cwd", "env", "timeout")
+
+    def __init__(self, argv: list[str], cwd: str | None, env: dict[str, str], timeout: float | None) -> None:
+        self.argv, self.cwd, self.env, self.timeout = argv, cwd, env, timeout
 
 
 def parse(spec: Any, job_id: str = "") -> ShellSpec:

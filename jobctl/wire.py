@@ -6,8 +6,8 @@ text -- the original tokens with insignificant whitespace removed -- so that a
 rewrite reproduces every number and escape exactly as the first writer spelled
 it [JOB-E7] [JOB-E8]. Only the indentation is redone on write.
 
-The scanner leans on the standard library's C scanner (``JSONDecoder.scan_once``)
-for grammar, and walks only the record's own top level and ``extensions`` by
+The scanner leans on the standard library's C scanner (``_json.make_scanner``,
+what ``JSONDecoder.scan_once`` is) for grammar, and walks only the record's own top level and ``extensions`` by
 hand, which is what gives the raw span of each opaque value. The checks the C
 scanner does not make are added here: duplicate member names at every depth
 [JOB-E9], escaped lone surrogates, ``NaN``/``Infinity``, the depth limit.
@@ -15,8 +15,9 @@ scanner does not make are added here: duplicate member names at every depth
 
 from __future__ import annotations
 
-import json
 import re
+import sys
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
@@ -97,7 +98,9 @@ def escape(text: str) -> str:
     RFC 8785's string form with two declared differences: U+2028 and U+2029 are
     escaped, and a lone surrogate becomes ``\\ufffd``. Non-ASCII is raw UTF-8.
     """
-    if _PLAIN.match(text):
+    # Printable ASCII with no quote or backslash is plain: said without _PLAIN, whose compiling
+    # (its surrogate range) is a third of a millisecond of a command's start-up.
+    if (text.isascii() and text.isprintable() and '"' not in text and "\\" not in text) or _PLAIN.match(text):
         return '"' + text + '"'
     return (
         '"'
@@ -133,11 +136,76 @@ def _big_int(text: str) -> Any:
         return Decimal(text)
 
 
-_DECODER = json.JSONDecoder(object_pairs_hook=_pairs, parse_constant=_constant)
-_scan = _DECODER.scan_once  # type: ignore[attr-defined]  # set by JSONDecoder.__init__, untyped
-_DECODER_BIG = json.JSONDecoder(object_pairs_hook=_pairs, parse_constant=_constant, parse_int=_big_int)
-_scan_big = _DECODER_BIG.scan_once  # type: ignore[attr-defined]  # as above
-_scanstring = json.decoder.scanstring  # type: ignore[attr-defined]  # public in practice, untyped
+class _Hooks:
+    """What the C scanner reads off a ``json.JSONDecoder``, given without importing ``json``.
+
+    ``json`` (its decoder, encoder and pure-Python scanner) costs about 1.2 ms
+    of every start-up; a piped ``submit`` parses one spec and needs none of it.
+    """
+
+    def __init__(self, parse_int: Callable[[str], Any]) -> None:
+        self.strict = True
+        self.object_hook = None
+        self.object_pairs_hook = _pairs
+        self.parse_float = float
+        self.parse_int = parse_int
+        self.parse_constant = _constant
+        self.memo: dict[str, str] = {}
+
+
+def _scanner(parse_int: Callable[[str], Any]) -> Callable[[str, int], tuple[Any, int]]:
+    """The C scanner's ``scan_once`` with the record's hooks; json's own where ``_json`` is missing."""
+    try:
+        import _json
+    except ImportError:  # an interpreter without json's C accelerator
+        import json
+
+        decoder = json.JSONDecoder(object_pairs_hook=_pairs, parse_constant=_constant, parse_int=parse_int)
+        return decoder.scan_once  # type: ignore[attr-defined,no-any-return]  # set by __init__, untyped
+    return _json.make_scanner(_Hooks(parse_int))  # type: ignore[arg-type]  # it reads a JSONDecoder's attributes
+
+
+def _string_scanner() -> Callable[[str, int, bool], tuple[str, int]]:
+    """json's string scanner (a member name with an escape), C or, where ``_json`` is missing, Python."""
+    try:
+        import _json
+    except ImportError:
+        import json.decoder
+
+        return json.decoder.scanstring  # type: ignore[attr-defined,no-any-return]  # public in practice, untyped
+    return _json.scanstring
+
+
+_scan = _scanner(int)
+_scan_big = _scanner(_big_int)
+_scanstring = _string_scanner()
+
+
+def _reported(scan: Callable[..., Any], *args: Any) -> Any:
+    """``scan(*args)``, its errors as ``json.JSONDecodeError`` on every Python.
+
+    The C scanner raises a syntax error as the ``JSONDecodeError`` of
+    ``json.decoder``; Python 3.10's and 3.11's look for that module only among
+    those already imported and raise ``SystemError`` when it is not. ``json.decoder`` is
+    imported on that first error and the scan, which changes nothing, made
+    again: an error is then reported as json reports it.
+    """
+    try:
+        return scan(*args)
+    except SystemError:
+        if "json.decoder" in sys.modules:
+            raise
+        import json.decoder  # noqa: F401  # the module the scanner reports through
+
+        return scan(*args)
+
+
+def _decode_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is json's syntax error (whose module is then loaded: no import here)."""
+    decoder = sys.modules.get("json.decoder")
+    return decoder is not None and isinstance(exc, decoder.JSONDecodeError)
+
+
 _WS: re.Pattern[str] = lazy_pattern(globals(), "_WS", r"[ \t\n\r]*")
 # Unrolled ("normal* (special normal*)*"): linear, and far faster than an
 # alternation per character on long strings.
@@ -159,20 +227,22 @@ def scan_value(text: str, idx: int) -> tuple[Any, int]:
     """Scan one JSON value at ``text[idx]``; return (decoded value, end index)."""
     try:
         try:
-            return _scan(text, idx)  # type: ignore[no-any-return]
+            return _reported(_scan, text, idx)  # type: ignore[no-any-return]
         except ValueError as exc:
-            if isinstance(exc, json.JSONDecodeError) or "digits" not in str(exc):
+            if _decode_error(exc) or "digits" not in str(exc):
                 raise
-            return _scan_big(text, idx)  # type: ignore[no-any-return]
+            return _reported(_scan_big, text, idx)  # type: ignore[no-any-return]
     except StopIteration as stop:
         # The scanner reports where the missing value should have been,
         # which may be deep inside the value that starts at idx.
         where = stop.value if isinstance(stop.value, int) else idx
         raise Invalid(f"expected a JSON value at {_where(text, where)}") from None
-    except json.JSONDecodeError as exc:
-        raise Invalid(f"bad JSON at {_where(text, exc.pos)}: {exc.msg}") from None
     except RecursionError:
         raise Invalid(f"nesting deeper than {MAX_DEPTH}") from None
+    except ValueError as exc:
+        if not _decode_error(exc):
+            raise
+        raise Invalid(f"bad JSON at {_where(text, exc.pos)}: {exc.msg}") from None  # type: ignore[attr-defined]
 
 
 def utf8_text(data: bytes, what: str) -> str:
@@ -248,9 +318,12 @@ def parse_object_members(text: str, idx: int, what: str) -> tuple[list[tuple[str
             if idx >= len(text) or text[idx] != '"':
                 raise Invalid(f"{what}: expected a member name at {_where(text, idx)}")
             try:
-                name, idx = _scanstring(text, idx + 1, True)
-            except json.JSONDecodeError as exc:
-                raise Invalid(f"{what}: bad member name at {_where(text, exc.pos)}: {exc.msg}") from None
+                name, idx = _reported(_scanstring, text, idx + 1, True)
+            except ValueError as exc:
+                if not _decode_error(exc):
+                    raise
+                where = _where(text, exc.pos)  # type: ignore[attr-defined]
+                raise Invalid(f"{what}: bad member name at {where}: {exc.msg}") from None  # type: ignore[attr-defined]
             idx = _WS.match(text, idx).end()  # type: ignore[union-attr]
             if idx >= len(text) or text[idx] != ":":
                 raise Invalid(f"{what}: expected ':' at {_where(text, idx)}")
@@ -271,9 +344,9 @@ def parse_object_members(text: str, idx: int, what: str) -> tuple[list[tuple[str
 def parse_value(text: str, base_depth: int = 0) -> Any:
     """Validate a whole JSON text and return its decoded value."""
     check_text(text, base_depth)
-    start = _WS.match(text).end()  # type: ignore[union-attr]
+    start = len(text) - len(text.lstrip(" \t\n\r"))  # what _WS matches, without compiling it
     value, end = scan_value(text, start)
-    if _WS.match(text, end).end() != len(text):  # type: ignore[union-attr]
+    if text[end:].strip(" \t\n\r"):
         raise Invalid(f"extra data after the JSON value at {_where(text, end)}")
     check_surrogates(text, value)
     return value

@@ -10,10 +10,8 @@ import click
 
 from .. import limits
 from ..errors import Exists, Invalid
-from ..priority import set_priority
 from ..record import Progress, Record, parse_time
 from ..submitter import default_submitter, set_submitter
-from ..timeout import set_timeout
 from ..wire import lazy_pattern
 from . import render
 from .main import JSON_TEXT, TEXT, JobCommand, State, common, count, not_utf8, pass_state, raw_json
@@ -302,8 +300,13 @@ def _extensions(
         rec.requires = names
     who = by or default_submitter()
     set_submitter(rec, who, "--by")  # the hold's `by` too: one name says who asked
-    set_priority(rec, priority, "--priority")
+    if priority:  # 0 is no priority: a new record has none to remove
+        from ..priority import set_priority
+
+        set_priority(rec, priority, "--priority")
     if timeout is not None:
+        from ..timeout import set_timeout
+
         set_timeout(rec, limits.duration(timeout, "--timeout", limits.JOB_TIMEOUT), "--timeout")
     if exclusive is not None:
         from ..exclusive import set_exclusive

@@ -15,14 +15,16 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import ids, limits
 from ..errors import Invalid, JobError, LeaseExpired, LeaseHeld, Refused, StaleEpoch, Terminal
-from ..exclusive import Keys, exclusive_of
-from ..record import STATES, WANTS, Intent, Lease, Recall, Record, decode, encode, given_checkpoint, held
+from ..record import STATES, WANTS, Intent, Lease, Recall, Record, encode, given_checkpoint, held
 from ..wire import JsonText, Raw
 from .base import UNSET, Skipped, Value, Verdicts
+
+if TYPE_CHECKING:
+    from ..exclusive import Keys
 
 __all__ = [
     "ContractStore",
@@ -149,6 +151,8 @@ class ContractStore:
         """
         if not isinstance(data, bytes):
             raise Invalid("import takes the record's bytes")
+        from ..record import decode  # here: a piped submit reads no record, and the decoder is 0.25 ms to load
+
         rec = decode(data)
         if expect is not None and rec.id != expect:
             raise Invalid(f"{what} names id {expect!r} but its record is {rec.id}")
@@ -449,6 +453,8 @@ def _claim_terms(job_id: str, owner: str, ttl_seconds: Any, max_ttl: float) -> f
 def _epoch_moved(job_id: str, seen: int, data: bytes, exact: bool, rec: Record) -> None:
     """[JOB-L4]: the record moved since the claimer read epoch ``seen`` -> ``LeaseHeld``."""
     if rec.lease.epoch != seen and not exact:
+        from ..record import decode  # seldom: see import_bytes
+
         seen = decode(data, job_id).lease.epoch  # the pattern may have misread
     if rec.lease.epoch != seen:
         raise LeaseHeld(f"job {job_id} moved since it was read (epoch {seen} -> {rec.lease.epoch})")
@@ -473,6 +479,7 @@ def claiming(
     it, nothing written); a store that gives no ``keys`` claims none
     (``Refused``), so no claim runs such a job past its key.
     """
+    from ..exclusive import exclusive_of  # a claim's: not on a piped submit's path
 
     def apply(rec: Record, now: datetime) -> None:
         lease = rec.lease

@@ -25,17 +25,21 @@ import os
 import re
 from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
-from .. import fsio, ids, limits, lock
+# record.decode, not decode: the decoder loads on the first decode (a piped submit reads no record)
+from .. import fsio, ids, limits, lock, record
 from ..errors import Exists, JobError, NoStore, NotFound, Untrusted
-from ..record import Record, decode, encode, is_orphan
+from ..record import Record, encode, is_orphan
 from ..wire import lazy_pattern
 from .base import Listing, Notices, Records, Refusals, Skipped
 from .contract import ContractStore
 from .file_listing import FileIdentity, FileListing, Finished, collector_paused, summary_fields, summary_of
-from .keys import FileKeys
 from .schedules import ScheduleFiles
 from .workers import WorkerFiles
+
+if TYPE_CHECKING:
+    from .keys import FileKeys
 
 # is_orphan is the record's rule (jobctl.record); the listing's names live in jobctl.store.file_listing.
 # All are named here for callers that import them from here.
@@ -163,7 +167,7 @@ class FileStore(FileListing, ContractStore, WorkerFiles, ScheduleFiles):
     # -- reads ---------------------------------------------------------------
 
     def load(self, job_id: str) -> Record:
-        return decode(self.load_bytes(job_id), job_id, named=True)
+        return record.decode(self.load_bytes(job_id), job_id, named=True)
 
     def load_bytes(self, job_id: str) -> bytes:
         name = ids.check(job_id) + ".json"
@@ -189,7 +193,7 @@ class FileStore(FileListing, ContractStore, WorkerFiles, ScheduleFiles):
         m = _EPOCH.search(data)
         if m is not None:
             return int(m.group(1)), data, False
-        return decode(data, job_id, named=True).lease.epoch, data, True
+        return record.decode(data, job_id, named=True).lease.epoch, data, True
 
     def ids(self) -> list[str]:
         """Ids of every record name, sorted by byte order.
@@ -208,7 +212,7 @@ class FileStore(FileListing, ContractStore, WorkerFiles, ScheduleFiles):
                     data = lock.read(jobs, job_id + ".json", job_id)
                     if data is None:
                         continue  # removed by hand since the directory was read
-                    listing.append(decode(data, job_id, named=True))
+                    listing.append(record.decode(data, job_id, named=True))
                 except JobError as exc:
                     listing.unreadable.append((job_id, exc))
         return listing
@@ -252,6 +256,8 @@ class FileStore(FileListing, ContractStore, WorkerFiles, ScheduleFiles):
 
     def _keys(self, wait: bool) -> FileKeys:
         """A claim's exclusive keys: a lock file each under ``work/.jobctl/exclusive/`` (:mod:`.keys`)."""
+        from .keys import FileKeys  # a claim's: not on a piped submit's path
+
         return FileKeys(self, wait)
 
     def _write(
@@ -283,7 +289,7 @@ class FileStore(FileListing, ContractStore, WorkerFiles, ScheduleFiles):
                 raise NotFound(f"no job {job_id}", job_id)
             if vet is not None:
                 vet(name, current)
-            rec = decode(current, job_id, named=True)
+            rec = record.decode(current, job_id, named=True)
             rec._exposed = False  # only update() hands it to outside code
             apply(rec, self.now())
             data = encode(rec, settle=True)
@@ -293,7 +299,7 @@ class FileStore(FileListing, ContractStore, WorkerFiles, ScheduleFiles):
         try:
             with self._jobs() as jobs:
                 data = lock.change(jobs, name, edit, job_id, wait=wait)
-            return decode(data, job_id, named=True) if fresh else done[-1]
+            return record.decode(data, job_id, named=True) if fresh else done[-1]
         except JobError as exc:
             if not exc.job_id:
                 exc.job_id = job_id
@@ -358,7 +364,7 @@ class FileStore(FileListing, ContractStore, WorkerFiles, ScheduleFiles):
 
         def ended(data: bytes) -> bool:
             try:
-                return decode(data, job_id, named=True).terminal
+                return record.decode(data, job_id, named=True).terminal
             except JobError:
                 return False
 

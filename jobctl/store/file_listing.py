@@ -19,9 +19,10 @@ import stat
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
-from .. import fsio
+# record.decode, not decode: the decoder loads on the first decode (a piped submit reads no record)
+from .. import fsio, record
 from ..errors import JobError
-from ..record import Record, decode, summary_or_record, summary_tuple
+from ..record import Record
 from .base import OpenListing, Unreadable
 
 if TYPE_CHECKING:  # the summary cache (hashlib and all) loads only when a listing asks for it
@@ -259,7 +260,7 @@ class FileListing:
                 if got is None:
                     continue  # removed since the directory was read
                 data, fst = got
-                rec = decode(data, job_id, named=True)
+                rec = record.decode(data, job_id, named=True)
             except JobError as exc:
                 listed.other(job_id)
                 unreadable.append((job_id, exc))
@@ -316,7 +317,7 @@ class FileListing:
             if got is None:
                 return  # removed since the directory was read
             data, st = got
-            rec = decode(data, job_id, named=True)
+            rec = record.decode(data, job_id, named=True)
         except JobError as exc:
             out.unreadable.append((job_id, exc))
             if cache is not None:
@@ -401,7 +402,7 @@ class FileListing:
                         finished(_new(summary_type, fields), _new(FileIdentity, ident))
                 for job_id, _, data in opened:
                     try:
-                        rec = decode(data, job_id, named=True)
+                        rec = record.decode(data, job_id, named=True)
                     except JobError:  # not what the child read: read it here, and say why (its row: read again)
                         self._take_open(jobs, job_id, out, None, finished, limit)
                         continue
@@ -451,7 +452,7 @@ def summary_of(rec: Record) -> summary.Summary:
 def summary_fields(rec: Record) -> tuple[Any, ...]:
     """:func:`summary_of` as a plain tuple (what :mod:`marshal` carries): :func:`jobctl.record.summary_tuple`."""
     lease, progress = rec.lease, rec.progress
-    return summary_tuple(
+    return record.summary_tuple(
         rec.id, rec.kind, rec.state, progress.done, progress.total, lease.owner, lease.epoch, rec.error,
         None if rec.checkpoint is None else rec.checkpoint_text(),  # most have none: spare two calls
         rec.created_at, lease.expires_at,
@@ -508,7 +509,7 @@ def _read_share(
         data, st = got
         try:
             # A finished record's line (or without brief its state alone), without the record.
-            got_one = summary_or_record(data, job_id, brief)
+            got_one = record.summary_or_record(data, job_id, brief)
         except JobError:
             bad.append(job_id)
             continue

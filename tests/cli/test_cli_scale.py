@@ -28,14 +28,14 @@ def later(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def decoded(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     seen: list[str] = []
-    real = file_store.decode
+    real = file_store.record.decode
 
     def counting(data: bytes, job_id: str = "", *, named: bool = False) -> Record:
         seen.append(job_id)
         return real(data, job_id, named=named)
 
-    for module in (file_store, file_listing):  # the store's own reads, and its listings'
-        monkeypatch.setattr(module, "decode", counting)
+    # The store's own reads, and its listings': both call jobctl.record's decode through the package.
+    monkeypatch.setattr(file_store.record, "decode", counting)
     return seen
 
 

@@ -17,12 +17,13 @@ from pathlib import Path
 import pytest
 from clitools import Jobctl
 
-from jobctl import FileStore
+from jobctl import FileStore, ids, wire
+from jobctl.errors import Invalid
 
 DUMP = """
-import atexit, json, sys
+import atexit, sys
 out = sys.argv[1]
-atexit.register(lambda: open(out, "w").write(json.dumps(sorted(sys.modules))))
+atexit.register(lambda: open(out, "w").write("\\n".join(sorted(sys.modules))))  # no json: it is watched for
 sys.argv = ["jobctl", *sys.argv[2:]]
 from jobctl.cli import main
 main()
@@ -53,7 +54,7 @@ if sys.version_info < (3, 11):
 
 
 def loaded(jobctl: Jobctl, tmp_path: Path, *args: str, **env: str) -> set[str]:
-    out = tmp_path / "modules.json"
+    out = tmp_path / "modules.txt"
     proc = subprocess.run(
         [sys.executable, "-c", DUMP, str(out), *args],
         env=jobctl.subprocess_env(**env),
@@ -63,8 +64,7 @@ def loaded(jobctl: Jobctl, tmp_path: Path, *args: str, **env: str) -> set[str]:
     )
     assert proc.returncode == 0, proc.stderr.decode()
     assert b"\x1b" not in proc.stdout
-    modules: list[str] = json.loads(out.read_text())
-    return set(modules)
+    return set(out.read_text().splitlines())
 
 
 def absent(modules: set[str], *names: str) -> list[str]:
@@ -85,6 +85,8 @@ def test_piped_commands_stay_light(jobctl: Jobctl, tmp_path: Path, args: tuple[s
     modules = loaded(jobctl, tmp_path, *args)
     assert "jobctl.cli.main" in modules  # the measurement itself worked
     assert absent(modules, *NEVER, "platformdirs", "jobctl.schedule") == []
+    # json (~1.2 ms) is for the store's side files and the config file: the record's scanner is its C part, _json.
+    assert absent(modules, "json") == []
     # Change notices are for watch and the worker; hashlib would load OpenSSL for the summary cache's name.
     # What click itself loads is not ours to save (Python 3.10's uuid -> platform -> subprocess loads select).
     ours = modules - click_loads()
@@ -120,6 +122,8 @@ def test_submit_imports_only_its_own_command_module(jobctl: Jobctl, tmp_path: Pa
     commands = {m for m in modules if m.startswith("jobctl.cli.") and not m.startswith(shared)}
     assert commands == {"jobctl.cli.submit"}  # not even the worker's commands
     assert "jobctl.cli.render" in modules
+    assert "jobctl.cli.render.piped" not in modules  # it prints an id: no record's line or JSON
+    assert "jobctl.cli.render.piped" in loaded(jobctl, tmp_path, "submit", "--kind", "k", "--json")
 
 
 SPEC = ("--spec", '{"url": "https://example.com/a", "n": 1.50}')
@@ -131,12 +135,51 @@ def test_a_piped_submit_generates_no_dataclass(jobctl: Jobctl, tmp_path: Path) -
     assert absent(modules - click_loads(), "dataclasses", "copy") == []
 
 
-def test_a_piped_submit_loads_no_fast_path_of_the_decoder(jobctl: Jobctl, tmp_path: Path) -> None:
-    """``submit`` decodes nothing: the decoder's fast paths load on the first decode, not with the store."""
+def test_a_piped_submit_loads_no_decoder(jobctl: Jobctl, tmp_path: Path) -> None:
+    """``submit`` decodes nothing: the decoder (and its fast paths) load on the first decode, not with the store;
+    the exclusive keys' module with the first claim that takes keys."""
+    decoder = ("jobctl.record.fast", "jobctl.record.canonical", "jobctl.record.decoder", "jobctl.record.finished")
     modules = loaded(jobctl, tmp_path, "submit", "--kind", "fetch", *SPEC)
-    assert absent(modules, "jobctl.record.fast", "jobctl.record.canonical") == []
+    assert absent(modules, *decoder, "jobctl.store.keys") == []
     jobctl.submit()
-    assert "jobctl.record.fast" in loaded(jobctl, tmp_path, "list")  # a command that reads records has them
+    assert set(decoder[:3]) <= loaded(jobctl, tmp_path, "list")  # a command that reads records has them
+    assert "jobctl.store.keys" in loaded(jobctl, tmp_path, "claim", "--next")
+
+
+def test_a_piped_submit_loads_an_extension_s_module_with_its_option(jobctl: Jobctl, tmp_path: Path) -> None:
+    """``--priority``, ``--timeout``, ``--exclusive``: each extension's rules load when the option is given."""
+    lazy = ("jobctl.priority", "jobctl.timeout", "jobctl.exclusive")
+    assert absent(loaded(jobctl, tmp_path, "submit", "--kind", "fetch", *SPEC), *lazy) == []
+    asked = ("--priority", "5", "--timeout", "1m", "--exclusive", "db")
+    assert set(lazy) <= loaded(jobctl, tmp_path, "submit", "--kind", "fetch", *SPEC, *asked)
+    assert "jobctl.exclusive" in loaded(jobctl, tmp_path, "claim", "--next")  # a claim judges a job's key
+
+
+NAMED = """
+import atexit, collections, sys
+out, made, real = sys.argv[1], [], collections.namedtuple
+def namedtuple(name, *args, **kwargs):
+    f = sys._getframe(1)
+    while f.f_code.co_filename.endswith("typing.py"):  # typing.NamedTuple's own frames
+        f = f.f_back
+    made.append(name) if "jobctl" in f.f_code.co_filename else None  # made by jobctl, not by what it imports
+    return real(name, *args, **kwargs)
+collections.namedtuple = namedtuple
+atexit.register(lambda: open(out, "w").write("\\n".join(made)))
+sys.argv = ["jobctl", *sys.argv[2:]]
+from jobctl.cli import main
+main()
+"""
+
+
+def test_a_piped_submit_generates_one_named_tuple(jobctl: Jobctl, tmp_path: Path) -> None:
+    """The encoder's Prepared and the shell spec have slots: generating a NamedTuple is ~0.1 ms (the listing's
+    FileIdentity, a tuple its cache compares, is the one left)."""
+    out = tmp_path / "named.txt"
+    argv = [sys.executable, "-c", NAMED, str(out), "submit", "--kind", "fetch", *SPEC]
+    proc = subprocess.run(argv, env=jobctl.subprocess_env(), capture_output=True, check=False, timeout=60)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert out.read_text().splitlines() == ["FileIdentity"]
 
 
 COMPILED = """
@@ -184,10 +227,32 @@ def test_a_piped_submit_compiles_only_the_patterns_it_uses(jobctl: Jobctl, tmp_p
     lazy = ("[\ud800-\udfff]", r"\\u[dD][89a-fA-F]")  # wire's surrogate checks: only for a non-ASCII or escaped text
     unused = [p for p in patterns if "password" in p or "://" in p or "smhd" in p or p in lazy]
     assert unused == []
+    # A plain ASCII text's escape, the spec's outer whitespace and a minted id's check need no pattern.
+    shortcut = (wire._PLAIN.pattern, wire._WS.pattern, ids._SAFE.pattern)
+    assert [p for p in patterns if p in shortcut] == []
+    assert wire._PLAIN.pattern in compiled(jobctl, tmp_path, "submit", "--kind", "caf\u00e9")  # not ASCII: the pattern
     # each of them where it is used
     assert any("smhd" in p for p in compiled(jobctl, tmp_path, "submit", "--kind", "k", "--not-before", "5m"))
     surrogate = compiled(jobctl, tmp_path, "submit", "--kind", "k", "--spec", '{"a": "\\ud83d\\ude00"}')
     assert lazy[1] in surrogate
+
+
+def test_a_spec_that_is_not_json_is_refused_as_before_json_loads(jobctl: Jobctl, tmp_path: Path) -> None:
+    """The real entry point, json not loaded: the scanner's first error is the line and exit code CliRunner sees."""
+    for spec in ('{"a": 1,}', '{"a": "\\x"}', '{"a\\x": 1}', '{"a": 1'):
+        args = ("submit", "--kind", "k", "--spec", spec)
+        proc = subprocess.run(
+            [sys.executable, "-c", DUMP, str(tmp_path / "modules.txt"), *args],
+            env=jobctl.subprocess_env(),
+            capture_output=True,
+            check=False,
+            timeout=60,
+        )
+        in_process = jobctl(*args)
+        assert in_process.code == Invalid.exit_code and "--spec is not JSON: " in in_process.err, in_process.err
+        assert (proc.returncode, proc.stderr.decode()) == (in_process.code, in_process.err), spec
+        assert len(in_process.err.splitlines()) == 1
+    assert list((jobctl.root / "jobs").iterdir()) == []
 
 
 def test_platformdirs_only_when_the_ladder_reaches_the_config_file(jobctl: Jobctl, tmp_path: Path) -> None:

@@ -191,9 +191,9 @@ def test_a_shared_cold_listing_writes_the_cache_once_it_is_out_and_a_later_pass_
     assert (ended, opened, states) == _decoded(root)
     assert summary.listed._WAITING and not list(cache.rglob("*.open"))  # written once the listing is out
     decoded: list[str] = []
-    real = file_listing.decode
+    real = file_listing.record.decode
     monkeypatch.setattr(
-        file_listing, "decode", lambda data, job_id, **kw: decoded.append(job_id) or real(data, job_id, **kw)
+        file_listing.record, "decode", lambda data, job_id, **kw: decoded.append(job_id) or real(data, job_id, **kw)
     )
     again = store.list_open()  # settles what waits first: the cache it then reads is this listing's
     assert not summary.listed._WAITING and list(cache.rglob("*.open")) and list(cache.rglob("*.list"))

@@ -287,6 +287,22 @@ def test_supplied_unusual_but_safe_ids_accepted(store: jobctl.FileStore) -> None
         assert store.load(job_id).id == job_id
 
 
+def test_ids_of_letters_digits_dash_and_underscore_are_taken_as_the_pattern_takes_them() -> None:
+    """ids.check takes such an id without its pattern (not compiled at start-up): only ids the pattern takes."""
+    from jobctl import ids
+
+    plain = [chr(c) for c in range(128) if chr(c).isalnum() or chr(c) in "-_"]
+    assert len(plain) == 64
+    for ch in plain:
+        for job_id in (ch, ch + "x", "x" + ch, "-" + ch, ch * ids.MAX_BYTES):
+            assert ids._SAFE.match(job_id), job_id
+            assert ids.check(job_id) == job_id
+        with pytest.raises(Invalid, match="longer than 200 bytes"):
+            ids.check(ch * (ids.MAX_BYTES + 1))
+    for job_id in (".x", "..", "x/y", "x\\y", "", " ", "x\ny", "x\x7fy"):  # the others: the pattern decides
+        assert not ids.safe(job_id), job_id
+
+
 def test_minted_ids(store: jobctl.FileStore) -> None:
     import re
 

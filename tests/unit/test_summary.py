@@ -49,8 +49,8 @@ def count_decodes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         decoded.append(job_id)
         return decode(data, job_id, named=named)
 
-    for module in (file_store, file_listing):  # the store's own reads, and its listings'
-        monkeypatch.setattr(module, "decode", counting)
+    # The store's own reads, and its listings': both call jobctl.record's decode through the package.
+    monkeypatch.setattr(file_store.record, "decode", counting)
     return decoded
 
 
@@ -671,15 +671,15 @@ def test_cached_answers_equal_uncached_ones_under_interleaved_writers(
 
     monkeypatch.setattr(summary.Summaries, "finish", finish_counted)
     decoded = 0
-    real_decode = file_store.decode
+    real_decode = file_store.record.decode
 
     def counting(data: bytes, job_id: str = "", *, named: bool = False) -> Record:
         nonlocal decoded
         decoded += 1
         return real_decode(data, job_id, named=named)
 
-    for module in (file_store, file_listing):  # the store's own reads, and its listings'
-        monkeypatch.setattr(module, "decode", counting)
+    # The store's own reads, and its listings': both call jobctl.record's decode through the package.
+    monkeypatch.setattr(file_store.record, "decode", counting)
     rng = random.Random(1212)
     cached = FileStore(tmp_path / "root", summaries=str(tmp_path / "cache"))
     plain = FileStore(tmp_path / "root", summaries=False)
@@ -1177,7 +1177,7 @@ def test_a_record_a_child_could_not_read_is_in_the_listing_part_all_the_same(
     ids = [store.submit(Record(kind="k", spec={"n": n})) for n in range(40)]
     for job_id in ids:
         finish(store, job_id)
-    parent, real = os.getpid(), file_listing.summary_or_record
+    parent, real = os.getpid(), file_listing.record.summary_or_record
     here: list[str] = []
 
     def flaky(data: bytes, job_id: str = "", fields: bool = True) -> Any:
@@ -1187,11 +1187,11 @@ def test_a_record_a_child_could_not_read_is_in_the_listing_part_all_the_same(
         time.sleep(0.005)  # the children take pieces meanwhile
         return real(data, job_id, fields)
 
-    monkeypatch.setattr(file_listing, "summary_or_record", flaky)
+    monkeypatch.setattr(file_listing.record, "summary_or_record", flaky)
     plain = listed(FileStore(tmp_path / "root", summaries=False))
     assert listed_briefly(store) == plain
     assert len(here) < len(ids), "no child took a piece"
-    monkeypatch.setattr(file_listing, "summary_or_record", real)
+    monkeypatch.setattr(file_listing.record, "summary_or_record", real)
     part = summary.Listed.of(
         summary.Summaries.load(str(tmp_path / "cache"), store.jobs_dir, os.stat(store.jobs_dir), read=False)
     )

@@ -64,6 +64,16 @@ def test_escape_lone_surrogate_becomes_ufffd_escape(lone: str, where: str) -> No
     assert wire.escape(lone + lone) == r'"\ufffd\ufffd"'  # one for one
 
 
+def test_escape_says_plain_for_the_ascii_text_its_pattern_says_plain() -> None:
+    """Printable ASCII with no quote or backslash is taken as plain without _PLAIN (not compiled at start-up);
+    every ASCII character, in the middle of a text, is plain exactly when the pattern says so."""
+    for code in range(128):
+        text = f"a{chr(code)}b"
+        plain = wire._PLAIN.match(text) is not None
+        assert (wire.escape(text) == f'"{text}"') is plain, code
+    assert wire.escape("\x7f") == '"\x7f"' and wire.escape("") == '""' and wire.escape(" ") == '" "'
+
+
 def test_escape_differs_from_json_dumps_defaults() -> None:
     """Neither ensure_ascii nor HTML escaping: the two wrong defaults of §3.3."""
     text = "é<>&\u2028\x01"
@@ -307,3 +317,54 @@ def test_lazy_patterns_of_the_library_are_compiled_only_when_used() -> None:
 def test_a_missing_value_is_reported_where_it_is_missing() -> None:
     with pytest.raises(Invalid, match="line 2 column 8"):
         wire.parse_value('{"a": 1,\n "b": [}')
+
+
+# -- the scanner without json loaded -------------------------------------------------------
+
+SYNTAX_ERRORS = ['["\\x"]', '["a\x01b"]', '{"a":1,}', '["abc', '{"a" 1}', "[1 2]", '{"a":"\\u12"}']
+NAME_ERRORS = ['{"a\\x": 1}', '{"\\u00e9\x01": 1}']
+
+# Prints whether json was loaded before the first scan, then one refusal a line; no json of its own.
+REFUSALS = """
+import sys
+if sys.argv[1] == "no _json":
+    sys.modules["_json"] = None  # an interpreter without json's C accelerator
+from jobctl import wire
+from jobctl.errors import Invalid
+print("json" in sys.modules or "json.decoder" in sys.modules)
+for text in sys.argv[2:]:
+    name, text = text[:1] == "N", text[1:]
+    try:
+        wire.parse_object_members(text, 0, "spec") if name else wire.parse_value(text)
+    except Invalid as exc:
+        print(exc.message.encode("unicode_escape").decode())
+"""
+
+
+@pytest.mark.parametrize("scanner", ["_json", "no _json"])
+def test_a_fresh_interpreter_words_a_syntax_error_as_json_would(scanner: str) -> None:
+    """wire imports no ``json``: a scan's first error loads ``json.decoder`` (without it, Python 3.10's
+    and 3.11's C scanner raise SystemError), and every refusal is worded as with json loaded."""
+    import subprocess
+    import sys
+
+    texts = ["V" + t for t in SYNTAX_ERRORS] + ["N" + t for t in NAME_ERRORS]
+    proc = subprocess.run(
+        [sys.executable, "-c", REFUSALS, scanner, *texts], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    loaded_at_start, *said = proc.stdout.splitlines()
+    expected = []
+    for text in texts:
+        with pytest.raises(Invalid) as exc:
+            if text[0] == "N":
+                wire.parse_object_members(text[1:], 0, "spec")
+            else:
+                wire.parse_value(text[1:])
+        expected.append(exc.value.message.encode("unicode_escape").decode())
+    if scanner == "_json":
+        assert said == expected
+        assert loaded_at_start == "False"
+    else:  # json's Python scanner words a few errors its own way (a column further on)
+        assert len(said) == len(expected) and loaded_at_start == "True"  # json's own scanner is json's
+    assert all(m.startswith(("bad JSON at line 1", "spec: bad member name at line 1")) for m in said), said

@@ -13,40 +13,16 @@ the functions that draw for a terminal, so a piped command never pays for it.
 
 The package: :mod:`~jobctl.cli.render.screen` (the decision, and data lines
 on stdout), :mod:`~jobctl.cli.render.piped` (plain lines and JSON) and
-:mod:`~jobctl.cli.render.terminal` (rich views); every name is here. Below
-them all, :mod:`jobctl.cli.output` writes to stdout; nothing here imports a
-command module.
+:mod:`~jobctl.cli.render.terminal` (rich views); every name is here, the
+last two's loaded when one is first asked for (a piped ``submit`` prints its
+id and needs neither). Below them all, :mod:`jobctl.cli.output` writes to
+stdout; nothing here imports a command module.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .piped import (
-    by_creation,
-    cancel_line,
-    checkpoint_word,
-    claim_line,
-    env_line,
-    intent_line,
-    job_json,
-    list_line,
-    live_lease,
-    next_line,
-    orphan_line,
-    progress_line,
-    recall_line,
-    renew_line,
-    scheduling,
-    state_line,
-    summary_line,
-    summary_lines,
-    unreadable_line,
-    view_order,
-    view_rank,
-    watch_line,
-    word,
-)
 from .screen import (
     JSON_VERSION,
     Lines,
@@ -56,7 +32,33 @@ from .screen import (
     out_json,
 )
 
-if TYPE_CHECKING:  # loaded on first use (__getattr__): a piped command never reads the terminal's views
+if TYPE_CHECKING:  # loaded on first use (__getattr__): a piped command never reads the terminal's views,
+    # and a submit prints its id with no plain line or JSON of a record
+    from .piped import (
+        by_creation,
+        cancel_line,
+        checkpoint_word,
+        claim_line,
+        env_line,
+        intent_line,
+        job_json,
+        list_line,
+        live_lease,
+        next_line,
+        orphan_line,
+        progress_line,
+        recall_line,
+        renew_line,
+        scheduling,
+        state_line,
+        summary_line,
+        summary_lines,
+        unreadable_line,
+        view_order,
+        view_rank,
+        watch_line,
+        word,
+    )
     from .terminal import (
         BAR,
         RESULT_SHOWN,
@@ -73,6 +75,35 @@ if TYPE_CHECKING:  # loaded on first use (__getattr__): a piped command never re
         wait_table,
         watch_table,
     )
+
+#: The names :mod:`.piped` holds: imported when one is first asked for (``submit`` needs none of them).
+_PIPED = frozenset(
+    {
+        "by_creation",
+        "cancel_line",
+        "checkpoint_word",
+        "claim_line",
+        "env_line",
+        "intent_line",
+        "job_json",
+        "list_line",
+        "live_lease",
+        "next_line",
+        "orphan_line",
+        "progress_line",
+        "recall_line",
+        "renew_line",
+        "scheduling",
+        "state_line",
+        "summary_line",
+        "summary_lines",
+        "unreadable_line",
+        "view_order",
+        "view_rank",
+        "watch_line",
+        "word",
+    }
+)
 
 #: The names :mod:`.terminal` holds: imported when one is first asked for, not by every command's start.
 _TERMINAL = frozenset(
@@ -142,10 +173,12 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name in _TERMINAL:
-        from . import terminal
-
-        value = getattr(terminal, name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name in _PIPED:
+        from . import piped as module
+    elif name in _TERMINAL:
+        from . import terminal as module  # type: ignore[no-redef]  # the other of the two
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(module, name)
+    globals()[name] = value  # once: the next lookup is a plain attribute
+    return value
