@@ -11,7 +11,8 @@ file system is the one that counts). Each step a slot takes for a job is
 wrapped in ``time.perf_counter_ns`` (wall time, on the slot threads only),
 so the table reads down one job's path: the record writes, the attempt's log,
 the start through the guardian, the child's run, its end and the result. Then
-the CPU each thread used (``/proc/self/task``), and the children's (the
+the CPU and context switches of each thread (``/proc/self/task``), the calls of
+the loop and its board a job, and the children's (the
 commands and the guardian, their parent). Wrapping
 costs a few microseconds a call: compare steps, not the total with the bench.
 """
@@ -33,6 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the working tree, even without an editable install
 
 from jobctl import FileStore, Record, lock  # noqa: E402 -- after the path fix above
+from jobctl.board import Board  # noqa: E402
 from jobctl.guardian import Guardian  # noqa: E402
 from jobctl.keeper import Ending, Keeper  # noqa: E402
 from jobctl.runner import attempt, child  # noqa: E402
@@ -47,7 +49,7 @@ CALLS: collections.Counter[str] = collections.Counter()
 STEPS: list[tuple[Any, str, str]] = [
     (Ending, "finish", "final write: finish + claim of the next job"),
     (lock, "change", "  of which record writes (each: lock, read, stage + fsync, rename, fsync dir)"),
-    (attempt.AttemptFiles, "open_log", "attempt log: its directory made and opened, the log created, its header"),
+    (attempt.AttemptFiles, "open_log", "attempt log: created in logs/ (held open), its header"),
     (child, "seal", "seal (non-dumpable)"),
     (attempt.AttemptFiles, "result_ready", "$JOB_RESULT's name cleared"),
     (child, "child_env", "the job's environment"),
@@ -59,6 +61,26 @@ STEPS: list[tuple[Any, str, str]] = [
     (child.ChildWork, "after", "after: result name removed, directory closed"),
     (Worker, "_post", "reports to the loop (started, ended)"),
 ]
+
+
+#: (owner, attribute, what the line says): calls counted on every thread, the loop's among them.
+COUNTED: list[tuple[Any, str, str]] = [
+    (Worker, "_idle", "the loop's waits (each ends with a wake-up)"),
+    (Board, "refresh", "board refreshes (the store's notices read)"),
+    (Board, "reload", "records read again by the board (a notice of another's write)"),
+    (Board, "pick", "picks"),
+]
+COUNTS: collections.Counter[str] = collections.Counter()
+
+
+def counted(owner: Any, name: str, label: str) -> None:
+    fn: Callable[..., Any] = getattr(owner, name)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        COUNTS[label] += 1
+        return fn(*args, **kwargs)
+
+    setattr(owner, name, wrapper)
 
 
 def timed(owner: Any, name: str, label: str) -> None:
@@ -76,20 +98,27 @@ def timed(owner: Any, name: str, label: str) -> None:
     setattr(owner, name, wrapper)
 
 
-def threads_cpu() -> dict[str, tuple[int, int]]:
-    """Clock ticks (user, system) of each live thread of this process, by thread name (slots summed)."""
+def threads_cpu() -> dict[str, tuple[int, int, int, int]]:
+    """Each live thread's clock ticks (user, system) and context switches (voluntary, not), by name (slots summed)."""
     names = {str(t.native_id): t.name for t in threading.enumerate()}
-    out: dict[str, tuple[int, int]] = {}
+    out: dict[str, tuple[int, int, int, int]] = {}
     for tid in os.listdir("/proc/self/task"):
         try:
             with open(f"/proc/self/task/{tid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/self/task/{tid}/status") as f:
+                status = dict(line.split(":", 1) for line in f if ":" in line)
         except OSError:
             continue
         name = names.get(tid, "other")
         name = "slots" if name.startswith("jobctl slot") else name
-        user, system = out.get(name, (0, 0))
-        out[name] = (user + int(fields[11]), system + int(fields[12]))
+        now = (
+            int(fields[11]),
+            int(fields[12]),
+            int(status["voluntary_ctxt_switches"]),
+            int(status["nonvoluntary_ctxt_switches"]),
+        )
+        out[name] = tuple(a + b for a, b in zip(out.get(name, (0, 0, 0, 0)), now, strict=True))  # type: ignore[assignment]
     return out
 
 
@@ -98,7 +127,9 @@ def main() -> int:
     jobs = int(sys.argv[2]) if len(sys.argv) > 2 else 500
     for owner, name, label in STEPS:
         timed(owner, name, label)
-    seen: dict[str, tuple[int, int]] = {}
+    for owner, name, label in COUNTED:
+        counted(owner, name, label)
+    seen: dict[str, tuple[int, int, int, int]] = {}
     close = Slots.close
 
     def closing(self: Slots) -> None:
@@ -110,6 +141,7 @@ def main() -> int:
         store = FileStore(tmp)
         for _ in range(jobs):
             store.submit(Record(kind="shell", spec={"argv": [TRUE]}))
+        main = threads_cpu()["MainThread"]  # the submits above are not the drain's
         before = os.times()
         start = time.perf_counter()
         summary = Worker(store, concurrency=concurrency, poll_interval=0.5, ttl=30).run("drain")
@@ -125,10 +157,14 @@ def main() -> int:
     for _owner, _name, label in STEPS:
         if CALLS[label]:
             print(f"  {TOTAL[label] / jobs / 1e3:8.0f}  ({CALLS[label] / jobs:4.2f})  {label}")
+    print("  calls a job, every thread:")
+    for _owner, _name, label in COUNTED:
+        print(f"  {COUNTS[label] / jobs:8.2f}  {label}")
     tick = 1e6 / os.sysconf("SC_CLK_TCK") / jobs
-    print("  CPU, us a job (user + system):")
-    for name, (user, system) in sorted(seen.items(), key=lambda kv: -sum(kv[1])):
-        print(f"  {user * tick:8.0f} + {system * tick:6.0f}  {name}")
+    seen["MainThread"] = tuple(a - b for a, b in zip(seen["MainThread"], main, strict=True))  # type: ignore[assignment]
+    print("  CPU, us a job (user + system), and context switches a job (voluntary, involuntary):")
+    for name, (user, system, vol, invol) in sorted(seen.items(), key=lambda kv: -sum(kv[1][:2])):
+        print(f"  {user * tick:8.0f} + {system * tick:6.0f}  {vol / jobs:5.1f} {invol / jobs:5.1f}  {name}")
     kids_user = (after.children_user - before.children_user) * 1e6 / jobs
     kids_system = (after.children_system - before.children_system) * 1e6 / jobs
     print(f"  {kids_user:8.0f} + {kids_system:6.0f}  children (the commands and the guardian)")

@@ -268,7 +268,7 @@ def collect(
     lock and only if the record read there has ended. The lock file stays
     [JOB-L3]: deleting it could split two lockers onto two inodes.
     """
-    from .runner import log_dir  # the attempt logs' place is the runner's to say
+    from .runner import LogNames, logs_dir  # the attempt logs' place is the runner's to say
 
     now = store.now() if now is None else now
     wanted = set(states)
@@ -301,9 +301,14 @@ def collect(
                     changed = True
     by_id = {rec.id: rec for rec in listing}
     result.kept = [(by_id[job_id], why) for job_id, why in kept.items()]
-    for rec in sorted(candidates.values(), key=lambda r: (r.created_at or ZERO_TIME, r.id)):
+    ended = sorted(candidates.values(), key=lambda r: (r.created_at or ZERO_TIME, r.id))
+    logs: LogNames | None = None
+    if ended and not dry_run and not os.path.relpath(logs_dir(store, ended[0].id), store.root).startswith(".."):
+        logs = LogNames(store, ended[0].id)  # logs/ read once for them all; outside the store, not gc's
+    for rec in ended:
         if not dry_run:
-            _remove_tree(store.root, log_dir(store, rec.id))
+            if logs is not None:
+                logs.remove(store, rec.id)
             _remove_tree(store.root, store.work_path(rec.id))
             if not store.remove(rec.id):
                 continue

@@ -650,8 +650,9 @@ _LOGS_HELP = """Print the output of job ID's attempts.
 
 Each attempt's stdout and stderr, as `jobctl run` and `jobctl worker` wrote
 them, between `--- jobctl: ... ---` lines that say which attempt, epoch and
-owner, and how it ended. The logs live under the store's
-work/.jobctl/logs/ID/ (never inside work/ID, which belongs to the job).
+owner, and how it ended. The logs live in the store's
+work/.jobctl/logs/, as ID.attempt-N.log (never inside work/ID, which
+belongs to the job).
 With --json, one object per log file: attempt, path and size.
 
 \b

@@ -44,8 +44,8 @@ checkpoint and ``done`` a child wrote itself (``jobctl checkpoint`` with the
 same epoch) are what the final write carries [JOB-T4].
 
 Output: each attempt's stdout and stderr go to
-``<root>/work/.jobctl/logs/<id>/attempt-<N>.log`` (see :func:`log_dir` for why
-not inside ``work/<id>``).
+``<root>/work/.jobctl/logs/<id>.attempt-<N>.log`` (see :func:`logs_dir` for why
+not inside ``work/<id>``, and why not a directory a job).
 
 The package, one idea a module: :mod:`~jobctl.runner.command` (what to run
 and the environment it starts with), :mod:`~jobctl.runner.logs` (the attempt
@@ -58,7 +58,7 @@ from ..guardian import Guardian, LeaseRecord
 from ..keeper import Outcome
 from .child import ChildWork, ClaimStore, Run, claim_next
 from .command import SHELL, Command, Processor, RunStore, child_env, handler_command, processors, shell_command
-from .logs import LogRoot, log_dir, log_files, log_open, log_path, log_read, log_size, result_path
+from .logs import LogNames, LogRoot, log_dir, log_files, log_open, log_path, log_read, log_size, logs_dir, result_path
 
 __all__ = [
     "Command",
@@ -72,6 +72,8 @@ __all__ = [
     "processors",
     "log_dir",
     "LogRoot",
+    "LogNames",
+    "logs_dir",
     "log_path",
     "log_files",
     "log_open",

@@ -1,7 +1,7 @@
 """An attempt's files: its log (header, footers, what the child writes) and the result it may leave.
 
-Both live in the job's log directory (:mod:`jobctl.runner.logs`), opened
-once for the attempt without following a link; :class:`ChildWork
+Both live in the store's logs directory (:mod:`jobctl.runner.logs`), named
+by the job, opened once for the attempt without following a link; :class:`ChildWork
 <jobctl.runner.child.ChildWork>` holds one :class:`AttemptFiles` an attempt.
 """
 
@@ -15,7 +15,7 @@ from typing import IO, TYPE_CHECKING
 from .. import fsio
 from ..errors import Invalid, JobError
 from ..record import Record, format_time
-from .logs import LogRoot, cut_short, log_append, log_dir_open, result_name
+from .logs import LogRoot, cut_short, log_append, logs_open, result_name
 
 if TYPE_CHECKING:
     from ..keeper import Keeper
@@ -24,7 +24,7 @@ __all__ = ["AttemptFiles"]
 
 
 class AttemptFiles:
-    """The log and the ``$JOB_RESULT`` file of one attempt, in the job's log directory.
+    """The log and the ``$JOB_RESULT`` file of one attempt, in the logs directory.
 
     ``logs``: the worker's log root, opened once (None: walked to from the
     store's root); ``log``: whether the attempt has a log at all.
@@ -33,7 +33,7 @@ class AttemptFiles:
     def __init__(self, logs: LogRoot | None, log: bool) -> None:
         self._logs = logs
         self._log = log
-        #: The job's log directory, opened once for the attempt (log, cut-short check, result).
+        #: The logs directory, opened once for the attempt (log, cut-short check, result).
         self.at: fsio.Dir | None = None
         #: The attempt's log while it is open.
         self.logfile: IO[bytes] | None = None
@@ -41,12 +41,12 @@ class AttemptFiles:
         self.result_file: str | None = None
 
     def dir(self, keeper: Keeper) -> fsio.Dir:
-        """The job's log directory (made as needed), opened once for the attempt without following links."""
+        """The logs directory (made as needed), opened once for the attempt without following links."""
         if self.at is None:
             if self._logs is not None:
-                self.at = self._logs.job_dir(keeper.job_id)
+                self.at = self._logs.dir(keeper.job_id)
             else:
-                at = log_dir_open(keeper.store, keeper.job_id, create=True)
+                at = logs_open(keeper.store, keeper.job_id, create=True)
                 assert at is not None  # created
                 self.at = at
         return self.at
@@ -102,7 +102,7 @@ class AttemptFiles:
         """
         try:
             at = self.dir(keeper)
-            name = result_name(keeper.attempt, keeper.epoch)
+            name = result_name(keeper.job_id, keeper.attempt, keeper.epoch)
             try:
                 fsio.unlink(at, name)
             except OSError as exc:

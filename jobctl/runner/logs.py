@@ -7,6 +7,7 @@ Every directory below the store's is opened without following a link
 from __future__ import annotations
 
 import os
+import re
 import stat
 import threading
 from typing import IO
@@ -16,8 +17,11 @@ from ..errors import JobError
 from .command import RunStore
 
 __all__ = [
+    "logs_dir",
     "log_dir",
+    "log_name",
     "log_path",
+    "logs_open",
     "log_dir_open",
     "LogRoot",
     "log_files",
@@ -25,14 +29,22 @@ __all__ = [
     "log_append",
     "log_read",
     "log_size",
+    "LogNames",
     "result_name",
     "result_path",
     "cut_short",
 ]
 
+# A job's files in logs/: its id, then what they are. The id is whatever precedes the suffix (ids may hold
+# dots, never a slash); the suffix is matched at the end, so a name says its job whatever the id holds.
+_FLAT = re.compile(r"(.+)\.attempt-([0-9]+)(?:\.log|\.[0-9]+\.result)\Z", re.DOTALL)
 
-def log_dir(store: RunStore, job_id: str) -> str:
-    """``<root>/work/.jobctl/logs/<id>``: the attempt logs of one job.
+#: Beyond this many attempts a job's logs are found by reading ``logs/`` rather than by trying each name.
+PROBED = 64
+
+
+def logs_dir(store: RunStore, job_id: str) -> str:
+    """``<root>/work/.jobctl/logs``: the attempt logs of every job, each ``<id>.attempt-<N>.log``.
 
     Not ``work/<id>/...``: ``work/<id>`` is a *name* reserved for the job, and
     the job alone decides whether it becomes a file or a directory [JOB-W1].
@@ -41,31 +53,49 @@ def log_dir(store: RunStore, job_id: str) -> str:
     a dot, which no job id can (ids are checked; minted ones are digits), so
     it can never be a job's reserved name either, and it stays under the
     store's ``work/`` on the same filesystem, moving with the store.
+
+    One directory for every job, no directory a job: creating a directory
+    costs an inode (and a block), which is as dear as a record's write on a
+    file system that scans recently freed inodes for each new one.
     """
     work = store.work_path(job_id)
-    return os.path.join(os.path.dirname(work), ".jobctl", "logs", os.path.basename(work))
+    return os.path.join(os.path.dirname(work), ".jobctl", "logs")
+
+
+def log_dir(store: RunStore, job_id: str) -> str:
+    """``<root>/work/.jobctl/logs/<id>``: where older versions kept a job's logs (``attempt-<N>.log``).
+
+    Read (and removed by ``gc``), never written: a store written before the
+    logs became one directory keeps its logs readable.
+    """
+    return os.path.join(logs_dir(store, job_id), os.path.basename(store.work_path(job_id)))
+
+
+def log_name(job_id: str, attempt: int) -> str:
+    """``<id>.attempt-<N>.log``: the name of attempt ``attempt``'s log in :func:`logs_dir`."""
+    return f"{job_id}.attempt-{attempt}.log"
 
 
 def log_path(store: RunStore, job_id: str, attempt: int) -> str:
-    return os.path.join(log_dir(store, job_id), f"attempt-{attempt}.log")
+    return os.path.join(logs_dir(store, job_id), log_name(job_id, attempt))
 
 
-def _log_dir_parts(store: RunStore, job_id: str) -> tuple[str, tuple[str, ...]]:
-    """``(base, parts)``: the log directory as names below the directory that holds ``work/``.
+def _logs_parts(store: RunStore, job_id: str) -> tuple[str, tuple[str, ...]]:
+    """``(base, parts)``: the logs directory as names below the directory that holds ``work/``.
 
     ``base`` is a file store's root (or, for a database store, the directory
     of this host's work directory); every part below it (``work``,
-    ``.jobctl``, ``logs``, ``<id>``) is opened without following a link
+    ``.jobctl``, ``logs``) is opened without following a link
     (:mod:`jobctl.fsio`): a link planted at any of them must not send a root
     worker's output, or ``jobctl logs``' reads, out of the store.
     """
     work = os.path.dirname(store.work_path(job_id))
-    return os.path.dirname(work), (os.path.basename(work), ".jobctl", "logs", os.path.basename(log_dir(store, job_id)))
+    return os.path.dirname(work), (os.path.basename(work), ".jobctl", "logs")
 
 
-def log_dir_open(store: RunStore, job_id: str, create: bool = False) -> fsio.Dir | None:
-    """The job's log directory, opened without following links; None when it does not exist."""
-    base, parts = _log_dir_parts(store, job_id)
+def logs_open(store: RunStore, job_id: str, create: bool = False) -> fsio.Dir | None:
+    """The logs directory, opened without following links; None when it does not exist."""
+    base, parts = _logs_parts(store, job_id)
     try:
         if create:
             # The root of the walk is a directory the user named (a file store's
@@ -76,22 +106,31 @@ def log_dir_open(store: RunStore, job_id: str, create: bool = False) -> fsio.Dir
     except FileNotFoundError:
         return None
     except OSError as exc:
+        raise fsio.refusal(logs_dir(store, job_id), exc, job_id) from None
+
+
+def log_dir_open(store: RunStore, job_id: str) -> fsio.Dir | None:
+    """The job's directory of the older layout (:func:`log_dir`), opened without following links; None if none."""
+    base, parts = _logs_parts(store, job_id)
+    try:
+        return fsio.open_dir(base, *parts, os.path.basename(store.work_path(job_id)))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
         raise fsio.refusal(log_dir(store, job_id), exc, job_id) from None
 
 
 class LogRoot:
     """The store's ``work/.jobctl/logs``, opened once for every attempt one process runs (a worker's).
 
-    Each attempt's log directory is then opened below it (made when missing):
-    a ``mkdir`` and an ``open``, not the walk from the store's root through
-    ``work`` and ``.jobctl`` that :func:`log_dir_open` makes for one job.
-    Nothing is followed either way: the walk refuses a link at any part, and
-    so does the open of a job's directory below it. Before each use an
-    ``lstat`` of each part of the path checks it is still the directory held,
-    reached through no link: one removed or moved away meanwhile is walked to
-    again (and a link refused there), so no log lands where ``jobctl logs``
-    does not look. Safe from several threads; :meth:`close`
-    closes the directory.
+    Each attempt's log and result file are then made in it by name: no walk
+    from the store's root through ``work`` and ``.jobctl`` as
+    :func:`logs_open` makes. Nothing is followed either way: the walk refuses
+    a link at any part. Before each use an ``lstat`` of each part of the path
+    checks it is still the directory held, reached through no link: one
+    removed or moved away meanwhile is walked to again (and a link refused
+    there), so no log lands where ``jobctl logs`` does not look. Safe from
+    several threads; :meth:`close` closes the directory.
     """
 
     def __init__(self, store: RunStore) -> None:
@@ -100,22 +139,25 @@ class LogRoot:
         self._at: fsio.Dir | None = None
         self._id: tuple[int, int] | None = None  # (st_dev, st_ino) of the directory held
 
-    def job_dir(self, job_id: str) -> fsio.Dir:
-        """The job's log directory, made as needed; a link or a refusal on the way is a ``JobError``."""
-        base, parts = _log_dir_parts(self._store, job_id)
-        logs = os.path.join(base, *parts[:-1])
+    def dir(self, job_id: str) -> fsio.Dir:
+        """The logs directory for one attempt of ``job_id`` (its own descriptor: the caller closes it).
+
+        Made as needed; a link or a refusal on the way is a ``JobError``.
+        """
+        base, parts = _logs_parts(self._store, job_id)
+        logs = os.path.join(base, *parts)
         try:
-            with self._lock:  # held over the open below too: nobody closes the directory under it
+            with self._lock:  # held over the dup below too: nobody closes the directory under it
                 at = self._at
-                if at is None or at.path != logs or _identity(base, parts[:-1]) != self._id:
+                if at is None or at.path != logs or _identity(base, parts) != self._id:
                     self._close()
-                    os.makedirs(base, mode=0o755, exist_ok=True)  # as log_dir_open: the root of the walk
-                    at = self._at = fsio.open_dir(base, *parts[:-1], create=True)
+                    os.makedirs(base, mode=0o755, exist_ok=True)  # as logs_open: the root of the walk
+                    at = self._at = fsio.open_dir(base, *parts, create=True)
                     st = os.fstat(at.fd)
                     self._id = (st.st_dev, st.st_ino)
-                return fsio.open_below(at, parts[-1], create=True)
+                return fsio.Dir(os.dup(at.fd), at.path)
         except OSError as exc:
-            raise fsio.refusal(log_dir(self._store, job_id), exc, job_id) from None
+            raise fsio.refusal(logs_dir(self._store, job_id), exc, job_id) from None
 
     def _close(self) -> None:
         if self._at is not None:
@@ -148,19 +190,63 @@ def _identity(base: str, parts: tuple[str, ...]) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
+def _present(at: fsio.Dir, name: str) -> bool:
+    """Whether ``name`` is in ``at`` (as anything: the reader refuses what is not a regular file)."""
+    try:
+        os.stat(name, dir_fd=at.fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    except NotADirectoryError:
+        return False
+    return True
+
+
+def _attempts_known(store: RunStore, job_id: str) -> int:
+    """How many attempts the job's record says have started (0 when it cannot be read)."""
+    from ..schedule import shown_attempt  # the record's retry bookkeeping is the schedule's to read
+
+    try:
+        return shown_attempt(store.load(job_id))
+    except (JobError, OSError):
+        return 0
+
+
 def log_files(store: RunStore, job_id: str) -> list[tuple[int, str]]:
-    """``(attempt, path)`` of every attempt log of the job, in attempt order."""
-    at = log_dir_open(store, job_id)
-    if at is None:
-        return []
-    out = []
-    with at:
-        for entry in fsio.scan(at):
-            name = entry.name
-            if name.startswith("attempt-") and name.endswith(".log") and name[8:-4].isdigit():
-                out.append((int(name[8:-4]), at.join(name)))
-    out.sort()
-    return out
+    """``(attempt, path)`` of every attempt log of the job, in attempt order.
+
+    The logs in ``logs/`` are found by name: each attempt up to the one the
+    record names, and on while there are more (an attempt under way beyond
+    the record read); past :data:`PROBED` attempts, by reading ``logs/``. A
+    log of the older layout (``logs/<id>/attempt-<N>.log``) is listed when
+    no log of that attempt is in ``logs/``.
+    """
+    found: dict[int, str] = {}
+    at = logs_open(store, job_id)
+    if at is not None:
+        with at:
+            known = _attempts_known(store, job_id)
+            if known > PROBED:
+                for entry in fsio.scan(at):
+                    m = _FLAT.match(entry.name)
+                    if m is not None and m.group(1) == job_id and entry.name.endswith(".log"):
+                        found[int(m.group(2))] = at.join(entry.name)
+            else:
+                attempt = 1
+                while True:
+                    name = log_name(job_id, attempt)
+                    if _present(at, name):
+                        found[attempt] = at.join(name)
+                    elif attempt >= known:
+                        break
+                    attempt += 1
+    old = log_dir_open(store, job_id)
+    if old is not None:
+        with old:
+            for entry in fsio.scan(old):
+                name = entry.name
+                if name.startswith("attempt-") and name.endswith(".log") and name[8:-4].isdigit():
+                    found.setdefault(int(name[8:-4]), old.join(name))
+    return sorted(found.items())
 
 
 def log_open(store: RunStore, job_id: str, attempt: int) -> IO[bytes]:
@@ -169,31 +255,44 @@ def log_open(store: RunStore, job_id: str, attempt: int) -> IO[bytes]:
     A link or anything but a regular file at the log or any directory above
     it (below the root) is refused, never followed.
     """
-    at = log_dir_open(store, job_id, create=True)
+    at = logs_open(store, job_id, create=True)
     assert at is not None  # created
     with at:
         return log_append(at, job_id, attempt)
 
 
 def log_append(at: fsio.Dir, job_id: str, attempt: int) -> IO[bytes]:
-    """Attempt ``attempt``'s log in the open directory ``at``, opened for appending (never through a link)."""
-    name = f"attempt-{attempt}.log"
+    """Attempt ``attempt``'s log in the open logs directory ``at``, opened for appending (never through a link)."""
+    name = log_name(job_id, attempt)
     fd = fsio.open_append(at, name, job_id)
     # open() only wraps the descriptor fsio opened; its name stays the path for the outcome.
     return open(at.join(name), "ab", opener=lambda _path, _flags: fd)
 
 
+def _where(store: RunStore, job_id: str, attempt: int) -> tuple[fsio.Dir, str] | None:
+    """The directory (open) and name of attempt ``attempt``'s log: in ``logs/``, else the older layout's."""
+    at = logs_open(store, job_id)
+    if at is not None:
+        name = log_name(job_id, attempt)
+        if _present(at, name):
+            return at, name
+        at.close()
+    old = log_dir_open(store, job_id)
+    return None if old is None else (old, f"attempt-{attempt}.log")
+
+
 def log_read(store: RunStore, job_id: str, attempt: int, offset: int = 0) -> bytes | None:
     """What attempt ``attempt``'s log holds from ``offset`` on; None when there is no such log."""
-    at = log_dir_open(store, job_id)
-    if at is None:
+    where = _where(store, job_id, attempt)
+    if where is None:
         return None
+    at, name = where
     with at:
-        return _log_read(at, job_id, attempt, offset)
+        return _log_read(at, name, job_id, offset)
 
 
-def _log_read(at: fsio.Dir, job_id: str, attempt: int, offset: int = 0) -> bytes | None:
-    fd = fsio.open_read(at, f"attempt-{attempt}.log", job_id)
+def _log_read(at: fsio.Dir, name: str, job_id: str, offset: int = 0) -> bytes | None:
+    fd = fsio.open_read(at, name, job_id)
     if fd is None:
         return None
     try:
@@ -208,8 +307,8 @@ def _log_read(at: fsio.Dir, job_id: str, attempt: int, offset: int = 0) -> bytes
         os.close(fd)
 
 
-def _log_size(at: fsio.Dir, job_id: str, attempt: int) -> int | None:
-    fd = fsio.open_read(at, f"attempt-{attempt}.log", job_id)
+def _log_size(at: fsio.Dir, name: str, job_id: str) -> int | None:
+    fd = fsio.open_read(at, name, job_id)
     if fd is None:
         return None
     try:
@@ -220,25 +319,59 @@ def _log_size(at: fsio.Dir, job_id: str, attempt: int) -> int | None:
 
 def log_size(store: RunStore, job_id: str, attempt: int) -> int | None:
     """The size of attempt ``attempt``'s log in bytes; None when there is no such log."""
-    at = log_dir_open(store, job_id)
-    if at is None:
+    where = _where(store, job_id, attempt)
+    if where is None:
         return None
+    at, name = where
     with at:
-        return _log_size(at, job_id, attempt)
+        return _log_size(at, name, job_id)
 
 
-def result_name(attempt: int, epoch: int) -> str:
+class LogNames:
+    """Every job's files in ``logs/``, read once (``gc`` removes many jobs' logs in one pass).
+
+    :meth:`remove` removes one job's: its logs, a ``$JOB_RESULT`` file a
+    holder that died left, and its directory of the older layout; nothing
+    is followed.
+    """
+
+    def __init__(self, store: RunStore, job_id: str) -> None:
+        self._names: dict[str, list[str]] = {}
+        at = logs_open(store, job_id)
+        if at is None:
+            return
+        with at:
+            for entry in fsio.scan(at):
+                m = _FLAT.match(entry.name)
+                if m is not None:
+                    self._names.setdefault(m.group(1), []).append(entry.name)
+
+    def remove(self, store: RunStore, job_id: str) -> None:
+        names = self._names.pop(job_id, [])
+        if names:
+            at = logs_open(store, job_id)
+            if at is not None:
+                with at:
+                    for name in names:
+                        fsio.unlink(at, name)
+        base, _parts = _logs_parts(store, job_id)
+        fsio.remove_below(base, log_dir(store, job_id))
+
+
+def result_name(job_id: str, attempt: int, epoch: int) -> str:
     """The name of the file a child leaves its result in (``$JOB_RESULT``), beside its attempt's log.
 
-    The epoch is in the name: an adopter runs the same attempt number as the
-    holder it replaced, and must never store a result that holder left.
+    ``<id>.attempt-<N>.<E>.result``: the epoch is in the name: an adopter runs
+    the same attempt number as the holder it replaced, and must never store a
+    result that holder left. At most 255 bytes with the longest id, attempt
+    and epoch.
     """
-    return f"attempt-{attempt}.epoch-{epoch}.result.json"
+    return f"{job_id}.attempt-{attempt}.{epoch}.result"
 
 
 def result_path(store: RunStore, job_id: str, attempt: int, epoch: int) -> str:
-    """``<root>/work/.jobctl/logs/<id>/attempt-<N>.epoch-<E>.result.json``: what ``$JOB_RESULT`` names."""
-    return os.path.join(log_dir(store, job_id), result_name(attempt, epoch))
+    """``<root>/work/.jobctl/logs/<id>.attempt-<N>.<E>.result``: what ``$JOB_RESULT`` names."""
+    return os.path.join(logs_dir(store, job_id), result_name(job_id, attempt, epoch))
 
 
 def cut_short(at: fsio.Dir, job_id: str, attempt: int) -> str | None:
@@ -248,11 +381,12 @@ def cut_short(at: fsio.Dir, job_id: str, attempt: int) -> str | None:
     one was never started. Anything else -- output, or only the start line --
     was cut short. The answer is ``"\\n"`` when the last line is unfinished.
     """
+    name = log_name(job_id, attempt)
     try:
-        size = _log_size(at, job_id, attempt)
+        size = _log_size(at, name, job_id)
         if not size:
             return None
-        tail = _log_read(at, job_id, attempt, max(0, size - 4096)) or b""
+        tail = _log_read(at, name, job_id, max(0, size - 4096)) or b""
     except (OSError, JobError):
         return None
     last = tail.rstrip(b"\n").rsplit(b"\n", 1)[-1]

@@ -96,9 +96,14 @@ def test_gc_removes_old_ended_jobs_their_work_and_logs(jobctl: Jobctl) -> None:
     store = jobctl.store()
     work = store.work_path(old)
     os.makedirs(os.path.join(work, "sub"))
-    logs = os.path.join(os.path.dirname(work), ".jobctl", "logs", old)
+    flat = os.path.join(os.path.dirname(work), ".jobctl", "logs")
+    logs = os.path.join(flat, old)  # the older layout: a directory a job
     os.makedirs(logs)
     open(os.path.join(logs, "attempt-1.log"), "w").close()
+    mine = [f"{old}.attempt-1.log", f"{old}.attempt-2.log", f"{old}.attempt-2.7.result"]  # a dead holder's result
+    theirs = [f"{recent}.attempt-1.log", f"{old}x.attempt-1.log", f"{old}.attempt-1.log.x"]
+    for name in mine + theirs:
+        open(os.path.join(flat, name), "w").close()
     outside = jobctl.root.parent / "outside"
     outside.mkdir()
     (outside / "keep").write_text("x")
@@ -111,6 +116,7 @@ def test_gc_removes_old_ended_jobs_their_work_and_logs(jobctl: Jobctl) -> None:
     ran = jobctl("gc", "--older-than", "1d")
     assert (ran.code, ran.lines) == (0, [f"{old} complete"])
     assert not os.path.exists(store.path(old)) and not os.path.exists(work) and not os.path.exists(logs)
+    assert sorted(os.listdir(flat)) == sorted(theirs)  # every file of the job's, and none of another's
     assert os.path.exists(store.path(old) + ".lock")  # a lock file is never deleted
     assert (outside / "keep").read_text() == "x"
     assert sorted(line.split()[0] for line in jobctl("list").lines) == sorted([recent, _old_pending])

@@ -223,12 +223,14 @@ def test_a_link_at_a_record_is_not_read(scene: Scene) -> None:
 PLANTS = {
     # work/.jobctl itself a link to a directory outside
     "jobctl-dir": "os.symlink(outside, root + '/work/.jobctl')\n",
-    # work/.jobctl/logs/<id> a link to a directory outside
+    # work/.jobctl/logs itself a link to a directory outside
+    "logs-dir": "os.makedirs(root + '/work/.jobctl')\nos.symlink(outside, root + '/work/.jobctl/logs')\n",
+    # work/.jobctl/logs/<id> (the older layout's directory a job) a link to a directory outside
     "job-dir": "os.makedirs(root + '/work/.jobctl/logs')\nos.symlink(outside, root + '/work/.jobctl/logs/' + job)\n",
     # the attempt log itself a link to a private file outside
     "log-file": (
-        "os.makedirs(root + '/work/.jobctl/logs/' + job)\n"
-        "os.symlink(outside + '/private.log', root + '/work/.jobctl/logs/' + job + '/attempt-1.log')\n"
+        "os.makedirs(root + '/work/.jobctl/logs')\n"
+        "os.symlink(outside + '/private.log', root + '/work/.jobctl/logs/' + job + '.attempt-1.log')\n"
     ),
 }
 

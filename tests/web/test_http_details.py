@@ -151,17 +151,23 @@ def test_the_end_of_a_failed_attempts_log_is_served_bounded(served: Callable[...
     assert none.status == 404 and "no log of any attempt" in none.body["message"]
 
 
-def test_a_link_planted_at_the_log_directory_is_not_followed(start: Callable[..., Server], tmp_path: Path) -> None:
+@pytest.mark.parametrize("where", ["log", "older-layout-dir"])
+def test_a_link_planted_at_the_log_is_not_followed(start: Callable[..., Server], tmp_path: Path, where: str) -> None:
     server = start()
     failed_job(server, "render-2")
     logs = Path(server.store.root) / "work" / ".jobctl" / "logs"
     secret = tmp_path / "elsewhere"
     secret.mkdir()
     (secret / "attempt-1.log").write_text("a secret outside the store\n")
-    os.rename(logs / "render-2", tmp_path / "moved")
-    os.symlink(secret, logs / "render-2")
+    os.rename(logs / "render-2.attempt-1.log", tmp_path / "moved")
+    if where == "log":
+        os.symlink(secret / "attempt-1.log", logs / "render-2.attempt-1.log")
+        planted = "render-2.attempt-1.log"
+    else:  # no log in logs/: the older layout's directory is where the reader looks, and it is a link
+        os.symlink(secret, logs / "render-2")
+        planted = "render-2"
     reply = server.get("/api/jobs/render-2/logs")
     assert (reply.status, reply.body["error"]) == (422, "invalid"), reply.body
-    assert "render-2 is a symbolic link" in reply.body["message"]
+    assert f"{planted} is a symbolic link" in reply.body["message"]
     text = json.dumps(reply.body)
     assert "secret outside" not in text and str(tmp_path) not in text, text

@@ -199,7 +199,10 @@ def test_logs_prints_every_attempt(store: FileStore, root: Path) -> None:
     second = invoke(root, "logs", job, "--attempt", "2")
     assert "try 1" not in second.stdout and "try 2\n" in second.stdout
     listed = [json.loads(line) for line in invoke(root, "--json", "logs", job).stdout.splitlines()]
-    assert [(e["attempt"], Path(e["path"]).name) for e in listed] == [(1, "attempt-1.log"), (2, "attempt-2.log")]
+    assert [(e["attempt"], Path(e["path"]).name) for e in listed] == [
+        (1, f"{job}.attempt-1.log"),
+        (2, f"{job}.attempt-2.log"),
+    ]
     assert invoke(root, "logs", job, "--attempt", "3").exit_code == NotFound.exit_code
     assert invoke(root, "logs", "1-nosuchjob").exit_code == NotFound.exit_code
 

@@ -14,7 +14,7 @@ from workertools import gone, job_argv, read_log, submit, wait_until
 from jobctl import FileStore, Record, StaleEpoch, runner, schedule
 from jobctl.errors import LeaseExpired
 from jobctl.record import held
-from jobctl.runner import Command, Run, log_dir, log_files, processors, shell_command
+from jobctl.runner import Command, Run, log_files, log_path, logs_dir, processors, shell_command
 from jobctl.store.file import is_orphan
 from jobctl.store.location import address
 from jobctl.wire import Raw
@@ -91,8 +91,8 @@ def test_work_id_is_left_to_the_job(store: FileStore) -> None:
     assert run_job(store, job_id).execute().state == "complete"
     work = Path(store.work_path(job_id))
     assert work.is_file() and work.read_text() == "result\n"
-    assert not Path(log_dir(store, job_id)).is_relative_to(work)
-    assert Path(log_dir(store, job_id)).is_dir()
+    assert not Path(logs_dir(store, job_id)).is_relative_to(work)
+    assert Path(log_path(store, job_id, 1)).is_file()
     # A job that leaves work/<id> alone finds nothing created there.
     other = submit(store, ["true"])
     run_job(store, other).execute()
@@ -397,8 +397,8 @@ def test_a_log_cut_short_is_closed_on_adoption_with_a_line(store: FileStore) -> 
     """A worker killed mid-attempt leaves its log open; the adopter says so before its own start line."""
     job_id = submit(store, ["sh", "-c", "echo second"])
     dead = store.claim(job_id, "dead-worker", 30)
-    path = Path(log_dir(store, job_id)) / "attempt-1.log"
-    path.parent.mkdir(parents=True)
+    path = Path(log_path(store, job_id, 1))
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b"--- jobctl: attempt 1, epoch 1, owner dead-worker, started x ---\npartial outp")
     store.release(job_id, dead.lease.epoch)  # as the lapse of its lease would, sooner
     assert run_job(store, job_id).execute().state == "complete"
@@ -415,8 +415,8 @@ def test_a_log_cut_short_is_closed_on_adoption_with_a_line(store: FileStore) -> 
 
 def test_a_closed_log_gets_no_cut_short_line(store: FileStore) -> None:
     job_id = submit(store, ["sh", "-c", "echo again"])
-    path = Path(log_dir(store, job_id)) / "attempt-1.log"
-    path.parent.mkdir(parents=True)
+    path = Path(log_path(store, job_id, 1))
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b"--- jobctl: attempt 1, epoch 1, owner w, started x ---\nout\n--- jobctl: released (pause) ---\n")
     assert run_job(store, job_id).execute().state == "complete"
     assert "cut short" not in path.read_text()

@@ -33,7 +33,7 @@ def test_the_json_a_child_leaves_is_stored_with_the_completion(store: FileStore)
     # The record holds it now: the file is gone, and it was inside the store, beside the attempt's log.
     path = runner.result_path(store, job, 1, rec.lease.epoch)
     assert not os.path.lexists(path)
-    assert path.startswith(runner.log_dir(store, job) + os.sep)
+    assert path.startswith(runner.logs_dir(store, job) + os.sep)
     log = runner.log_read(store, job, 1) or b""
     assert os.path.abspath(path).encode() in log  # what the child was given
 
@@ -103,7 +103,7 @@ def test_a_file_left_at_the_name_before_the_start_is_not_taken_for_the_result(st
     job = sh(store, "true")
     claimed = store.claim(job, "tester", 5.0)
     path = Path(runner.result_path(store, job, 1, claimed.lease.epoch))
-    path.parent.mkdir(parents=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text('{"stale": true}')
     out = Run(store, claimed, processors()["shell"], ttl=5.0, grace=0.5).execute()
     assert out.state == "complete"
@@ -119,9 +119,9 @@ def test_a_linked_log_directory_is_not_followed_and_the_job_runs_without_job_res
     job = sh(store, f'printf "%s" "${{JOB_RESULT-unset}}" > {seen}; echo 1 > "${{JOB_RESULT:-/dev/null}}"')
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    logs = Path(runner.log_dir(store, job)).parent
-    logs.mkdir(parents=True)
-    os.symlink(elsewhere, logs / job)
+    logs = Path(runner.logs_dir(store, job))
+    logs.parent.mkdir(parents=True)
+    os.symlink(elsewhere, logs)
     out = run(store, job)
     assert out.state == "complete" and seen.read_text() == "unset"
     assert list(elsewhere.iterdir()) == []
