@@ -60,8 +60,11 @@ def test_dependencies_wait_then_run_and_a_failed_one_dooms(store: FileStore, not
     assert board.runnable_ids(store.now()) == [dep]
     claimed = store.claim(dep, "w", 30)
     store.finish(dep, claimed.lease.epoch, "complete")
-    board.refresh(force=not notices)
-    assert board.runnable_ids(store.now()) == [waiting]
+    # A rescan sees the finish at once; a notice on PostgreSQL comes some time after the commit.
+    wait_until(
+        lambda: board.refresh(force=not notices) or board.runnable_ids(store.now()) == [waiting],
+        what="the finished dependency to let its job run",
+    )
     board.close()
 
 
