@@ -20,6 +20,7 @@ from .cachefile import (
     _VERSION,
     Rows,
     _private_dir,
+    _record_batches,
     _record_names,
     _save_file,
     ident_text,
@@ -68,29 +69,31 @@ class Summaries(StoredRows):
 
         return States(fill)
 
-    def check(self, fd: int) -> Iterator[str]:
-        """A full scan of ``jobs/`` (open as ``fd``): the id of every record file the cache cannot vouch for.
+    def check(self, fd: int) -> Iterator[list[str]]:
+        """A full scan of ``jobs/`` (open as ``fd``): batches of the ids of the files the cache cannot vouch for.
 
         A row is confirmed when the entry at its name is a regular file of
         the row's identity; every other record name is handed out, and the
         caller reads it and says what it was (:meth:`remember`,
-        :meth:`other`, or nothing when it went away) before asking for the
-        next. The entries come in the order the rows were stored in (the
-        directory's own order, which a rename over an existing name or a new
-        name elsewhere leaves as it was), so each is compared with the row
-        expected next; one that is not there is looked up among all of them.
+        :meth:`other`, or nothing when it went away) before the scan ends
+        (:meth:`finish`). The entries come in the order the rows were stored
+        in (the directory's own order, which a rename over an existing name
+        or a new name elsewhere leaves as it was), so each is compared with
+        the row expected next; one that is not there is looked up among all
+        of them. Those names come as one batch, once the whole directory is
+        checked. Nothing cached, every record name is handed out unstatted,
+        a batch at a time as the directory is read: a shared scan's pieces
+        are at work while the rest of it is read.
         """
         self._started = time.time_ns()
         self._need_rows()
-        if not self._n:
-            # Nothing cached: every record name is handed out, in the directory's order, unstatted.
-            met = _record_names(fd)
+        if self._n:
+            yield list(self._check_rows(fd))
+            return
+        for met in _record_batches(fd):
             self._plan.extend(met)
             self._unknown += len(met)
-            for name in met:
-                yield name[:-5]
-            return
-        yield from self._check_rows(fd)
+            yield [name[:-5] for name in met]
 
     def _check_rows(self, fd: int) -> Iterator[str]:
         """:meth:`check` against the rows: every record name statted, the stats shared among processes.
