@@ -407,8 +407,7 @@ class FileListing:
                     states.update(zip(fin_ids, fin_states, strict=True))
                 elif whole:
                     # Each summary's fields alone: the listing part takes the identities from the cache's rows.
-                    made.append(briefs)
-                    states.update(zip(map(_ID, briefs), map(_STATE, briefs), strict=True))
+                    made.append(briefs)  # their states too: filled in from them if a look-up needs one
                     if many is not None:
                         many(list(map(new_summary, briefs)))
                     else:
@@ -430,7 +429,28 @@ class FileListing:
                     self._take_open(jobs, job_id, out, cache, finished, limit)
         for k in sorted(rows):  # none, when every piece came in
             cache.take_rows(rows[k])
+        if whole:
+            _states_later(out, made)
         return (made if whole else None), count
+
+
+def _states_later(out: OpenListing, made: _Made) -> None:
+    """``out.states`` of the finished records in ``made`` (their summaries' fields), filled in when first asked.
+
+    A piped listing never asks (its lines show each record's own state):
+    the 100,000 entries of a large store would cost its busiest process
+    tens of milliseconds for nothing.
+    """
+
+    def more() -> dict[str, str]:
+        every = list(itertools.chain.from_iterable(made))
+        return dict(zip(map(_ID, every), map(_STATE, every), strict=True))
+
+    states = out.states
+    if isinstance(states, _load_summary().States):
+        states.later(more)
+    else:
+        states.update(more())
 
 
 def _finish(cache: summary.Summaries, jobs_stat: os.stat_result) -> None:
