@@ -834,6 +834,31 @@ def test_lazy_states_answer_as_the_filled_dict() -> None:
         fresh()["missing"]
 
 
+def test_states_filled_later_too_answer_as_the_filled_dict() -> None:
+    """States.later: more states filled in with the cache's, when a look-up first needs one; none before."""
+    asked: list[str] = []
+
+    def cached() -> dict[str, str]:
+        asked.append("cache")
+        return {"a": "complete", "open": "complete"}
+
+    def read_now() -> dict[str, str]:
+        asked.append("pieces")
+        return {"b": "failed", "c": "cancelled"}
+
+    states = summary.States(cached)
+    states["open"] = "pending"
+    states.later(read_now)
+    assert states["open"] == "pending" and asked == []
+    assert states["c"] == "cancelled" and asked == ["cache", "pieces"]
+    assert states == {"a": "complete", "b": "failed", "c": "cancelled", "open": "pending"}
+    filled = summary.States()
+    filled["x"] = "pending"
+    len(filled)  # nothing to fill: filled already
+    filled.later(read_now)
+    assert dict(filled) == {"x": "pending", "b": "failed", "c": "cancelled"}
+
+
 def test_orphans_of_an_unchanged_directory_build_no_finished_state(
     tmp_path: Path, later: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
