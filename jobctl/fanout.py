@@ -12,6 +12,9 @@ fewer, and none waits long for another. A child sends each piece's answer
 as it finishes it, one marshalled value after its length; what it sends is
 only ever data (strings, numbers, bytes, tuples), never an object to
 believe. This process takes the answers that are in between its own pieces.
+Items that come a batch at a time (a directory being read) go to
+:func:`share_stream`: the children start first, and each piece is sent to
+them whole as it is cut.
 
 Nothing depends on a child. One that fails -- killed, out of memory, a
 truncated or unreadable answer, an answer to a piece answered already --
