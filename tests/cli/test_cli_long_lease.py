@@ -115,7 +115,7 @@ def test_a_long_lease_among_a_shared_cold_listing_s_summaries_is_flagged(jobctl:
     careless = FileStore(jobctl.root, max_ttl=math.inf, summaries=False)
     ids = [careless.submit(Record(kind="k", spec={"n": n})) for n in range(12)]
     for n, job_id in enumerate(ids):
-        ttl = TEN_YEARS if n == 7 else 300
+        ttl = TEN_YEARS if n == 7 else 30  # the others' leases end before the cutoff (max_ttl's least and slack)
         careless.finish(job_id, careless.claim(job_id, "w", ttl).lease.epoch, "complete")
     forks: list[int] = []
     real = fanout._fork_streamed
@@ -129,7 +129,7 @@ def test_a_long_lease_among_a_shared_cold_listing_s_summaries_is_flagged(jobctl:
     other = FileStore(jobctl.root.parent / "other", summaries=False)
     for n in range(12):
         job_id = other.submit(Record(kind="k", spec={"n": n}))
-        other.finish(job_id, other.claim(job_id, "w", 300).lease.epoch, "complete")
+        other.finish(job_id, other.claim(job_id, "w", 30).lease.epoch, "complete")
     env = {"XDG_CACHE_HOME": str(jobctl.root / "cache-b"), "JOB_STORE": str(jobctl.root.parent / "other")}
     ran = jobctl("list", env=env)
     assert ran.code == 0 and len(ran.lines) == 12 and ran.err == "", ran.err
