@@ -354,16 +354,15 @@ class FileListing:
         ``todo`` is cut into pieces that the processes (this one too) take
         in turn (:mod:`jobctl.fanout`); when ``more`` brings more batches
         (the rest of a directory being read), the children are started
-        first and the pieces cut as the batches come. Returned with what
-        the pieces made: how many ids there were. Each piece is read through the same ``jobs/`` descriptor
-        (:func:`_read_share`), and its answer gives: the state of each
-        finished record (and its summary and file identity when ``finished``
-        takes one), the bytes of each open one (decoded again here, so that
-        the records this call answers with are this process's own), the ids
-        it could not read, which are read here again, so that their refusals
-        are this process's own too, and the cache's rows for it, which are
-        taken in the order of ``todo``: each piece's as soon as those before
-        it are in. The answer is the one :meth:`_take_open` gives id by id.
+        first and the pieces cut as the batches come. Each piece is read
+        through the same ``jobs/`` descriptor (:func:`_read_share`), and its
+        answer gives: the state of each finished record (and its summary
+        and file identity when ``finished`` takes one), the bytes of each
+        open one (decoded again here, so that the records this call answers
+        with are this process's own), the ids it could not read, which are
+        read here again, so that their refusals are this process's own too,
+        and the cache's rows for it, which are taken in the order of the
+        ids: each piece's as soon as those before it are in. The answer is the one :meth:`_take_open` gives id by id.
 
         Handed summaries (``finished``) with ``whole`` (every record is read:
         the listing part is made from them), the pieces' summaries are
@@ -372,7 +371,7 @@ class FileListing:
         taken from the cache's rows); None otherwise. ``finished`` is then
         handed None for the identity of what the pieces made; the records read
         again here come with theirs, and the part takes them from the
-        listing's ``taken``.
+        listing's ``taken``. Returned with it: how many ids there were.
         """
         from .. import fanout
 
