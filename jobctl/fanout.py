@@ -12,6 +12,9 @@ fewer, and none waits long for another. A child sends each piece's answer
 as it finishes it, one marshalled value after its length; what it sends is
 only ever data (strings, numbers, bytes, tuples), never an object to
 believe. This process takes the answers that are in between its own pieces.
+Items that come a batch at a time (a directory being read) go to
+:func:`share_stream`: the children start first, and each piece is sent to
+them whole as it is cut.
 
 Nothing depends on a child. One that fails -- killed, out of memory, a
 truncated or unreadable answer, an answer to a piece answered already --
@@ -33,15 +36,16 @@ leaves it writing into a pipe nobody reads, which ends it too.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import fcntl
 import marshal
 import os
 import signal
 import sys
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from typing import Any, NoReturn, TypeVar
 
-__all__ = ["MIN_SHARE", "PIECES", "aside", "processes", "settle", "share_out"]
+__all__ = ["MIN_SHARE", "PIECES", "STREAM_PIECE", "aside", "processes", "settle", "share_out", "share_stream"]
 
 T = TypeVar("T")
 
@@ -149,6 +153,161 @@ def share_out(
         os.close(queue)
         for child in children:  # an interrupt, or a failure here or in the caller: no child outlives the call
             child.end()
+
+
+#: The items a piece of :func:`share_stream` holds (the last one fewer): the whole is not known ahead.
+STREAM_PIECE = 1024
+#: The most bytes a piece of :func:`share_stream` is sent in: a larger one (long names) is done here.
+_MAX_MESSAGE = 1 << 18
+#: The send buffer asked for the queue of :func:`share_stream` (the system may give less).
+_QUEUE_BUFFER = 4 << 20
+
+
+def share_stream(
+    batches: Iterable[Sequence[T]],
+    each: Callable[[Sequence[T]], Any],
+    keep: Sequence[int] = (),
+    *,
+    count: int | None = None,
+) -> Generator[tuple[int, Sequence[T], Any], None, None]:
+    """:func:`share_out` of items that come in ``batches`` (a directory as it is read): the children start first.
+
+    The children are forked before the first batch is asked for, so they
+    work while this process makes the rest (the reading of a directory of
+    200,000 names is a tenth of a second no child would otherwise share).
+    The items are cut into pieces of :data:`STREAM_PIECE` as they come,
+    numbered in their order, and each piece is sent whole, as one message
+    of a ``SOCK_SEQPACKET`` socket that every process reads (one message a
+    read: a piece goes to one process), the children taking the next as
+    they finish one. A piece the queue has no room for (the children are
+    behind) or too large for one message is done here at once; the
+    children's answers are taken between batches and between this
+    process's pieces. Once the batches are all in, this process takes
+    pieces too, then what the children still owe; whatever a child fails
+    to bring back is done here, as with :func:`share_out`. Without a fork
+    (one process, no ``fork``, other threads, no socket), every piece is
+    done here as it is cut. A caller that may leave its loop early closes
+    the iterator.
+    """
+    n = processes() if count is None else max(1, count)
+    queue = feed = -1
+    children: list[_Child] = []
+    if n > 1 and _forkable():
+        queue, feed = _stream_queue()
+        if queue >= 0:
+            for _ in range(n - 1):
+                child = _fork_streamed(each, [*keep, queue])
+                if child is not None:
+                    children.append(child)
+            if not children:
+                os.close(feed)
+                os.close(queue)
+                queue = feed = -1
+    pieces: list[Sequence[T]] = []
+    done = bytearray()
+    try:
+        pending: list[T] = []
+        for batch in batches:
+            pending.extend(batch)
+            at = 0
+            while len(pending) - at >= STREAM_PIECE:
+                yield from _dealt(pending[at : at + STREAM_PIECE], pieces, done, each, feed)
+                at += STREAM_PIECE
+            del pending[:at]
+            yield from _between(children, pieces, done)
+        if pending or not pieces:
+            yield from _dealt(pending, pieces, done, each, feed)
+        if queue < 0:
+            return
+        os.close(feed)  # every piece is sent: the queue reads as its end once drained
+        feed = -1
+        for k in _taken_streamed(queue):
+            done[k] = 1
+            yield k, pieces[k], each(pieces[k])
+            yield from _between(children, pieces, done)
+        for child in children:
+            for got, answer in child.answers(done, block=True):
+                yield got, pieces[got], answer
+            child.end()
+        for k, piece in enumerate(pieces):
+            if not done[k]:  # taken by a child that failed: done here
+                done[k] = 1
+                yield k, piece, each(piece)
+    finally:
+        if queue >= 0:
+            os.close(queue)
+            if feed >= 0:
+                os.close(feed)
+        for child in children:  # an interrupt, or a failure here or in the caller: no child outlives the call
+            child.end()
+
+
+def _stream_queue() -> tuple[int, int]:
+    """The queue of :func:`share_stream`: ``(read end, write end)``, the write end not blocking; -1s without one."""
+    import socket  # only a cold scan of thousands of records pays for it
+
+    try:
+        feed_sock, queue_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    except (AttributeError, OSError):
+        return -1, -1
+    with contextlib.suppress(OSError):
+        feed_sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _QUEUE_BUFFER)
+    feed_sock.shutdown(socket.SHUT_RD)
+    queue_sock.shutdown(socket.SHUT_WR)
+    feed, queue = feed_sock.detach(), queue_sock.detach()
+    os.set_blocking(feed, False)
+    return queue, feed
+
+
+def _dealt(
+    piece: Sequence[T], pieces: list[Sequence[T]], done: bytearray, each: Callable[[Sequence[T]], Any], feed: int
+) -> Iterator[tuple[int, Sequence[T], Any]]:
+    """Number ``piece`` and send it to the queue ``feed``; done here when it cannot be (no queue, no room)."""
+    k = len(pieces)
+    pieces.append(piece)
+    done.append(0)
+    if feed >= 0:
+        message = k.to_bytes(4, "little") + marshal.dumps(piece)  # type: ignore[arg-type]  # items marshal carries
+        if len(message) <= _MAX_MESSAGE:
+            try:
+                os.write(feed, message)  # one message, whole or not at all
+                return
+            except OSError:
+                pass  # BlockingIOError: the children are behind; or the queue is broken: done here
+    done[k] = 1
+    yield k, piece, each(piece)
+
+
+def _between(
+    children: list[_Child], pieces: list[Sequence[T]], done: bytearray
+) -> Iterator[tuple[int, Sequence[T], Any]]:
+    """What the children have finished meanwhile (without waiting)."""
+    for child in children:
+        for got, answer in child.answers(done, block=False):
+            yield got, pieces[got], answer
+
+
+def _taken_streamed(queue: int) -> Iterator[int]:
+    """The number of each piece this process takes from the queue of :func:`share_stream`, until it is drained."""
+    while True:
+        got = os.read(queue, _MAX_MESSAGE)
+        if len(got) < 4:
+            return
+        yield int.from_bytes(got[:4], "little")
+
+
+def _fork_streamed(each: Callable[[Sequence[T]], Any], keep: Sequence[int]) -> _Child | None:
+    """:func:`_fork` for :func:`share_stream`: each piece comes with its items, in a message of the queue."""
+    queue = keep[-1]
+
+    def pieces() -> Iterator[tuple[int, Any]]:
+        while True:
+            got = os.read(queue, _MAX_MESSAGE)
+            if len(got) < 4:
+                return
+            yield int.from_bytes(got[:4], "little"), marshal.loads(got[4:])
+
+    return _start(pieces, each, keep)
 
 
 def _taken(queue: int) -> Iterator[int]:
@@ -301,6 +460,14 @@ def _settle_at_exit() -> None:
 
 def _fork(pieces: Sequence[Sequence[T]], each: Callable[[Sequence[T]], Any], keep: Sequence[int]) -> _Child | None:
     """Start a child doing the pieces it takes from the queue (the last of ``keep``); None when it could not start."""
+    queue = keep[-1]
+    return _start(lambda: ((k, pieces[k]) for k in _taken(queue)), each, keep)
+
+
+def _start(
+    taken: Callable[[], Iterator[tuple[int, Sequence[T]]]], each: Callable[[Sequence[T]], Any], keep: Sequence[int]
+) -> _Child | None:
+    """Fork a child sending ``each`` of every piece it takes (``taken()``, in the child); None when it could not."""
     try:
         r, w = os.pipe()
     except OSError:
@@ -316,11 +483,10 @@ def _fork(pieces: Sequence[Sequence[T]], each: Callable[[Sequence[T]], Any], kee
         os.close(w)
         return None
     if pid == 0:
-        queue = keep[-1]
 
         def send() -> None:
-            for k in _taken(queue):
-                blob = marshal.dumps((k, each(pieces[k])))
+            for k, piece in taken():
+                blob = marshal.dumps((k, each(piece)))
                 view = memoryview(len(blob).to_bytes(_FRAME, "little") + blob)
                 while view:
                     view = view[os.write(w, view) :]

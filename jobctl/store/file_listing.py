@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import itertools
 import operator
 import os
 import stat
@@ -150,14 +151,20 @@ class FileListing:
             # is read without a stat first: the read's fstat says what it is). The confirmed
             # finished records' states, again, only if a look-up needs one.
             out.states = cache.confirmed_states()
-            todo = list(cache.check(jobs.fd))
-            made = None
+            batches = cache.check(jobs.fd)
+            todo: list[str] = []
+            for batch in batches:  # nothing cached, the names as the directory is read: the first thousands
+                todo += batch
+                if len(todo) >= _SHARED_FROM:
+                    break
+            made, count = None, 0
+            # Known already: a check against rows hands out its names as one batch; a cold one confirms none.
             whole = finished is not None and not cache.confirmed_any() and jobs_stat is not None
             if len(todo) < _SHARED_FROM or (finished is not None and not briefly):
-                for job_id in todo:
+                for job_id in itertools.chain(todo, itertools.chain.from_iterable(batches)):
                     self._take_open(jobs, job_id, out, cache, finished, limit)
             else:
-                made = self._take_shared(jobs, todo, out, cache, finished, limit, whole)
+                made, count = self._take_shared(jobs, todo, batches, out, cache, finished, limit, whole)
             if whole:
                 # Every record read: scan(opened=out) need list none again (and the pieces made the
                 # listing part's rows, when they were shared, with their identities in the cache's).
@@ -165,7 +172,7 @@ class FileListing:
             if made is not None and jobs_stat is not None:
                 # A listing's cold pass, shared: the cache is written with its listing part, once the
                 # listing is out (summary.now_or_aside; a later pass in this process settles it first).
-                summary.now_or_aside(lambda: _finish(cache, jobs_stat), len(todo))
+                summary.now_or_aside(lambda: _finish(cache, jobs_stat), count)
             elif jobs_stat is not None:
                 _finish(cache, jobs_stat)
         out.sort(key=_by_id)
@@ -334,25 +341,28 @@ class FileListing:
     def _take_shared(
         self,
         jobs: fsio.Dir,
-        todo: Sequence[str],
+        todo: list[str],
+        more: Iterator[list[str]],
         out: OpenListing,
         cache: summary.Summaries,
         finished: Finished | None,
         limit: int | None,
         whole: bool = False,
-    ) -> _Made | None:
-        """:meth:`_take_open` for each of ``todo``, the reads and decodes shared among processes (:mod:`jobctl.fanout`).
+    ) -> tuple[_Made | None, int]:
+        """:meth:`_take_open` for each of ``todo`` and of the batches ``more`` brings, shared among processes.
 
         ``todo`` is cut into pieces that the processes (this one too) take
-        in turn. Each piece is read through the same ``jobs/`` descriptor
-        (:func:`_read_share`), and its answer gives: the state of each
-        finished record (and its summary and file identity when ``finished``
-        takes one), the bytes of each open one (decoded again here, so that
-        the records this call answers with are this process's own), the ids
-        it could not read, which are read here again, so that their refusals
-        are this process's own too, and the cache's rows for it, which are
-        taken in the order of ``todo``: each piece's as soon as those before
-        it are in. The answer is the one :meth:`_take_open` gives id by id.
+        in turn (:mod:`jobctl.fanout`); when ``more`` brings more batches
+        (the rest of a directory being read), the children are started
+        first and the pieces cut as the batches come. Each piece is read
+        through the same ``jobs/`` descriptor (:func:`_read_share`), and its
+        answer gives: the state of each finished record (and its summary
+        and file identity when ``finished`` takes one), the bytes of each
+        open one (decoded again here, so that the records this call answers
+        with are this process's own), the ids it could not read, which are
+        read here again, so that their refusals are this process's own too,
+        and the cache's rows for it, which are taken in the order of the
+        ids: each piece's as soon as those before it are in. The answer is the one :meth:`_take_open` gives id by id.
 
         Handed summaries (``finished``) with ``whole`` (every record is read:
         the listing part is made from them), the pieces' summaries are
@@ -361,7 +371,7 @@ class FileListing:
         taken from the cache's rows); None otherwise. ``finished`` is then
         handed None for the identity of what the pieces made; the records read
         again here come with theirs, and the part takes them from the
-        listing's ``taken``.
+        listing's ``taken``. Returned with it: how many ids there were.
         """
         from .. import fanout
 
@@ -377,8 +387,15 @@ class FileListing:
         rows: dict[int, Any] = {}  # each piece's cache rows, taken in the order of todo: the order met
         next_rows = 0  # the piece whose rows are taken next, as soon as it is in (while the others are read)
         made: _Made = []
-        with contextlib.closing(fanout.share_out(todo, each, (jobs.fd,))) as pieces:
+        count = 0
+        following = next(more, None)  # none after a check against rows: its names are all in todo
+        if following is None:
+            shared = fanout.share_out(todo, each, (jobs.fd,))
+        else:
+            shared = fanout.share_stream(itertools.chain((todo, following), more), each, (jobs.fd,))
+        with contextlib.closing(shared) as pieces:
             for k, piece, answer in pieces:
+                count += len(piece)
                 if not _well_formed(answer, brief, whole):
                     answer = each(piece)  # not what a child of ours sends: do its piece here
                 fin_ids, fin_states, briefs, opened, bad, rows[k] = answer
@@ -389,8 +406,7 @@ class FileListing:
                     states.update(zip(fin_ids, fin_states, strict=True))
                 elif whole:
                     # Each summary's fields alone: the listing part takes the identities from the cache's rows.
-                    made.append(briefs)
-                    states.update(zip(map(_ID, briefs), map(_STATE, briefs), strict=True))
+                    made.append(briefs)  # their states too: filled in from them if a look-up needs one
                     if many is not None:
                         many(list(map(new_summary, briefs)))
                     else:
@@ -412,7 +428,28 @@ class FileListing:
                     self._take_open(jobs, job_id, out, cache, finished, limit)
         for k in sorted(rows):  # none, when every piece came in
             cache.take_rows(rows[k])
-        return made if whole else None
+        if whole:
+            _states_later(out, made)
+        return (made if whole else None), count
+
+
+def _states_later(out: OpenListing, made: _Made) -> None:
+    """``out.states`` of the finished records in ``made`` (their summaries' fields), filled in when first asked.
+
+    A piped listing never asks (its lines show each record's own state):
+    the 100,000 entries of a large store would cost its busiest process
+    tens of milliseconds for nothing.
+    """
+
+    def more() -> dict[str, str]:
+        every = list(itertools.chain.from_iterable(made))
+        return dict(zip(map(_ID, every), map(_STATE, every), strict=True))
+
+    states = out.states
+    if isinstance(states, _load_summary().States):
+        states.later(more)
+    else:
+        states.update(more())
 
 
 def _finish(cache: summary.Summaries, jobs_stat: os.stat_result) -> None:

@@ -20,6 +20,7 @@ from .cachefile import (
     _VERSION,
     Rows,
     _private_dir,
+    _record_batches,
     _record_names,
     _save_file,
     ident_text,
@@ -49,7 +50,9 @@ class Summaries(StoredRows):
         # and the names it handed out to be read, whose rows remember() and other() make.
         self._plan: list[tuple[int, int] | str] = []
         self._jumps = self._unknown = self._met_other = 0
-        self._new_at: dict[str, int] = {}
+        # The names of the rows made, in the order made (a dict of them is built only if the rows
+        # are not the plan's names as they stand: a cold scan's 100,000 are hashed by no one).
+        self._new_names: list[str] = []
         self._new_codes = bytearray()
         self._new_sizes = array("Q")
         self._new_times = array("q")
@@ -68,29 +71,31 @@ class Summaries(StoredRows):
 
         return States(fill)
 
-    def check(self, fd: int) -> Iterator[str]:
-        """A full scan of ``jobs/`` (open as ``fd``): the id of every record file the cache cannot vouch for.
+    def check(self, fd: int) -> Iterator[list[str]]:
+        """A full scan of ``jobs/`` (open as ``fd``): batches of the ids of the files the cache cannot vouch for.
 
         A row is confirmed when the entry at its name is a regular file of
         the row's identity; every other record name is handed out, and the
         caller reads it and says what it was (:meth:`remember`,
-        :meth:`other`, or nothing when it went away) before asking for the
-        next. The entries come in the order the rows were stored in (the
-        directory's own order, which a rename over an existing name or a new
-        name elsewhere leaves as it was), so each is compared with the row
-        expected next; one that is not there is looked up among all of them.
+        :meth:`other`, or nothing when it went away) before the scan ends
+        (:meth:`finish`). The entries come in the order the rows were stored
+        in (the directory's own order, which a rename over an existing name
+        or a new name elsewhere leaves as it was), so each is compared with
+        the row expected next; one that is not there is looked up among all
+        of them. Those names come as one batch, once the whole directory is
+        checked. Nothing cached, every record name is handed out unstatted,
+        a batch at a time as the directory is read: a shared scan's pieces
+        are at work while the rest of it is read.
         """
         self._started = time.time_ns()
         self._need_rows()
-        if not self._n:
-            # Nothing cached: every record name is handed out, in the directory's order, unstatted.
-            met = _record_names(fd)
+        if self._n:
+            yield list(self._check_rows(fd))
+            return
+        for met in _record_batches(fd):
             self._plan.extend(met)
             self._unknown += len(met)
-            for name in met:
-                yield name[:-5]
-            return
-        yield from self._check_rows(fd)
+            yield [name[:-5] for name in met]
 
     def _check_rows(self, fd: int) -> Iterator[str]:
         """:meth:`check` against the rows: every record name statted, the stats shared among processes.
@@ -196,7 +201,7 @@ class Summaries(StoredRows):
         return any(type(item) is tuple for item in self._plan)
 
     def _add(self, job_id: str, code: int, sizes: tuple[int, int], times: tuple[int, int]) -> None:
-        self._new_at[job_id + ".json"] = len(self._new_codes)
+        self._new_names.append(job_id + ".json")
         self._new_codes.append(code)
         self._new_sizes.extend(sizes)
         self._new_times.extend(times)
@@ -310,8 +315,7 @@ class Summaries(StoredRows):
                         packed[2 * at : 2 * at + 2] = array("Q", (0, _NEVER))
                         remembered -= 1
                 sizes = packed.tobytes()
-        base = len(self._new_codes)
-        self._new_at.update(zip(names, range(base, base + n), strict=True))
+        self._new_names += names
         self._new_codes += codes
         self._new_sizes.frombytes(sizes)
         self._new_times.frombytes(times)
@@ -371,13 +375,15 @@ class Summaries(StoredRows):
 
         Sets :attr:`others` from them; returns ``(names, codes, sizes, times)`` as stored.
         """
-        new_at, new_codes, new_sizes, new_times = self._new_at, self._new_codes, self._new_sizes, self._new_times
-        if len(new_at) == len(new_codes) == len(self._plan) and list(new_at) == self._plan:
+        new_names, new_codes, new_sizes, new_times = self._new_names, self._new_codes, self._new_sizes, self._new_times
+        if len(new_names) == len(self._plan) and new_names == self._plan:
             # Every name was handed out and read, and the rows were made in the order met (a cold
             # scan): they are the new rows as they stand.
             self.others = sorted(_ID(name) for name, code in zip(self._plan, new_codes, strict=True) if code == _OTHER)
-            met: list[str] = self._plan  # type: ignore[assignment]  # names alone: it equals new_at's keys
+            met: list[str] = self._plan  # type: ignore[assignment]  # names alone: it equals new_names
             return "\n".join(met), bytes(new_codes), new_sizes.tobytes(), new_times.tobytes()
+        # Each name's row: the last made of a name met twice (a record read again here), as a dict keeps it.
+        new_at = dict(zip(new_names, range(len(new_names)), strict=True))
         names = self._rows()
         codes, sizes, times = bytearray(), array("Q"), array("q")
         out: list[str] = []

@@ -22,6 +22,21 @@ class States(dict[str, str]):
         super().__init__()
         self._fill = fill
 
+    def later(self, more: Callable[[], dict[str, str]]) -> None:
+        """Fill in ``more()`` too when a look-up first needs it (the states set directly still win).
+
+        For the states of records read now that nobody may ask for: a shared
+        cold listing's finished records, whose pieces' summaries hold them.
+        """
+        earlier = self._fill
+
+        def fill() -> dict[str, str]:
+            got = {} if earlier is None else earlier()
+            got.update(more())
+            return got
+
+        self._fill = fill
+
     def _load(self) -> None:
         fill = self._fill
         if fill is not None:

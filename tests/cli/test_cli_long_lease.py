@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 from clitools import Jobctl
 
@@ -98,3 +99,37 @@ def test_a_finished_job_s_long_lease_is_flagged_from_its_summary(jobctl: Jobctl)
         assert ran.code == 0 and len(ran.lines) == 2
         warnings = ran.err.splitlines()
         assert len(warnings) == 1 and warnings[0].startswith(f"jobctl: warning: job {long}: its lease"), ran.err
+
+
+def test_a_long_lease_among_a_shared_cold_listing_s_summaries_is_flagged(jobctl: Jobctl, monkeypatch: Any) -> None:
+    # The summaries a shared cold scan's pieces made come to the listing a piece at a time, and their
+    # latest expiry is noted as they come: the one lease planted ten years ahead is still flagged.
+    from jobctl import fanout, summary
+    from jobctl.store import file_listing
+
+    monkeypatch.setattr(file_listing, "_SHARED_FROM", 2)
+    monkeypatch.setattr(fanout, "MIN_SHARE", 1)
+    monkeypatch.setattr(fanout, "STREAM_PIECE", 3)
+    monkeypatch.setattr(summary.cachefile, "_BATCH", 2)
+    monkeypatch.setenv(fanout.PROCESSES_ENV, "2")
+    careless = FileStore(jobctl.root, max_ttl=math.inf, summaries=False)
+    ids = [careless.submit(Record(kind="k", spec={"n": n})) for n in range(12)]
+    for n, job_id in enumerate(ids):
+        ttl = TEN_YEARS if n == 7 else 30  # the others' leases end before the cutoff (max_ttl's least and slack)
+        careless.finish(job_id, careless.claim(job_id, "w", ttl).lease.epoch, "complete")
+    forks: list[int] = []
+    real = fanout._fork_streamed
+    monkeypatch.setattr(fanout, "_fork_streamed", lambda *a: forks.append(1) or real(*a))
+    ran = jobctl("list", env={"XDG_CACHE_HOME": str(jobctl.root / "cache-a")})
+    assert forks, "the listing was not shared"
+    assert ran.code == 0 and len(ran.lines) == 12
+    warnings = ran.err.splitlines()
+    assert len(warnings) == 1 and warnings[0].startswith(f"jobctl: warning: job {ids[7]}: its lease"), ran.err
+    # None ahead: nothing flagged.
+    other = FileStore(jobctl.root.parent / "other", summaries=False)
+    for n in range(12):
+        job_id = other.submit(Record(kind="k", spec={"n": n}))
+        other.finish(job_id, other.claim(job_id, "w", 30).lease.epoch, "complete")
+    env = {"XDG_CACHE_HOME": str(jobctl.root / "cache-b"), "JOB_STORE": str(jobctl.root.parent / "other")}
+    ran = jobctl("list", env=env)
+    assert ran.code == 0 and len(ran.lines) == 12 and ran.err == "", ran.err

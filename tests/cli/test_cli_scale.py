@@ -247,6 +247,7 @@ def test_the_table_reads_each_record_once_and_active_ones_from_the_cache(
     assert not set(decoded) & set(finished), "a finished record was decoded for --active"
 
 
+@pytest.mark.parametrize("way", ["one batch", "streamed"])
 @pytest.mark.parametrize("args", [*COMMANDS, ("claim", "--next", "--owner", "me", "--format", "env")], ids=" ".join)
 def test_a_scan_shared_among_processes_prints_what_one_process_prints(
     jobctl: Jobctl,
@@ -255,6 +256,7 @@ def test_a_scan_shared_among_processes_prints_what_one_process_prints(
     tmp_path: Path,
     decoded: list[str],
     args: tuple[str, ...],
+    way: str,
 ) -> None:
     """A cold scan's reads shared among three processes (as at thousands of records): the same output, byte for byte.
 
@@ -262,6 +264,8 @@ def test_a_scan_shared_among_processes_prints_what_one_process_prints(
     (list_open(briefly=True)); --json takes whole records, which are read here.
     The listing part of the cache is written aside (by a child, as at thousands
     of summaries), and the warm listing after it takes every summary from it.
+    ``streamed``: the directory read three names at a time, the children
+    started first and handed pieces of four as they are cut (as at 100,000).
     """
     from jobctl import fanout
 
@@ -280,8 +284,12 @@ def test_a_scan_shared_among_processes_prints_what_one_process_prints(
     monkeypatch.setattr(file_listing, "_SHARED_FROM", 2)
     monkeypatch.setattr(fanout, "MIN_SHARE", 1)
     forks: list[int] = []
-    real_fork = fanout._fork
-    monkeypatch.setattr(fanout, "_fork", lambda *a: forks.append(1) or real_fork(*a))
+    forking = "_fork" if way == "one batch" else "_fork_streamed"
+    real_fork = getattr(fanout, forking)
+    monkeypatch.setattr(fanout, forking, lambda *a: forks.append(1) or real_fork(*a))
+    if way == "streamed":
+        monkeypatch.setattr(summary.cachefile, "_BATCH", 3)
+        monkeypatch.setattr(fanout, "STREAM_PIECE", 4)
     env = {"XDG_CACHE_HOME": str(tmp_path / "shared"), fanout.PROCESSES_ENV: "3", **limit}
     if args[0] == "claim":
         jobctl.store().release(alone.text.split("JOB_ID=")[1].split()[0], 1)

@@ -10,8 +10,10 @@ its piece is read again in the listing's process, and the answer is the same.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -60,26 +62,34 @@ def _decoded(root: Path) -> tuple[dict[str, tuple[Any, ...]], list[str], dict[st
     return ended, sorted(rec.id for rec in recs if not rec.terminal), {rec.id: rec.state for rec in recs}
 
 
-@pytest.fixture
-def shared(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Every cold listing of two records or more shared among two processes; the forks counted.
+@pytest.fixture(params=["one batch", "streamed"])
+def shared(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[list[str]]:
+    """Every cold listing of two records or more shared among two processes; the forks counted, by way.
 
-    And a file or ``jobs/`` changed more than 30 ms before a scan is old enough to be remembered.
+    ``one batch``: the names all listed before the children start (fanout.share_out); ``streamed``: the
+    directory read three names at a time, the children started first and handed pieces of five as they
+    are cut (fanout.share_stream). And a file or ``jobs/`` changed more than 30 ms before a scan is old
+    enough to be remembered.
     """
     monkeypatch.setattr(file_listing, "_SHARED_FROM", 2)
     monkeypatch.setattr(fanout, "MIN_SHARE", 1)
     monkeypatch.setattr(summary.listed, "_ASIDE_FROM", 1)
     monkeypatch.setenv(fanout.PROCESSES_ENV, "2")
     monkeypatch.setattr(summary.cachefile, "RACY_NS", 30_000_000)
-    forks: list[int] = []
-    real_fork = fanout._fork
-    monkeypatch.setattr(fanout, "_fork", lambda *a: forks.append(1) or real_fork(*a))
-    return forks
+    if request.param == "streamed":
+        monkeypatch.setattr(summary.cachefile, "_BATCH", 3)
+        monkeypatch.setattr(fanout, "STREAM_PIECE", 5)
+    forks: list[str] = []
+    real_fork, real_streamed = fanout._fork, fanout._fork_streamed
+    monkeypatch.setattr(fanout, "_fork", lambda *a: forks.append("one batch") or real_fork(*a))
+    monkeypatch.setattr(fanout, "_fork_streamed", lambda *a: forks.append("streamed") or real_streamed(*a))
+    yield forks
+    assert set(forks) <= {request.param}
 
 
 @pytest.mark.timeout(60)
 def test_a_piece_sends_each_finished_record_as_its_fields_alone(
-    tmp_path: Path, shared: list[int], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, shared: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # One object a finished record beside the cache's rows: the fields, which hold the id and the state.
     store, _ = _store(tmp_path / "root", tmp_path / "cache", 30)
@@ -114,14 +124,13 @@ def test_a_piece_sends_each_finished_record_as_its_fields_alone(
     ],
 )
 def test_a_piece_answered_in_another_shape_is_read_again_here(
-    tmp_path: Path, shared: list[int], monkeypatch: pytest.MonkeyPatch, lie: str
+    tmp_path: Path, shared: list[str], monkeypatch: pytest.MonkeyPatch, lie: str
 ) -> None:
     store, _ = _store(tmp_path / "root", tmp_path / "cache", 30)
-    real_share_out = fanout.share_out
     lied: list[int] = []
 
-    def lying(items: Any, each: Any, keep: Any = (), *, count: Any = None) -> Any:
-        for k, piece, got in real_share_out(items, each, keep, count=count):
+    def lying(real: Any, items: Any, each: Any, keep: Any = (), *, count: Any = None) -> Any:
+        for k, piece, got in real(items, each, keep, count=count):
             if not lied and type(got) is list and got[2]:  # the first piece with a finished record
                 lied.append(k)
                 got = list(got)
@@ -138,13 +147,14 @@ def test_a_piece_answered_in_another_shape_is_read_again_here(
                     got = tuple(got)
             yield k, piece, got
 
-    monkeypatch.setattr(fanout, "share_out", lying)
+    monkeypatch.setattr(fanout, "share_out", functools.partial(lying, fanout.share_out))
+    monkeypatch.setattr(fanout, "share_stream", functools.partial(lying, fanout.share_stream))
     assert _brief_listing(store) == _decoded(tmp_path / "root")
     assert lied and shared
 
 
 @pytest.mark.timeout(60)
-def test_the_listing_part_takes_each_identity_from_the_cache_rows(tmp_path: Path, shared: list[int]) -> None:
+def test_the_listing_part_takes_each_identity_from_the_cache_rows(tmp_path: Path, shared: list[str]) -> None:
     # Made once the listing is out, from the pieces' fields and the rows' identities: each summary kept
     # beside the identity of the very file it was read from, and a listing of the unchanged jobs/ walks it.
     root, cache = tmp_path / "root", tmp_path / "cache"
@@ -181,7 +191,7 @@ def test_work_left_waiting_is_done_in_the_order_it_came() -> None:
 
 @pytest.mark.timeout(60)
 def test_a_shared_cold_listing_writes_the_cache_once_it_is_out_and_a_later_pass_here_reads_it(
-    tmp_path: Path, shared: list[int], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, shared: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root, cache = tmp_path / "root", tmp_path / "cache"
     store, _ = _store(root, cache, 30)
@@ -202,7 +212,7 @@ def test_a_shared_cold_listing_writes_the_cache_once_it_is_out_and_a_later_pass_
 
 
 @pytest.mark.timeout(60)
-def test_a_finished_with_many_is_handed_each_piece_s_summaries_at_once(tmp_path: Path, shared: list[int]) -> None:
+def test_a_finished_with_many_is_handed_each_piece_s_summaries_at_once(tmp_path: Path, shared: list[str]) -> None:
     # list_open's finished.many: the summaries a shared cold scan's pieces made, a list a piece, none of
     # them also handed one by one; the open and re-read ones still come one at a time.
     root = tmp_path / "root"
@@ -230,3 +240,28 @@ def test_a_finished_with_many_is_handed_each_piece_s_summaries_at_once(tmp_path:
     assert sum(map(len, taking.lists)) + len(taking.one_by_one) == len(got)
     ended, open_ids, states = _decoded(root)
     assert got == ended and [rec.id for rec in opened] == open_ids and dict(opened.states) == states
+
+
+@pytest.mark.timeout(60)
+def test_odd_files_among_the_pieces_are_named_as_one_process_names_them(
+    tmp_path: Path, shared: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A link, a directory, a FIFO and a malformed record at record names, among thirty: a piece hands
+    # each back, and this process reads it again, refusing it with the words of a listing done here alone.
+    root = tmp_path / "root"
+    store, _ = _store(root, tmp_path / "cache", 30)
+    jobs = Path(store.jobs_dir)
+    (tmp_path / "outside.json").write_text("{}")
+    (jobs / "1-link.json").symlink_to(tmp_path / "outside.json")
+    (jobs / "2-dir.json").mkdir()
+    os.mkfifo(jobs / "3-fifo.json")
+    (jobs / "4-bad.json").write_text('{"id": "4-bad"')
+    opened = store.list_open(finished=lambda item, how: None, briefly=True)
+    assert shared, "the listing was not shared"
+    monkeypatch.setattr(file_listing, "_SHARED_FROM", 10**9)
+    alone = FileStore(root, summaries=False).list_open()
+    assert [(job_id, str(exc)) for job_id, exc in opened.unreadable] == [
+        (job_id, str(exc)) for job_id, exc in alone.unreadable
+    ]
+    assert [job_id for job_id, _ in opened.unreadable] == ["1-link", "2-dir", "3-fifo", "4-bad"]
+    assert [rec.id for rec in opened] == [rec.id for rec in alone] and dict(opened.states) == dict(alone.states)

@@ -834,6 +834,31 @@ def test_lazy_states_answer_as_the_filled_dict() -> None:
         fresh()["missing"]
 
 
+def test_states_filled_later_too_answer_as_the_filled_dict() -> None:
+    """States.later: more states filled in with the cache's, when a look-up first needs one; none before."""
+    asked: list[str] = []
+
+    def cached() -> dict[str, str]:
+        asked.append("cache")
+        return {"a": "complete", "open": "complete"}
+
+    def read_now() -> dict[str, str]:
+        asked.append("pieces")
+        return {"b": "failed", "c": "cancelled"}
+
+    states = summary.States(cached)
+    states["open"] = "pending"
+    states.later(read_now)
+    assert states["open"] == "pending" and asked == []
+    assert states["c"] == "cancelled" and asked == ["cache", "pieces"]
+    assert states == {"a": "complete", "b": "failed", "c": "cancelled", "open": "pending"}
+    filled = summary.States()
+    filled["x"] = "pending"
+    len(filled)  # nothing to fill: filled already
+    filled.later(read_now)
+    assert dict(filled) == {"x": "pending", "b": "failed", "c": "cancelled"}
+
+
 def test_orphans_of_an_unchanged_directory_build_no_finished_state(
     tmp_path: Path, later: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -1089,7 +1114,7 @@ def test_rows_made_elsewhere_are_taken_with_their_codes_mapped(tmp_path: Path) -
     codes = list(here._new_codes)
     assert [here._table[codes[0]], codes[1], here._table[codes[2]]] == ["complete", summary._OTHER, "cancelled"]
     assert list(here._new_sizes) == [1, 10, 0, summary._NEVER, 3, 12]
-    assert dict(here._new_at) == {"a.json": 0, "b.json": 1, "c.json": 2}
+    assert here._new_names == ["a.json", "b.json", "c.json"]
     assert (here._remembered, here._ended_other) == (2, 1)
     # The same rows made here one by one are these rows.
     alone = rows_cache(tmp_path, ["failed"])
@@ -1129,7 +1154,7 @@ def test_rows_of_a_state_a_full_table_cannot_hold_are_read_every_time(tmp_path: 
 def test_malformed_rows_are_refused_and_add_nothing(tmp_path: Path, bad: Any) -> None:
     here = rows_cache(tmp_path, [])
     assert not here.take_rows(bad)
-    assert (len(here._new_at), len(here._new_codes), here._remembered, here._ended_other) == (0, 0, 0, 0)
+    assert (len(here._new_names), len(here._new_codes), here._remembered, here._ended_other) == (0, 0, 0, 0)
 
 
 def test_a_shared_listing_keeps_no_summary_of_a_file_changed_too_recently(
