@@ -138,17 +138,8 @@ def share_out(
         for k in _taken(queue):
             done[k] = 1
             yield k, pieces[k], each(pieces[k])
-            for child in children:  # what the children have finished meanwhile, taken between pieces
-                for got, answer in child.answers(done, block=False):
-                    yield got, pieces[got], answer
-        for child in children:
-            for got, answer in child.answers(done, block=True):
-                yield got, pieces[got], answer
-            child.end()
-        for k, piece in enumerate(pieces):
-            if not done[k]:  # taken by a child that failed: done here
-                done[k] = 1
-                yield k, piece, each(piece)
+            yield from _between(children, pieces, done)  # what the children finished meanwhile
+        yield from _rest(children, pieces, done, each)
     finally:
         os.close(queue)
         for child in children:  # an interrupt, or a failure here or in the caller: no child outlives the call
@@ -225,14 +216,7 @@ def share_stream(
             done[k] = 1
             yield k, pieces[k], each(pieces[k])
             yield from _between(children, pieces, done)
-        for child in children:
-            for got, answer in child.answers(done, block=True):
-                yield got, pieces[got], answer
-            child.end()
-        for k, piece in enumerate(pieces):
-            if not done[k]:  # taken by a child that failed: done here
-                done[k] = 1
-                yield k, piece, each(piece)
+        yield from _rest(children, pieces, done, each)
     finally:
         if queue >= 0:
             os.close(queue)
@@ -285,6 +269,20 @@ def _between(
     for child in children:
         for got, answer in child.answers(done, block=False):
             yield got, pieces[got], answer
+
+
+def _rest(
+    children: list[_Child], pieces: Sequence[Sequence[T]], done: bytearray, each: Callable[[Sequence[T]], Any]
+) -> Iterator[tuple[int, Sequence[T], Any]]:
+    """What the children still owe, waited for; then each piece a child took and failed to bring back, done here."""
+    for child in children:
+        for got, answer in child.answers(done, block=True):
+            yield got, pieces[got], answer
+        child.end()
+    for k, piece in enumerate(pieces):
+        if not done[k]:
+            done[k] = 1
+            yield k, piece, each(piece)
 
 
 def _taken_streamed(queue: int) -> Iterator[int]:

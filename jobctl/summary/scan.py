@@ -63,10 +63,8 @@ class Summaries(StoredRows):
 
         def fill() -> dict[str, str]:
             mask = bytearray(self._n)
-            for item in self._plan:
-                if type(item) is tuple:
-                    a, b = item
-                    mask[a:b] = b"\x01" * (b - a)
+            for a, b in (item for item in self._plan if type(item) is tuple):
+                mask[a:b] = b"\x01" * (b - a)
             return self._states_where(mask)
 
         return States(fill)
@@ -81,11 +79,10 @@ class Summaries(StoredRows):
         (:meth:`finish`). The entries come in the order the rows were stored
         in (the directory's own order, which a rename over an existing name
         or a new name elsewhere leaves as it was), so each is compared with
-        the row expected next; one that is not there is looked up among all
-        of them. Those names come as one batch, once the whole directory is
-        checked. Nothing cached, every record name is handed out unstatted,
-        a batch at a time as the directory is read: a shared scan's pieces
-        are at work while the rest of it is read.
+        the row expected next, else looked up among all; those names come as
+        one batch once the directory is checked. Nothing cached, every record
+        name is handed out unstatted, a batch at a time as the directory is
+        read (a shared scan's pieces at work while the rest is read).
         """
         self._started = time.time_ns()
         self._need_rows()
