@@ -84,19 +84,24 @@ def test_one_process_or_too_little_work_forks_nothing(monkeypatch: pytest.Monkey
     assert list(fanout.share_out(list(range(5)), each, count=4)) == [(0, [0, 1, 2, 3, 4], (os.getpid(), 5))]
 
 
+def failing(how: str) -> object:
+    """A piece failing ``how`` in a child: it raises, is killed, exits 0 silently, or answers what marshal refuses."""
+    if how == "raises":
+        raise RuntimeError("boom")
+    if how == "is killed":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if how == "exits 0 silently":
+        os._exit(0)
+    return [object()]  # marshal refuses it: nothing sent
+
+
 @pytest.mark.parametrize("how", ["raises", "is killed", "sends what marshal cannot carry", "exits 0 silently"])
 def test_a_failing_child_has_its_pieces_done_here(how: str) -> None:
     parent = os.getpid()
 
     def each(piece: Sequence[int]) -> object:
         if os.getpid() != parent:
-            if how == "raises":
-                raise RuntimeError("boom")
-            if how == "is killed":
-                os.kill(os.getpid(), signal.SIGKILL)
-            if how == "exits 0 silently":
-                os._exit(0)
-            return [object()]
+            return failing(how)
         time.sleep(0.02)  # the children take pieces meanwhile, and fail them
         return [os.getpid(), sum(piece)]
 
@@ -336,13 +341,7 @@ def test_a_failing_streamed_child_has_its_pieces_done_here(how: str) -> None:
 
     def each(piece: Sequence[int]) -> object:
         if os.getpid() != parent:
-            if how == "raises":
-                raise RuntimeError("boom")
-            if how == "is killed":
-                os.kill(os.getpid(), signal.SIGKILL)
-            if how == "exits 0 silently":
-                os._exit(0)
-            return [object()]  # marshal refuses it: nothing sent
+            return failing(how)
         time.sleep(0.02)  # the children take pieces meanwhile, and fail them
         return [os.getpid(), sum(piece)]
 
