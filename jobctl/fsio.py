@@ -475,8 +475,34 @@ def fsync_dir(at: Dir) -> None:
 
 def scan(at: Dir) -> Iterator[os.DirEntry[str]]:
     """The entries of ``at`` (``os.scandir`` on its fd: names only, nothing followed)."""
-    with os.scandir(at.fd) as entries:
-        yield from entries
+    return entries(at.fd)
+
+
+def entries(fd: int) -> Iterator[os.DirEntry[str]]:
+    """The entries of the directory open as ``fd``, read through a descriptor of their own (:func:`names`)."""
+    own = os.open(".", os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC, dir_fd=fd)
+    try:
+        with os.scandir(own) as found:
+            yield from found
+    finally:
+        os.close(own)
+
+
+def names(fd: int) -> list[str]:
+    """The names in the directory open as ``fd``, read through a descriptor of their own.
+
+    A directory is read from the position of its open file description, and
+    ``os.scandir``/``os.listdir`` of a descriptor read through a copy of it
+    (``dup``), which shares that position, after rewinding it: two threads
+    reading one directory through one kept descriptor (a store's ``jobs/``)
+    would each miss what the other read, or start again half-way. ``"."``
+    opened below it is the same directory with a position of its own.
+    """
+    own = os.open(".", os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC, dir_fd=fd)
+    try:
+        return os.listdir(own)
+    finally:
+        os.close(own)
 
 
 def remove_tree(at: Dir, name: str) -> None:

@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from operator import itemgetter
 from typing import Any, NamedTuple
 
+from .. import fsio
+
 #: A change this close to the start of a scan may share a timestamp tick with a
 #: later one; such a file is read every time until it is older. Two seconds
 #: covers FAT's granularity and modest clock skew on a network filesystem.
@@ -86,7 +88,7 @@ def _dir_identity(st: os.stat_result) -> tuple[int, ...]:
 
 def _record_names(fd: int) -> list[str]:
     """The record files' names in the directory open as ``fd`` (``<id>.json``), in the directory's order."""
-    return [name for name in os.listdir(fd) if name[-5:] == ".json" and name[0] != "."]
+    return [name for name in fsio.names(fd) if name[-5:] == ".json" and name[0] != "."]
 
 
 #: The names a batch of :func:`_record_batches` holds (the last one fewer).
@@ -96,14 +98,13 @@ _BATCH = 1024
 def _record_batches(fd: int) -> Iterator[list[str]]:
     """:func:`_record_names`, a batch at a time as the directory is read: what comes first is at work sooner."""
     batch: list[str] = []
-    with os.scandir(fd) as entries:
-        for entry in entries:
-            name = entry.name
-            if name[-5:] == ".json" and name[0] != ".":
-                batch.append(name)
-                if len(batch) >= _BATCH:
-                    yield batch
-                    batch = []
+    for entry in fsio.entries(fd):
+        name = entry.name
+        if name[-5:] == ".json" and name[0] != ".":
+            batch.append(name)
+            if len(batch) >= _BATCH:
+                yield batch
+                batch = []
     if batch:
         yield batch
 

@@ -225,3 +225,36 @@ def test_a_lock_is_opened_neither_waiting_nor_taking_a_terminal(
             os.close(fsio.open_lock(at, "null.json.lock"))
     wanted = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
     assert flags and all(how & wanted == wanted for how in flags)
+
+
+def test_threads_reading_one_kept_directory_each_get_every_name(tmp_path: Path) -> None:
+    """One descriptor held for a directory (a store's ``jobs/``), read by several threads at once.
+
+    ``os.scandir`` and ``os.listdir`` of a descriptor read through a ``dup`` of it, which shares the
+    directory's read position, and rewind it first: read straight through that descriptor, the
+    threads each missed what another read (a threaded ``jobctl serve`` listed stores short).
+    """
+    import threading
+
+    made = {f"{n:05}.json" for n in range(3000)}  # many getdents calls a read
+    for name in made:
+        (tmp_path / name).write_bytes(b"")
+    at = fsio.open_dir(str(tmp_path), kept=True)
+    short: list[int] = []
+    start = threading.Barrier(6)
+
+    def read(n: int) -> None:
+        start.wait()
+        for _ in range(15):
+            got = set(fsio.names(at.fd)) if n % 2 else {entry.name for entry in fsio.scan(at)}
+            if got != made:
+                short.append(len(got))
+
+    threads = [threading.Thread(target=read, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    at.close()
+    assert short == []
+    assert len(os.listdir("/proc/self/fd")) < 64  # each read's own descriptor closed after it

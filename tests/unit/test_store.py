@@ -1440,3 +1440,36 @@ def test_postgres_list_open_and_scan_name_a_row_this_reader_cannot_decode(pg_sto
     unreadable: list[tuple[str, errors.JobError]] = []
     assert [item.id for item in pg_store.scan(unreadable)] == [good]
     assert [job_id for job_id, _ in unreadable] == [bad]
+
+
+def test_threads_listing_one_store_at_once_each_get_every_record(tmp_path: Path) -> None:
+    """A threaded server lists one FileStore from several requests at once: each listing is whole.
+
+    Read through the store's one kept ``jobs/`` descriptor, the threads' directory reads shared one
+    position and each came back short (a retry of a failed pipeline then found no dependents).
+    """
+    import threading
+
+    store = jobctl.FileStore(str(tmp_path / "store"), summaries=str(tmp_path / "cache"))
+    made = {store.submit(jobctl.Record(kind="k", spec={})) for _ in range(400)}
+    short: list[str] = []
+    start = threading.Barrier(6)
+    ways = {
+        "list": lambda: {rec.id for rec in store.list()},
+        "list_open": lambda: {rec.id for rec in store.list_open()},
+        "ids": lambda: set(store.ids()),
+    }
+
+    def read(way: str) -> None:
+        start.wait()
+        for _ in range(8):
+            got = ways[way]()
+            if got != made:
+                short.append(f"{way}: {len(got)} of {len(made)}")
+
+    threads = [threading.Thread(target=read, args=(way,)) for way in [*ways, *ways]]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert short == []
