@@ -480,7 +480,7 @@ def scan(at: Dir) -> Iterator[os.DirEntry[str]]:
 
 def entries(fd: int) -> Iterator[os.DirEntry[str]]:
     """The entries of the directory open as ``fd``, read through a descriptor of their own (:func:`names`)."""
-    own = os.open(".", os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC, dir_fd=fd)
+    own = _own(fd)
     try:
         with os.scandir(own) as found:
             yield from found
@@ -498,11 +498,16 @@ def names(fd: int) -> list[str]:
     would each miss what the other read, or start again half-way. ``"."``
     opened below it is the same directory with a position of its own.
     """
-    own = os.open(".", os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC, dir_fd=fd)
+    own = _own(fd)
     try:
         return os.listdir(own)
     finally:
         os.close(own)
+
+
+def _own(fd: int) -> int:
+    """The directory open as ``fd`` opened again, as ``"."`` below it: the same directory, its own read position."""
+    return os.open(".", os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC, dir_fd=fd)
 
 
 def remove_tree(at: Dir, name: str) -> None:
