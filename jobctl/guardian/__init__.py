@@ -95,7 +95,8 @@ class Guardian:
     A worker (or ``jobctl run``) asks it to :meth:`start` each job's command,
     with the monotonic time by which the child's group must be gone: a little
     before the child's lease can run out. The guardian process spawns the
-    command itself (``posix_spawn``: no shell, its own process group, its
+    command itself (``posix_spawn``: no shell, unless the file has no ``#!`` line, which
+    ``/bin/sh`` runs as ``execvp`` would; its own process group, its
     stdin, stdout and stderr passed over the socket, nothing else of either
     process), so the child is registered before its first instruction: no
     window exists in which a child runs unguarded, and none needs a start

@@ -50,11 +50,28 @@ SIGDEF = (
     signal.SIGXFSZ,
 )
 DUP2 = os.POSIX_SPAWN_DUP2
+SHELL = b"/bin/sh"  # what runs a file with no "#!" line, as execvp runs it
 
 #: A record file's identity when last read: inode, device, size, modification and change times.
 Ident = tuple[int, int, int, int, int]
 #: Where a group's lease is read: a record file's path, a database row (its URL and id), or nowhere.
 Where = bytes | tuple[str, str] | None
+
+
+def spawned(path: bytes, argv: list[bytes], env: dict[bytes, bytes], actions: list[Any]) -> int:
+    """The pid of ``path`` started in a process group of its own, with ``argv``, ``env`` and ``actions``.
+
+    A file the kernel cannot execute (``ENOEXEC``: a script with no ``#!``
+    line) is run by the shell, as ``execvp`` and every shell run it:
+    ``/bin/sh path arg...``.
+    """
+    try:
+        return os.posix_spawn(path, argv, env, file_actions=actions, setpgroup=0, setsigdef=SIGDEF, setsigmask=())
+    except OSError as exc:
+        if exc.errno != errno.ENOEXEC:
+            raise
+    shell = [SHELL, path, *argv[1:]]
+    return os.posix_spawn(SHELL, shell, env, file_actions=actions, setpgroup=0, setsigdef=SIGDEF, setsigmask=())
 
 
 def seal() -> None:
@@ -432,9 +449,7 @@ class Guard:
             if cwd:
                 os.chdir(cwd)  # posix_spawn has no cwd of its own; this process's is its home again at once
             try:
-                pid = os.posix_spawn(
-                    path, argv, env, file_actions=actions, setpgroup=0, setsigdef=SIGDEF, setsigmask=()
-                )
+                pid = spawned(path, argv, env, actions)
             finally:
                 if cwd:
                     os.fchdir(self.home)

@@ -315,6 +315,29 @@ def test_a_command_that_cannot_start_is_a_failed_attempt(store: FileStore) -> No
     assert "cannot start /nonexistent/command" in store.load(job_id).error
 
 
+def test_a_script_with_no_interpreter_line_is_run_by_the_shell(store: FileStore, tmp_path: Path) -> None:
+    """As execvp and every shell run it: ``/bin/sh SCRIPT ARG...``, its own exit status the attempt's."""
+    out, script = tmp_path / "out", tmp_path / "plain script"
+    script.write_text(f'echo "$0|$1|$#" > "{out}"\nexit 3\n')
+    script.chmod(0o755)
+    job_id = submit(store, [str(script), "one arg"], intervals=[0.1])
+    outcome = run_job(store, job_id).execute()
+    assert (outcome.state, outcome.retried, outcome.exit_code) == ("pending", True, 3)
+    assert out.read_text() == f"{script}|one arg|1\n"
+    assert store.load(job_id).error == "attempt 1: exit status 3"
+
+
+def test_a_file_that_may_not_be_executed_is_not_run_by_the_shell(store: FileStore, tmp_path: Path) -> None:
+    """The shell runs only what the kernel could not execute (no ``#!``), never what it may not: 126."""
+    out, script = tmp_path / "out", tmp_path / "not executable"
+    script.write_text(f'echo ran > "{out}"\n')
+    script.chmod(0o644)
+    job_id = submit(store, [str(script)], intervals=[0.1])
+    outcome = run_job(store, job_id).execute()
+    assert (outcome.state, outcome.retried, outcome.exit_code) == ("pending", True, 126)
+    assert "Permission denied" in store.load(job_id).error and not out.exists()
+
+
 def test_a_handler_gets_the_spec_on_stdin(store: FileStore, tmp_path: Path) -> None:
     out = tmp_path / "spec"
     job_id = store.submit(Record(kind="fetch", spec=Raw('{"url": "https://example.invalid/x", "n": 1.50}')))
