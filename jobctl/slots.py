@@ -198,11 +198,6 @@ class Slots:
         if recs:
             self._work.put(recs)
 
-    def taken(self) -> set[str]:
-        """The ids picked ahead and the ones a slot is taking from them: not to be picked again."""
-        with self.lock:
-            return {rec.id for rec in self._ahead} | self._taking.keys()
-
     def ahead(self) -> int:
         """How many jobs are picked ahead."""
         with self.lock:
@@ -216,7 +211,8 @@ class Slots:
     def picked(self) -> list[Record]:
         """The jobs picked ahead, oldest first, then the ones a slot is taking from them.
 
-        The loop counts them with its busy jobs against the kinds' limits: a
+        None of them is to be picked again, and the loop counts them with its
+        busy jobs against the kinds' limits: a
         job a slot's finish is claiming is in neither the loop's busy jobs nor
         the ones ahead until the loop reads that slot's report.
         """

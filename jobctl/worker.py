@@ -337,8 +337,9 @@ class Worker:
         nothing more to run, and when a job it holds back (a not-before
         time) may run.
         """
-        skip = self._picker.excluded(self._busy, self._slots.taken(), now_mono)
-        tally = self.quota.tally([*self._busy.values(), *self._slots.picked()])
+        picked = self._slots.picked()  # not to be picked again, and counted against the kinds' limits
+        skip = self._picker.excluded(self._busy, {rec.id for rec in picked}, now_mono)
+        tally = self.quota.tally([*self._busy.values(), *picked])
         batch: list[Record] = []
         wake: datetime | None = None
         idle = False

@@ -100,6 +100,11 @@ def test_two_workers_sharing_the_jobs_run_each_once(store: FileStore, side_log: 
 # -- the slots' bookkeeping of jobs picked ahead, on their own -----------------------------------
 
 
+def taken(slots: Any) -> set[str]:
+    """The ids the slots hold out of picks: picked ahead, or being taken by a slot's finish."""
+    return {rec.id for rec in slots.picked()}
+
+
 def bare_slots(store: FileStore, reports: list[Any]) -> Any:
     from jobctl.slots import Slots
 
@@ -130,14 +135,14 @@ def test_a_successor_refused_stays_out_of_picks_until_the_loop_has_the_refusal(s
     recs = {r.id: r for r in store.list()}
     slots.add_ahead(recs[following])
     assert slots._successor() is recs[following]
-    assert slots.taken() == {following}
+    assert taken(slots) == {following}
     out = Outcome(first, "shell", 1, 1, state="complete")
     out.then = (recs[following], LeaseHeld("somebody else holds it", following))
     assert slots._then(recs[first], out) is None
     assert [r.job_id for r in reports] == [first, following]
-    assert slots.taken() == {following}  # still out of picks: the loop has not read the refusal yet
+    assert taken(slots) == {following}  # still out of picks: the loop has not read the refusal yet
     slots.reported(following)
-    assert slots.taken() == set()
+    assert taken(slots) == set()
 
 
 def test_a_successor_whose_processor_still_runs_here_is_passed_over(store: FileStore) -> None:
@@ -188,7 +193,7 @@ def test_a_slot_whose_run_fails_after_its_finish_took_a_successor_reports_both(s
     slots._guarded([store.load(first)], step)
     assert sorted(r.job_id for r in reports) == sorted([first, following])  # neither left waiting for ever
     slots.reported(following)
-    assert slots.taken() == set()
+    assert taken(slots) == set()
 
 
 def test_a_successor_being_taken_counts_against_its_kinds_limit(
