@@ -36,7 +36,9 @@ on 2 CPUs (the 100,000-record store dominates).
 ``--list [--samples N]`` times only a piped ``list`` on the 100,000-record
 store (a minute or so): cold (the cache removed before each sample) and warm,
 taking turns, each sample's first line, total and the ``list`` process's
-peak memory; its output is checked to be the same in every sample.
+peak memory; its output is checked to be the same in every sample. Then the
+time to read every record's bytes in this process (:func:`read_floor`): the
+least a cold listing's first line can wait, the order being the records'.
 """
 
 from __future__ import annotations
@@ -184,6 +186,29 @@ def floor(jobs: str) -> float:
         for entry in entries:
             if entry.name.endswith(".json"):
                 entry.stat(follow_symlinks=False)
+    return time.perf_counter() - t
+
+
+def read_floor(jobs: str) -> float:
+    """Seconds to read every record file's bytes in this process (no decoding): what an ordered answer waits for.
+
+    A listing is ordered by creation time, which only a record's bytes
+    hold (an id's leading milliseconds are a writer's clock when it minted
+    the id, not the record's ``created_at``), so with no cache its first
+    line cannot come before every record has been read.
+    """
+    t = time.perf_counter()
+    flags = os.O_RDONLY | os.O_NOFOLLOW
+    top = os.open(jobs, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with os.scandir(top) as entries:
+            for entry in entries:
+                if entry.name.endswith(".json"):
+                    fd = os.open(entry.name, flags, dir_fd=top)
+                    os.read(fd, 1 << 16)
+                    os.close(fd)
+    finally:
+        os.close(top)
     return time.perf_counter() - t
 
 
@@ -467,6 +492,11 @@ def list_only(samples: int) -> None:
                 f" CPU {statistics.median(cpus):.2f} s, peak {max(mbs):.0f} MB, {samples} samples"
             )
         print(f"  the same output in every sample: {'yes' if len(outputs) == 1 else 'NO'}")
+        reads = statistics.median(read_floor(jobs) for _ in range(3))
+        print(
+            f"  every record's bytes read, no decoding, one process: {reads:.3f} s (median of 3; two CPUs halve it"
+            " at best): ordered by creation, which only the records hold, a cold listing's first line comes after"
+        )
         print(f"  load average after: {os.getloadavg()[0]:.1f}")
     finally:
         os.chdir(REPO)
