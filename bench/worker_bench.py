@@ -22,13 +22,17 @@ Run with ``make bench`` (``.venv/bin/python bench/worker_bench.py``). Three part
   (other systems), which lists the names but never re-reads a finished record.
 
 Stores are made in temporary directories inside the repository (its file
-system's fsync is the one that counts, as in store_bench.py) and removed.
+system's fsync is the one that counts, as in store_bench.py) and removed;
+``--store-dir DIR`` makes them in DIR instead, to part what a file system
+costs from what jobctl does (bench/README.md, "Concurrency 4: the same
+code on other file systems"). The first line names the file system.
 The numbers are checked against the targets and printed; the exit
 code is 0 either way: timing is not a test. About 45 s on 2 CPUs.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import shutil
@@ -65,6 +69,9 @@ def add_finished(store: FileStore, n: int) -> None:
         store.submit(Record(kind="shell", spec={"argv": [TRUE]}, state="complete"))
 
 
+#: Where the stores are made (``--store-dir``): the repository's own file system unless told.
+STORES = str(REPO)
+
 #: CPU per job of the best drain at each concurrency, in ms: this process, and its children (commands, guardian).
 CPU: dict[int, tuple[float, float]] = {}
 
@@ -73,7 +80,7 @@ def drain(concurrency: int, finished: int = 0) -> float:
     """Jobs per second for one worker draining JOBS trivial jobs; best of RUNS."""
     best = 0.0
     for _ in range(RUNS):
-        with tempfile.TemporaryDirectory(prefix="jobctl-worker-bench-", dir=REPO) as tmp:
+        with tempfile.TemporaryDirectory(prefix="jobctl-worker-bench-", dir=STORES) as tmp:
             store = FileStore(tmp)
             add_finished(store, finished)
             submit_jobs(store, JOBS)
@@ -106,7 +113,7 @@ def shell_loop() -> float:
 
 def pick_cost(finished: int, notices: bool) -> float:
     """Mean seconds of refresh + pick, each after one job's claim and final write."""
-    with tempfile.TemporaryDirectory(prefix="jobctl-pick-bench-", dir=REPO) as tmp:
+    with tempfile.TemporaryDirectory(prefix="jobctl-pick-bench-", dir=STORES) as tmp:
         store = FileStore(tmp)
         add_finished(store, finished)
         submit_jobs(store, PICKS + 1)
@@ -124,10 +131,32 @@ def pick_cost(finished: int, notices: bool) -> float:
         return statistics.fmean(samples)
 
 
-def main() -> int:
+def file_system(path: str) -> str:
+    """The type of the file system ``path`` is on (its mount in ``/proc/self/mounts``), or ``unknown``."""
+    real, best, kind = os.path.realpath(path), "", "unknown"
+    try:
+        with open("/proc/self/mounts", encoding="utf-8") as fh:
+            for line in fh:
+                fields = line.split()
+                point = fields[1].replace("\\040", " ")
+                if (real == point or real.startswith(point.rstrip("/") + "/")) and len(point) >= len(best):
+                    best, kind = point, fields[2]
+    except OSError:
+        pass
+    return kind
+
+
+def main(argv: list[str]) -> int:
+    global STORES
+    parser = argparse.ArgumentParser(description="jobctl worker --drain against a plain sh loop")
+    parser.add_argument("--store-dir", metavar="DIR", help="make the stores in DIR (default: the repository)")
+    STORES = parser.parse_args(argv).store_dir or STORES
+    if not os.path.isdir(STORES):
+        print(f"worker_bench.py: --store-dir {STORES}: not a directory", file=sys.stderr)
+        return 2
     print(
         f"worker bench: {JOBS} jobs running {TRUE}; {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-        f"{platform.system()} {platform.release()}; best of {RUNS}"
+        f"{platform.system()} {platform.release()}; best of {RUNS}; stores in {STORES} ({file_system(STORES)})"
     )
     floor = shell_loop()
     rates = {c: drain(c) for c in (1, 4)}
@@ -168,4 +197,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
