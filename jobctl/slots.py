@@ -212,9 +212,9 @@ class Slots:
         """The jobs picked ahead, oldest first, then the ones a slot is taking from them.
 
         None of them is to be picked again, and the loop counts them with its
-        busy jobs against the kinds' limits: a
-        job a slot's finish is claiming is in neither the loop's busy jobs nor
-        the ones ahead until the loop reads that slot's report.
+        busy jobs against the kinds' limits: a job a slot's finish is claiming
+        is in neither the loop's busy jobs nor the ones ahead until the loop
+        reads that slot's report.
         """
         with self.lock:
             return [*self._ahead, *(rec for rec, _ in self._taking.values())]

@@ -65,13 +65,16 @@ def spawned(path: bytes, argv: list[bytes], env: dict[bytes, bytes], actions: li
     line) is run by the shell, as ``execvp`` and every shell run it:
     ``/bin/sh path arg...``.
     """
+
+    def start(file: bytes, args: list[bytes]) -> int:
+        return os.posix_spawn(file, args, env, file_actions=actions, setpgroup=0, setsigdef=SIGDEF, setsigmask=())
+
     try:
-        return os.posix_spawn(path, argv, env, file_actions=actions, setpgroup=0, setsigdef=SIGDEF, setsigmask=())
+        return start(path, argv)
     except OSError as exc:
         if exc.errno != errno.ENOEXEC:
             raise
-    shell = [SHELL, path, *argv[1:]]
-    return os.posix_spawn(SHELL, shell, env, file_actions=actions, setpgroup=0, setsigdef=SIGDEF, setsigmask=())
+    return start(SHELL, [SHELL, path, *argv[1:]])
 
 
 def seal() -> None:
