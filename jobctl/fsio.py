@@ -27,7 +27,7 @@ import errno
 import os
 import stat
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 from .errors import Invalid, JobError, Refused, WriteFailed
 
@@ -510,12 +510,56 @@ def _own(fd: int) -> int:
     return os.open(".", os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC, dir_fd=fd)
 
 
+#: How many directories :func:`remove_tree` holds open at once, however deep the tree: past it the
+#: shallowest is closed and opened again (walked to from the top, nothing followed) when the walk comes back.
+TREE_HELD = 32
+
+
+class _Level:
+    """One directory on :func:`remove_tree`'s path: its name, its descriptor (None: closed), what is left in it."""
+
+    __slots__ = ("name", "dir", "left")
+
+    def __init__(self, name: str, below: Dir | None) -> None:
+        self.name = name
+        self.dir = below
+        self.left: list[str] | None = None  # the subdirectories still to empty; None: not listed yet
+
+
+def _reopen(at: Dir, levels: list[_Level]) -> None:
+    """Open again each closed directory on the path, from the deepest one still open (or ``at``), none followed."""
+    i = len(levels)
+    while i and levels[i - 1].dir is None:
+        i -= 1
+    parent = at if i == 0 else levels[i - 1].dir
+    assert parent is not None
+    for j in range(i, len(levels)):
+        below = open_below(parent, levels[j].name)
+        if parent is not at and j <= len(levels) - TREE_HELD:  # only the path's deepest TREE_HELD stay open
+            parent.close()
+            levels[j - 1].dir = None
+        levels[j].dir = below
+        parent = below
+
+
+def _hold(levels: list[_Level]) -> None:
+    """Close the shallowest directory held once more than :data:`TREE_HELD` are open."""
+    start = len(levels) - TREE_HELD - 1
+    shallowest = levels[start].dir if start >= 0 else None
+    if shallowest is not None:
+        shallowest.close()
+        levels[start].dir = None
+
+
 def remove_tree(at: Dir, name: str) -> None:
     """Remove ``name`` in ``at`` and, when it is a directory, all below it; nothing missing is an error.
 
     Walked by descriptor with nothing followed: a link anywhere in the tree
     is removed itself, never its target, and a directory swapped for a link
     while the walk runs is refused by ``O_NOFOLLOW`` rather than entered.
+    The walk is a loop, not a recursion, and holds at most :data:`TREE_HELD`
+    directories open: a tree of any depth (a job's, or one planted in the
+    store) is removed without running out of stack or of descriptors.
     """
     try:
         info = os.stat(name, dir_fd=at.fd, follow_symlinks=False)
@@ -524,17 +568,55 @@ def remove_tree(at: Dir, name: str) -> None:
     if not stat.S_ISDIR(info.st_mode):
         unlink(at, name)
         return
+    levels = [_Level(name, None)]
     try:
-        below = Dir(_open_below(at.fd, name, at.join(name), False, 0o755), at.join(name))
-    except FileNotFoundError:
-        return
-    with below:
-        for entry in list(scan(below)):
-            remove_tree(below, entry.name)
-    try:
-        os.rmdir(name, dir_fd=at.fd)
-    except FileNotFoundError:
-        pass
+        while levels:
+            level = levels[-1]
+            if level.dir is None:
+                try:
+                    _reopen(at, levels)
+                except FileNotFoundError:  # gone meanwhile: nothing left to remove there
+                    levels.pop().dir = None
+                    continue
+            here = level.dir
+            assert here is not None
+            if level.left is None:
+                level.left = []
+                for entry in list(scan(here)):
+                    if entry.is_dir(follow_symlinks=False):
+                        level.left.append(entry.name)
+                    else:
+                        unlink(here, entry.name)
+            if level.left:
+                sub = level.left.pop()
+                try:
+                    below = open_below(here, sub)
+                except FileNotFoundError:
+                    continue
+                except JobError:  # no longer a directory (a link swapped in): removed itself, never followed
+                    with suppress(OSError):
+                        unlink(here, sub)
+                    continue
+                levels.append(_Level(sub, below))
+                _hold(levels)
+                continue
+            levels.pop()
+            here.close()
+            if levels and levels[-1].dir is None:
+                try:
+                    _reopen(at, levels)
+                except FileNotFoundError:  # its parent is gone, and it with it
+                    continue
+            parent = levels[-1].dir if levels else at
+            assert parent is not None
+            try:
+                os.rmdir(level.name, dir_fd=parent.fd)
+            except FileNotFoundError:
+                pass
+    finally:
+        for level in levels:
+            if level.dir is not None:
+                level.dir.close()
 
 
 def remove_below(root: str, path: str) -> None:

@@ -88,19 +88,22 @@ def sweep(state: State, job_id: str | None) -> None:
         raise refused[0]
 
 
-def check_lock(jobs_dir: str) -> str:
-    """``ok`` when ``flock`` excludes a second open of the same file here, else why not."""
+def check_lock(root: str) -> str:
+    """``ok`` when ``flock`` excludes a second open of the same file in the store's ``jobs/``, else why not."""
     import fcntl
 
     from .. import fsio
     from ..errors import JobError
 
+    jobs_dir = os.path.join(root, "jobs")
     name = f".jobctl-probe-{os.getpid()}-{os.urandom(4).hex()}.lock"
     path = os.path.join(jobs_dir, name)
     try:
-        at = fsio.open_dir(jobs_dir)
+        at = fsio.open_dir(root, "jobs")  # the root followed, jobs/ not: a link there is refused
     except OSError as exc:
         return f"FAILED: cannot open {jobs_dir}: {exc.strerror or exc}"
+    except JobError as exc:
+        return f"FAILED: {exc}"
     try:
         try:
             first = fsio.open_lock(at, name)
@@ -129,16 +132,18 @@ def check_lock(jobs_dir: str) -> str:
         at.close()
 
 
-def check_rename(jobs_dir: str) -> str:
-    """``ok`` when a record-style write (stage, fsync, rename over, fsync the directory) works here."""
+def check_rename(root: str) -> str:
+    """``ok`` when a record-style write (stage, fsync, rename over, fsync the directory) works in ``jobs/``."""
     from .. import fsio, lock
     from ..errors import JobError
 
     name = f".jobctl-probe-{os.getpid()}-{os.urandom(4).hex()}"
     try:
-        at = fsio.open_dir(jobs_dir)
+        at = fsio.open_dir(root, "jobs")  # the root followed, jobs/ not: a link there is refused
     except OSError as exc:
         return f"FAILED: {exc.strerror or exc}"
+    except JobError as exc:
+        return f"FAILED: {exc}"
     try:
         lock.change(at, name, lambda current: b"first\n")
         lock.change(at, name, lambda current: (current or b"") + b"second\n")
@@ -274,8 +279,9 @@ def _facts(state: State) -> tuple[list[tuple[str, str]], bool]:
     checks: tuple[tuple[str, Callable[[], str]], ...] = (
         ("check_access", lambda: check_access(store.jobs_dir, store.work_dir)),
         ("check_owner", lambda: check_owner(store.jobs_dir)),
-        ("check_lock", lambda: check_lock(store.jobs_dir)),
-        ("check_rename", lambda: check_rename(store.jobs_dir)),
+        # By the root: jobs/ is opened again not followed, so a link swapped in since the store opened is refused.
+        ("check_lock", lambda: check_lock(store.root)),
+        ("check_rename", lambda: check_rename(store.root)),
         ("check_leases", lambda: check_leases(state, store)),
     )
     for name, check in checks:

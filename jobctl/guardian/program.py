@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 INF = float("inf")
 LIMIT = 1 << 26  # a larger file is not read: the time its supervisor reported still holds
 OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 LEASE = b'\n  "lease": {\n    "owner": "'
 RACY = 1.0  # seconds: a file changed this shortly before it was read may change again unseen by its times
 PR_SET_DUMPABLE = 4  # as in jobctl.prctl
@@ -169,12 +170,20 @@ def ident(st: os.stat_result) -> Ident:
 def read(path: bytes) -> tuple[bytes, Ident | None] | None:
     """(bytes, the identity of the file read, or None when too fresh to stand for it); None when unread.
 
-    Never a link, never a FIFO or a device, never more than LIMIT bytes.
+    Never a link, never a FIFO or a device, never more than LIMIT bytes. The directory it is in (a file
+    store's ``jobs/``) is not followed either, as jobctl.fsio opens it: a link swapped in there must not
+    send this read to a record of somebody else's making, whose other epoch would kill the job.
     """
     try:
-        fd = os.open(path, OPEN)
+        at = os.open(os.path.dirname(path) or b".", OPEN_DIR)
     except OSError:
         return None
+    try:
+        fd = os.open(os.path.basename(path), OPEN, dir_fd=at)
+    except OSError:
+        return None
+    finally:
+        os.close(at)
     try:
         st = os.fstat(fd)
         if st.st_mode & 0o170000 != 0o100000:

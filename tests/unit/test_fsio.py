@@ -5,6 +5,8 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +76,50 @@ def test_remove_tree_removes_links_never_their_targets(tmp_path: Path) -> None:
     fsio.remove_below(str(root), str(job))
     assert not job.exists() and (root / "work").is_dir()
     assert (outside / "precious").read_text() == "keep"
+
+
+def test_remove_tree_removes_a_tree_of_any_depth_holding_few_descriptors(tmp_path: Path) -> None:
+    # A tree deeper than Python's recursion limit (planted in a store, or made by a job): gc removed
+    # it with a RecursionError traceback, and held one descriptor a level.
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious").write_text("keep")
+    root = tmp_path / "store"
+    job = root / "work" / "job-1"
+    job.mkdir(parents=True)
+    depth = sys.getrecursionlimit() + 200
+    here = os.open(job, os.O_RDONLY)
+    try:
+        for _ in range(depth):  # by descriptor: the path soon outgrows PATH_MAX
+            os.mkdir("d", dir_fd=here)
+            os.mkdir("e", dir_fd=here)
+            os.close(os.open("f", os.O_WRONLY | os.O_CREAT, dir_fd=here))
+            os.symlink(str(outside), "l", dir_fd=here)
+            below = os.open("d", os.O_RDONLY, dir_fd=here)
+            os.close(here)
+            here = below
+    finally:
+        os.close(here)
+    opened = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else None
+    most = [0]
+    real_open = os.open
+
+    def counting_open(*args: object, **kwargs: object) -> int:
+        fd = real_open(*args, **kwargs)  # type: ignore[arg-type]
+        if opened is not None:
+            most[0] = max(most[0], len(os.listdir("/proc/self/fd")) - opened)
+        return fd
+
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(fsio.os, "open", counting_open)
+            fsio.remove_below(str(root), str(job))
+    finally:
+        subprocess.run(["rm", "-rf", str(job)], check=False)  # what is left: pytest's own clean-up recurses too
+    assert not job.exists() and (root / "work").is_dir()
+    assert (outside / "precious").read_text() == "keep"
+    if opened is not None:
+        assert most[0] <= fsio.TREE_HELD + 8
 
 
 def test_remove_below_never_walks_a_linked_parent(tmp_path: Path) -> None:

@@ -152,6 +152,22 @@ def test_only_a_regular_file_within_the_limit_is_read(
     assert read(path) is None
 
 
+def test_a_link_swapped_in_for_jobs_is_not_followed(store: FileStore, tmp_path: Path) -> None:
+    # Whoever may rename in the store's root moves jobs/ aside and links a directory of their own
+    # there, holding a record of another epoch: read through the link, it got the job killed.
+    _, path = claimed(store)
+    jobs = Path(store.jobs_dir)
+    forged = tmp_path / "forged"
+    forged.mkdir()
+    name = os.path.basename(os.fsdecode(path))
+    (forged / name).write_bytes((jobs / name).read_bytes().replace(b'"epoch": 1,', b'"epoch": 9,'))
+    jobs.rename(tmp_path / "moved")
+    jobs.symlink_to(forged)
+    assert read(path) is None
+    os.rename(tmp_path / "moved" / name, tmp_path / "moved" / "x")  # the store's root itself is followed:
+    assert read(os.fsencode(tmp_path / "moved" / "x")) is not None  # a path through no link below it is read
+
+
 def test_a_file_read_just_after_its_change_is_read_again(store: FileStore, monkeypatch: pytest.MonkeyPatch) -> None:
     _, path = claimed(store)
     fresh = read(path)

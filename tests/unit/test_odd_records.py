@@ -224,3 +224,30 @@ def test_a_locker_that_waited_on_a_dropped_lock_takes_the_new_one(
         with lock._locked(at, "w-1.json") as hold:
             assert len(opened) == 2 and hold.fd == opened[1]
             assert os.fstat(hold.fd).st_ino == os.stat(jobs(store) / "w-1.json.lock").st_ino
+
+
+def test_doctors_probes_never_write_through_a_link_swapped_in_for_jobs(store: FileStore, tmp_path: Path) -> None:
+    # doctor opened the store (jobs/ not followed), then probed jobs/ again by its path, following
+    # a link swapped in meanwhile: its probe files were made, and renamed, in the directory linked to.
+    from jobctl.cli.upkeep import check_lock, check_rename
+
+    assert check_lock(store.root) == "ok" and check_rename(store.root) == "ok"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    made: list[str] = []
+    real_open = os.open
+
+    def watching_open(path: str, flags: int, *args: object, **kwargs: object) -> int:
+        fd = real_open(path, flags, *args, **kwargs)  # type: ignore[arg-type]
+        if flags & os.O_CREAT and os.path.samestat(os.fstat(kwargs["dir_fd"]), os.stat(elsewhere)):  # type: ignore[arg-type]
+            made.append(path)
+        return fd
+
+    os.rename(store.jobs_dir, tmp_path / "moved")
+    os.symlink(elsewhere, store.jobs_dir)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(fsio.os, "open", watching_open)
+        for check in (check_lock, check_rename):
+            verdict = check(store.root)
+            assert verdict.startswith("FAILED: ") and "symbolic link" in verdict, verdict
+    assert made == [] and list(elsewhere.iterdir()) == []
