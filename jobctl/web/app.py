@@ -18,6 +18,7 @@ import re
 from collections.abc import Awaitable, Callable, Sequence
 from importlib import resources
 from typing import Any
+from urllib.parse import quote
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -34,7 +35,7 @@ from ..lifecycle import replacement_of, replacements, retry
 from ..record import ZERO_TIME
 from ..roster import roster_for
 from ..store.base import Store
-from ..submitter import submitter_of
+from ..submitter import check_name, submitter_of
 from .events import Feed
 from .logs import parse_tail_query, tail
 from .schedules import ScheduleApi
@@ -102,9 +103,20 @@ def _by(request: Request, body: Any) -> str:
     if given is not None:
         if not isinstance(given, str) or not given.strip():
             raise Invalid("by must be a non-empty string")
-        return given
+        # As a submission's `by`: it lands in the intent and in a cancel's error, which stay one line.
+        return check_name(given)
     client = request.client.host if request.client else "unknown"
     return f"http@{client}"
+
+
+def _once(request: Request) -> None:
+    """Refuse a query parameter given twice: only one of them would be read, and the other silently dropped."""
+    seen: set[str] = set()
+    for name, _value in request.query_params.multi_items():
+        if name in seen:
+            several = " (several states are one parameter, comma-separated)" if name == "state" else ""
+            raise Invalid(f"parameter {name!r} is given twice: give it once{several}")
+        seen.add(name)
 
 
 def _reason(body: dict[str, Any]) -> str:
@@ -153,13 +165,13 @@ class _Guard:
             given = request.headers.get("authorization", "")
             bearer = given[7:] if given[:7].lower() == "bearer " else ""
             cookie = request.cookies.get(COOKIE, "")
-            query = (
-                request.query_params.get("token", "")
-                if request.url.path.rstrip("/") == request.scope.get("root_path", "").rstrip("/")
-                and request.method == "GET"
-                else ""
-            )
-            if not any(hmac.compare_digest(self.token, c.encode()) for c in (bearer, cookie, query) if c):
+            on_page = request.url.path.rstrip("/") == request.scope.get("root_path", "").rstrip("/")
+            query = request.query_params.get("token") if on_page and request.method in ("GET", "HEAD") else None
+            given_all = [c for c in (bearer, cookie, query) if c]
+            # The page keeps a `?token=` as the cookie: a wrong one (or an empty one) is refused even beside a
+            # right cookie or header, else it would replace the cookie and lock the browser out.
+            wrong_query = query is not None and not hmac.compare_digest(self.token, query.encode())
+            if wrong_query or not any(hmac.compare_digest(self.token, c.encode()) for c in given_all):
                 return _error(
                     401,
                     "unauthorized",
@@ -243,7 +255,9 @@ class _Api:
             return job_or_404(new_id), True
 
         view, created = await run_in_threadpool(work)
-        headers = {"Location": f"{request.scope.get('root_path', '')}/api/jobs/{view['id']}"}
+        # Percent-encoded: an id may hold any printable character (`€`, `%`, `?`), and a header only Latin-1.
+        root = quote(request.scope.get("root_path", ""), safe="/")
+        headers = {"Location": f"{root}/api/jobs/{quote(view['id'], safe='')}"}
         return JSONResponse(view, status_code=201 if created else 200, headers=headers)
 
     async def show(self, request: Request) -> Response:
@@ -252,11 +266,12 @@ class _Api:
     async def listing(self, request: Request) -> Response:
         store = self.store
         query = request.query_params
+        _once(request)
         unknown = sorted(set(query) - {"state", "kind", "pipeline", "by", "limit"})
         if unknown:
             raise Invalid(f"unknown parameter {unknown[0]!r} (state, kind, pipeline, by, limit)")
         limit_text = query.get("limit", "100")
-        if not limit_text.isdigit() or not 1 <= int(limit_text) <= 10000:
+        if not (limit_text.isascii() and limit_text.isdigit()) or not 1 <= int(limit_text) <= 10000:
             raise Invalid(f"limit {limit_text!r} is not a whole number 1..10000")
         limit = int(limit_text)
         states = parse_states(query["state"]) if "state" in query else frozenset()  # as `jobctl list --state`
@@ -289,6 +304,7 @@ class _Api:
         return JSONResponse(await run_in_threadpool(work))
 
     async def logs(self, request: Request) -> Response:
+        _once(request)
         attempt, limit = parse_tail_query(dict(request.query_params))
         return JSONResponse(await run_in_threadpool(tail, self.store, request.path_params["job_id"], attempt, limit))
 
@@ -307,6 +323,8 @@ class _Api:
     async def pipeline(self, request: Request) -> Response:
         store = self.store
         name = request.path_params["name"]
+        if not name:
+            raise NotFound("no such pipeline: the path names none")
 
         def work() -> dict[str, Any]:
             listed = store.list()
@@ -467,7 +485,8 @@ def create_app(
         Route("/api/jobs/{job_id:str}/cancel", api.action(api.cancel, reasoned=True), methods=["POST"]),
         Route("/api/jobs/{job_id:str}/retry", api.action(api.again, 201), methods=["POST"]),
         Route("/api/pipelines", api.pipelines, methods=["GET"]),
-        Route("/api/pipelines/{name:str}", api.pipeline, methods=["GET"]),
+        # a pipeline name may hold "/" (team/nightly): the rest of the path is the name
+        Route("/api/pipelines/{name:path}", api.pipeline, methods=["GET"]),
         Route("/api/events", api.events, methods=["GET"]),
         # recurring schedules (jobctl.web.schedules)
         Route("/api/schedules", schedules.listing, methods=["GET"]),
