@@ -26,7 +26,9 @@ start, so it is imported only when the ladder reaches the config file.
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
@@ -85,8 +87,7 @@ def read_config(path: str) -> tuple[str, str]:
     used; ``store`` is then empty and the ladder moves on.
     """
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
+        data = _read_regular(path)
     except FileNotFoundError:
         return "", ""
     except OSError as exc:
@@ -95,7 +96,7 @@ def read_config(path: str) -> tuple[str, str]:
 
     try:
         doc = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: nested too deep
         return "", f"is not JSON ({exc})"
     if not isinstance(doc, dict):
         return "", "is not a JSON object"
@@ -105,6 +106,19 @@ def read_config(path: str) -> tuple[str, str]:
     if not isinstance(store, str):
         return "", '"store" is not a string'
     return store, ""
+
+
+def _read_regular(path: str) -> bytes:
+    """The bytes of the regular file ``path``; ``OSError`` for anything else there.
+
+    Opened ``O_NONBLOCK``: a FIFO at the config file's name must not hang
+    every command that reaches this rung (it is refused, as a directory is).
+    """
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    with open(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        return fh.read()
 
 
 def _home(env: Mapping[str, str]) -> str:

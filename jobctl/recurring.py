@@ -23,7 +23,6 @@ them, not one each. Standard library only, beside jobctl's record layer.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
@@ -34,7 +33,7 @@ from . import limits
 from .errors import Invalid
 from .record import Record, format_time, parse_time
 from .submitter import set_submitter
-from .wire import Raw
+from .wire import Raw, parse_value
 
 __all__ = [
     "Schedule",
@@ -247,10 +246,12 @@ def new(
     if not isinstance(kind, str):
         raise Invalid(f"schedule {name}: kind must be text")
     check_kind(kind, f"schedule {name}: kind")
+    if not isinstance(spec, str):
+        raise Invalid(f"schedule {name}: spec must be JSON text")
     try:
-        body = json.loads(spec)
-    except (TypeError, ValueError) as exc:
-        raise Invalid(f"schedule {name}: spec is not JSON: {exc}") from None
+        body = parse_value(spec)  # as a record's spec is judged: nesting, duplicate names, NaN
+    except Invalid as exc:
+        raise Invalid(f"schedule {name}: spec is not JSON: {exc.message}") from None
     if not isinstance(body, dict):
         raise Invalid(f"schedule {name}: spec must be a JSON object")
     sched = Schedule(name, kind, spec, now, every=seconds, cron=cron, by=by, fired=fired)

@@ -90,7 +90,7 @@ def parse_result(data: bytes, job_id: str = "") -> Any:
         raise Invalid(f"result is larger than {RESULT_MAX_BYTES} bytes", job_id)
     try:
         value = json.loads(data.decode("utf-8"), parse_constant=_no_constant)
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: nested too deep
         raise Invalid(f"result is not JSON: {exc}", job_id) from None
     _check(value, job_id)
     return value

@@ -32,8 +32,10 @@ config directory (platformdirs: ``~/.config/jobctl`` on Linux)::
 from __future__ import annotations
 
 import configparser
+import errno
 import math
 import os
+import stat
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -323,7 +325,10 @@ class Settings:
 def _read_config(path: str, out: Settings) -> configparser.ConfigParser | None:
     parser = configparser.ConfigParser(interpolation=None)
     try:
-        with open(path, encoding="utf-8") as handle:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        with open(fd, encoding="utf-8") as handle:  # O_NONBLOCK: a FIFO there is refused, never waited on
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(errno.EINVAL, "not a regular file")
             parser.read_file(handle)
     except FileNotFoundError:
         out.config_state = "absent"

@@ -59,15 +59,36 @@ def parse(spec: Any, job_id: str = "") -> ShellSpec:
     argv = value.get("argv")
     if not isinstance(argv, list) or not argv or not all(isinstance(word, str) for word in argv):
         raise Invalid('a shell job\'s spec needs "argv": a non-empty list of strings', job_id)
+    if not argv[0]:
+        raise Invalid('"argv" names no command: its first word is empty', job_id)
     cwd = value.get("cwd")
     if cwd is not None and (not isinstance(cwd, str) or not cwd):
         raise Invalid('"cwd" must be a directory path', job_id)
     env = value.get("env", {})
     if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
         raise Invalid('"env" must be an object of strings', job_id)
+    _startable(argv, cwd, env, job_id)
     timeout = value.get("timeout")
     if timeout is not None and (
         isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf
     ):
         raise Invalid('"timeout" must be a positive number of seconds', job_id)
     return ShellSpec(list(argv), cwd, dict(env), None if timeout is None else float(timeout))
+
+
+def _startable(argv: list[str], cwd: str | None, env: dict[str, str], job_id: str) -> None:
+    """Refuse what no process can be started with (``execve`` takes C strings): ``invalid`` naming the field.
+
+    A NUL in a word, the cwd or the environment, and an environment name that
+    is empty or holds ``=``: the runner could only fail each attempt of it.
+    """
+    for number, word in enumerate(argv, start=1):
+        if "\0" in word:
+            raise Invalid(f'"argv" word {number} holds a NUL character, which no command can be given', job_id)
+    if cwd is not None and "\0" in cwd:
+        raise Invalid('"cwd" holds a NUL character, which no path can', job_id)
+    for name, text in env.items():
+        if not name or "=" in name or "\0" in name:
+            raise Invalid(f'"env" name {name!r} is not a variable name (empty, or holds "=" or a NUL)', job_id)
+        if "\0" in text:
+            raise Invalid(f'"env" value of {name} holds a NUL character, which no variable can', job_id)

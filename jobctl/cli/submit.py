@@ -195,8 +195,9 @@ def submit(
     {"argv": [the words], "cwd": this directory, "env": {--env pairs}}, so a
     relative command runs where it was submitted. A `shell` spec given with
     --spec is checked here (argv a non-empty list of strings, cwd a string,
-    env an object of strings, timeout a positive number) and refused
-    `invalid` (exit 9) rather than failing later in a worker.
+    env an object of strings, timeout a positive number; no empty command,
+    no NUL character, no env name with '=') and refused `invalid` (exit 9)
+    rather than failing later in a worker.
 
     --priority and --timeout are jobctl's extension keys
     jobctl.run/priority@1 and jobctl.run/timeout@1. Workers, claim --next and

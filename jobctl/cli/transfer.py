@@ -98,7 +98,7 @@ def import_(state: State, source: IO[bytes]) -> None:
                 continue
             try:
                 item = json.loads(line)
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
                 raise Invalid(f"line {number} is not JSON ({exc})") from None
             if not isinstance(item, dict) or not isinstance(item.get("record"), str):
                 raise Invalid(f"line {number} has no record text")

@@ -105,7 +105,7 @@ def _holder(at: fsio.Dir, name: str, key: str) -> tuple[str, int] | None:
 
     try:
         obj = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested too deep
         return None
     if not isinstance(obj, dict) or obj.get("key") != key:
         return None

@@ -52,7 +52,7 @@ def _decoded(data: bytes, name: str) -> Schedule:
 
     try:
         obj = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError: nested too deep
         raise Invalid(f"schedule file {name} is not JSON: {exc}") from None
     sched = Schedule.from_json(obj)
     if file_name(sched.name) != name:

@@ -52,7 +52,7 @@ def _parsed(data: bytes, name: str) -> Announcement | None:
 
     try:
         obj = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested too deep
         return None
     if not isinstance(obj, dict):
         return None

@@ -194,3 +194,35 @@ def test_the_python_api_still_creates_by_default_and_can_refuse(tmp_path: Path) 
     FileStore(tmp_path / "here")
     assert (tmp_path / "here" / "jobs").is_dir()
     assert FileStore(tmp_path / "here", create=False).list() == []
+
+
+def test_a_fifo_at_a_config_files_name_is_reported_never_waited_on(jobctl: Jobctl) -> None:
+    """Nobody writes to it: an open that waited for a writer would hang the command for ever."""
+    import os
+    import subprocess
+
+    from clitools import JOBCTL
+
+    config = jobctl.home / ".config" / "abstraction" / "config.json"
+    config.parent.mkdir(parents=True)
+    os.mkfifo(config)
+    ran = subprocess.run(
+        [JOBCTL, "list"],
+        capture_output=True,
+        timeout=30,
+        env=jobctl.subprocess_env(JOB_STORE=""),
+        stdin=subprocess.DEVNULL,
+    )
+    assert ran.returncode == 16, ran.stderr
+    assert ran.stderr.decode().startswith(f"jobctl: {config} cannot be read (not a regular file); ignoring it\n")
+    ini = jobctl.home / "worker.ini"
+    os.mkfifo(ini)
+    job = jobctl.submit()
+    ran = subprocess.run(  # a TTL over the smallest max_ttl: the setting is read, from the config file
+        [JOBCTL, "claim", job, "--ttl", "3600"],
+        capture_output=True,
+        timeout=30,
+        env=jobctl.subprocess_env(JOBCTL_CONFIG=str(ini)),
+        stdin=subprocess.DEVNULL,
+    )
+    assert ran.returncode == 0, ran.stderr

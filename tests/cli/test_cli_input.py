@@ -159,3 +159,42 @@ def test_submit_takes_printable_kinds_capabilities_and_dependencies(jobctl: Jobc
     for args in (("--kind", "nightly backup"), ("--kind", "café"), ("--kind", "k", "--requires", "gpu,disk")):
         ran = jobctl("submit", *args, "--after", first)
         assert ran.code == 0, ran.err
+
+
+@pytest.mark.parametrize(
+    ("spec", "says"),
+    [
+        ('{"argv": [""]}', '"argv" names no command: its first word is empty'),
+        ('{"argv": ["echo", "a\\u0000b"]}', '"argv" word 2 holds a NUL character'),
+        ('{"argv": ["true"], "cwd": "/tmp\\u0000x"}', '"cwd" holds a NUL character'),
+        ('{"argv": ["true"], "env": {"A=B": "1"}}', "\"env\" name 'A=B' is not a variable name"),
+        ('{"argv": ["true"], "env": {"": "1"}}', "\"env\" name '' is not a variable name"),
+        ('{"argv": ["true"], "env": {"A": "x\\u0000"}}', '"env" value of A holds a NUL character'),
+    ],
+)
+def test_a_shell_spec_no_process_can_start_with_is_refused_at_submit(jobctl: Jobctl, spec: str, says: str) -> None:
+    """execve takes C strings: a NUL, an empty command or a variable name with '=' could only fail every attempt."""
+    ran = jobctl("submit", "--kind", "shell", "--spec", spec)
+    assert ran.code == errors.Invalid.exit_code, ran.err
+    assert ran.out == b"" and ran.err.count("\n") == 1 and says in ran.err, ran.err
+    _nothing_written(jobctl)
+    added = jobctl("schedule", "add", "s", "--every", "1h", "--kind", "shell", "--spec", spec)
+    assert added.code == errors.Invalid.exit_code and says in added.err, added.err
+
+
+#: Deeper than the interpreter recurses: json.loads raises RecursionError, not ValueError.
+DEEP = "[" * 100000 + "]" * 100000
+
+
+def test_import_of_a_line_nested_too_deep_is_invalid_not_a_traceback(jobctl: Jobctl) -> None:
+    ran = jobctl("import", input=DEEP.encode() + b"\n")
+    assert ran.code == errors.Invalid.exit_code, ran.err
+    assert ran.err.count("\n") == 1 and ran.err.startswith("jobctl: invalid: line 1 is not JSON"), ran.err
+    _nothing_written(jobctl)
+
+
+def test_schedule_add_of_a_spec_nested_too_deep_is_invalid_not_a_traceback(jobctl: Jobctl) -> None:
+    ran = jobctl("schedule", "add", "deep", "--every", "1h", "--kind", "k", "--spec", "-", input=DEEP.encode())
+    assert ran.code == errors.Invalid.exit_code, ran.err
+    assert ran.err.count("\n") == 1 and "schedule deep: spec is not JSON: nesting deeper than" in ran.err, ran.err
+    assert jobctl("schedule", "list").text == ""
