@@ -49,6 +49,7 @@ __all__ = [
     "write_all",
     "replace",
     "unlink",
+    "exists",
     "fsync_dir",
     "scan",
     "refusal",
@@ -455,6 +456,15 @@ def unlink(at: Dir, name: str) -> bool:
     """Remove ``name`` from ``at`` (a link itself, never its target); False when it was not there."""
     try:
         os.unlink(name, dir_fd=at.fd)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def exists(at: Dir, name: str) -> bool:
+    """Whether anything is at ``name`` in ``at`` (a link counts, and is never followed)."""
+    try:
+        os.stat(name, dir_fd=at.fd, follow_symlinks=False)
     except FileNotFoundError:
         return False
     return True

@@ -28,6 +28,7 @@ from .priority import PRIORITY
 from .record import AFTER, PIPELINE, RETRY, ZERO_TIME, Intent, Record
 from .schedule import APPROVAL, RETRY_OF, after_of, gated, retry_of, retry_of_link
 from .store.base import Store
+from .store.contract import asker
 from .timeout import TIMEOUT
 from .wire import Raw
 
@@ -205,6 +206,7 @@ def retry(store: Store, job_id: str, with_dependents: bool = False, by: str = ""
     a worker cancelled because a dependency ended, without a replacement
     yet (``CancelledByDependency``, naming the job to retry instead).
     """
+    by = asker(by, job_id)  # a gate's `by`, as an intent's
     old = store.load(job_id)
     if old.state not in RETRYABLE:
         raise Refused(f"job {job_id} is {old.state}; only a failed or cancelled job is retried", job_id)

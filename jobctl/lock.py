@@ -209,10 +209,17 @@ def sweep(at: fsio.Dir, name: str, job_id: str = "") -> int:
     is stale. A name with a further dot in the unique part is not ours, nor
     is anything but a regular file. The names are unlinked relative to
     ``at``, and the directory is fsynced after, so the removal is durable.
+
+    A lock file this sweep made for a record that is not there (an id
+    nobody submitted, or a submit killed before its first rename) is
+    removed again, as a failed submit's is (:func:`change`); a lock file
+    that was there before stays [JOB-L3].
     """
     pattern = re.compile(re.escape(name) + r"\.[A-Za-z0-9_]+\.tmp\Z")
     removed = 0
-    with _locked(at, name, job_id):
+    made = not fsio.exists(at, name + ".lock")
+    with _locked(at, name, job_id) as hold:
+        hold.drop = made and not fsio.exists(at, name)
         stale = [
             entry.name for entry in fsio.scan(at) if pattern.match(entry.name) and entry.is_file(follow_symlinks=False)
         ]

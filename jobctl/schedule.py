@@ -61,6 +61,7 @@ __all__ = [
     "attempt",
     "shown_attempt",
     "parse_intervals",
+    "check_label",
     "gated",
     "Stage",
     "pipeline_stages",
@@ -190,6 +191,22 @@ def not_before(rec: Record) -> datetime | None:
     return retry.not_before if retry is not None else None
 
 
+def check_label(text: str, what: str) -> str:
+    """``text`` if it can name a pipeline, a stage or a capability: not blank, one line of printable text.
+
+    Refused at input (``invalid`` naming ``what``), as a kind is: a newline
+    or an escape would split or colour every line that shows the job. A
+    record another writer left with such a name is read as it is.
+    """
+    if not isinstance(text, str):
+        raise Invalid(f"{what} must be text, not {type(text).__name__}")
+    if not text.strip():
+        raise Invalid(f"{what} is blank")
+    if not text.isprintable():
+        raise Invalid(f"{what} {text!r} holds a character that is not printable (a newline or control character)")
+    return text
+
+
 def plan(
     rec: Record,
     *,
@@ -251,7 +268,8 @@ def plan(
         if AFTER not in rec.critical:
             rec.critical.append(AFTER)
     if pipeline:
-        rec.extensions[PIPELINE] = {"name": pipeline, "stage": stage or rec.kind}
+        stage = check_label(stage, "stage") if stage else rec.kind
+        rec.extensions[PIPELINE] = {"name": check_label(pipeline, "pipeline"), "stage": stage}
     if hold:
         rec.intent = Intent("pause", by)
         rec.extensions[APPROVAL] = {"required": True}

@@ -235,10 +235,14 @@ def submit(
       jobctl submit --priority 10 --timeout 15m --retries 2 -- ./nightly-report.sh
       jobctl submit --exclusive db-migrate -- ./migrate.sh
     """
+    from ..schedule import check_label
     from ..shell import SHELL, check_kind
 
     if stage and not pipeline:
         raise click.UsageError("--stage needs --pipeline")
+    for given, what in ((pipeline, "--pipeline"), (stage, "--stage")):
+        if given:  # named as the option here; the library's check (plan) names the field
+            check_label(given, what)
     if exists_ok and not job_id:
         raise click.UsageError("--exists-ok needs --id")
     kind, spec = kind_and_spec(command, kind, spec, env_pairs)
@@ -295,10 +299,12 @@ def _extensions(
 ) -> str:
     """Set ``--requires``, the submitter, ``--priority``, ``--timeout`` and ``--exclusive`` on ``rec``; who submits."""
     if requires:
+        from ..schedule import check_label
+
         names = requires.split(",")
         if not all(name.strip() for name in names):
             raise Invalid(f"--requires {requires!r} names an empty capability (give names separated by single commas)")
-        rec.requires = names
+        rec.requires = [check_label(name, "--requires") for name in names]
     who = by or default_submitter()
     set_submitter(rec, who, "--by")  # the hold's `by` too: one name says who asked
     if priority:  # 0 is no priority: a new record has none to remove

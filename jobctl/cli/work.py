@@ -243,8 +243,9 @@ run ended. SIGINT or SIGTERM stops CMD and releases the job.
 
 When CMD ran, the exit status is CMD's own (128+N when a signal N ended
 it), as timeout(1) and env(1) do. jobctl's own codes, when CMD did not
-run to its end: 2 usage; 3 no such job, or (--next) nothing runnable; 4
-lease_held, 7 terminal, 10 refused (paused, waiting for a dependency, no
+run to its end: 1 the job's spec cannot be run by its kind (the job ends
+failed, `cannot run: ...`, CMD never started); 2 usage; 3 no such job, or
+(--next) nothing runnable; 4 lease_held, 7 terminal, 10 refused (paused, waiting for a dependency, no
 command for its kind), all before CMD started; 5 stale_epoch or 6
 lease_expired when the lease was lost to somebody else (CMD was killed at
 once and nothing more was written); 126 CMD could not be run, 127 not

@@ -48,8 +48,11 @@ def parse_time(text: Any, what: str) -> datetime | None:
     try:
         when = datetime(int(year), int(month), int(day), int(hour), int(minute), int(second), micro, tzinfo=UTC)
         if zone not in ("Z", "z"):
+            hours, minutes = int(zone[1:3]), int(zone[4:6])
+            if hours > 23 or minutes > 59:  # RFC 3339's time-numoffset: 00-23 hours, 00-59 minutes
+                raise ValueError(zone)
             sign = 1 if zone[0] == "+" else -1
-            when -= sign * timedelta(hours=int(zone[1:3]), minutes=int(zone[4:6]))
+            when -= sign * timedelta(hours=hours, minutes=minutes)
     except (ValueError, OverflowError):
         raise Invalid(f"{what} {text!r} is not a valid instant") from None
     return when

@@ -272,11 +272,11 @@ class ContractStore:
 
     def set_intent(self, job_id: str, want: str, by: str = "") -> Record:
         _want(want, job_id)
-        return self._write(job_id, intending(job_id, want, by))
+        return self._write(job_id, intending(job_id, want, asker(by, job_id)))
 
     def recall(self, job_id: str, epoch: int, reason: str, by: str = "", grace: float = 30.0) -> Record:
         window = _recall_terms(job_id, epoch, reason, grace)
-        return self._write(job_id, recalling(job_id, epoch, reason, by, window))
+        return self._write(job_id, recalling(job_id, epoch, reason, asker(by, job_id), window))
 
     def cancel(self, job_id: str, by: str, ttl_seconds: float = 15.0, reason: str = "") -> Record:
         """Ask for a stop and, when nobody holds the job, stop it now [JOB-S3] [JOB-S4].
@@ -295,6 +295,7 @@ class ContractStore:
         lapses on a job still paused, and its adopter gives it back unrun.
         """
         reason = _cancel_reason(reason, job_id)
+        by = asker(by, job_id)
         rec = self.load(job_id)
         if rec.state == "cancelled":
             return rec
@@ -692,6 +693,26 @@ def _done(done: Any, job_id: str) -> None:
         raise Invalid(f"done must be a whole number ({limits.DONE.text()}), not {done!r}", job_id)
 
 
+def asker(by: Any, job_id: str) -> str:
+    """Who asks (an intent's, a recall's or a cancel's ``by``), refused before anything is read.
+
+    ``""`` (nobody named) or a name as :func:`jobctl.submitter.check_name`
+    takes it: it lands in the intent, the recall, the lease's owner and a
+    cancel's error, which stay one line. Only new input is checked: a record
+    another writer left with an odd ``by`` is read as it is.
+    """
+    if not isinstance(by, str):
+        raise Invalid(f"job {job_id}: by must be text, not {type(by).__name__}", job_id)
+    if not by:
+        return by
+    from ..submitter import check_name
+
+    try:
+        return check_name(by)
+    except Invalid as exc:
+        raise Invalid(f"job {job_id}: {exc.message}", job_id) from None
+
+
 def _want(want: Any, job_id: str) -> None:
     if want not in WANTS:
         raise Invalid(f"intent {want!r} is not run, pause or cancel [JOB-I1]", job_id)
@@ -701,5 +722,7 @@ def _recall_terms(job_id: str, epoch: Any, reason: Any, grace: Any) -> float:
     """A recall's arguments: a reason that is not blank, an epoch, a grace in seconds."""
     if not isinstance(reason, str) or not reason.strip():
         raise Invalid("a recall needs a reason", job_id)
+    if not reason.isprintable():  # it lands in the lease's recall, and in what its holder prints: one line
+        raise Invalid(f"job {job_id}: the recall's reason holds a character that is not printable (a newline?)", job_id)
     _epoch(epoch)
     return _seconds(grace, "grace")

@@ -21,6 +21,7 @@ of the store or a hung reader.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 from collections.abc import Callable, Iterable
@@ -107,7 +108,10 @@ class FileStore(FileListing, ContractStore, WorkerFiles, ScheduleFiles):
         self.jobs_dir = os.path.join(self.root, "jobs")
         self.work_dir = os.path.join(self.root, "work")
         if create:
-            os.makedirs(self.root, mode=0o755, exist_ok=True)
+            try:
+                os.makedirs(self.root, mode=0o755, exist_ok=True)
+            except FileExistsError:  # something that is not a directory is there: say so, not "File exists"
+                raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), self.root) from None
         else:
             self._check_exists()
         # jobs/ stays open for the store's life: every name in it resolves

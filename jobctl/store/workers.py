@@ -93,7 +93,7 @@ class WorkerFiles:
             odd = fsio.odd_at(at, name, "a worker's announcement (a regular file)")
             if odd is not None:
                 raise odd
-            first = not _exists(at, name)
+            first = not fsio.exists(at, name)
             tmp = lock.stage(at, name, data)
             try:
                 fsio.replace(at, tmp, name)
@@ -127,14 +127,6 @@ class WorkerFiles:
                     out.append(got)
         out.sort(key=lambda a: a.owner)
         return out
-
-
-def _exists(at: fsio.Dir, name: str) -> bool:
-    try:
-        os.stat(name, dir_fd=at.fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return False
-    return True
 
 
 def _read(at: fsio.Dir, name: str) -> Announcement | None:

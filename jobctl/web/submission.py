@@ -97,6 +97,7 @@ def record_from(body: Any, now: datetime, by: str, *, allow_shell: bool = False)
     unless ``allow_shell`` (``jobctl serve --allow-shell``): whoever may reach
     the API could otherwise run anything there.
     """
+    from ..schedule import check_label
     from ..shell import SHELL, check_kind
 
     if not isinstance(body, dict):
@@ -124,7 +125,7 @@ def record_from(body: Any, now: datetime, by: str, *, allow_shell: bool = False)
         from ..shell import parse
 
         parse(rec.spec, job_id or "")
-    rec.requires = _strings(body, "requires")
+    rec.requires = [check_label(name, "requires") for name in _strings(body, "requires")]
     hold = body.get("hold", False)
     if not isinstance(hold, bool):
         raise Invalid("hold must be true or false")

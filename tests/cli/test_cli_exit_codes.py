@@ -398,3 +398,18 @@ def test_exists_ok_on_a_damaged_record_is_invalid(jobctl: Jobctl, json: bool) ->
     assert ran.code == errors.Invalid.exit_code and ran.out == b"", ran.err
     assert ran.err.startswith("jobctl: invalid: ") and "bad" in ran.err and ran.err.count("\n") == 1
     assert path.read_bytes() == b"{not json"
+
+
+def test_run_of_a_spec_its_kind_cannot_run_exits_1_as_documented(jobctl: Jobctl) -> None:
+    """``cannot run: ...``: the job ends failed before any command starts; exit-codes.md's `run` table says 1."""
+    from pathlib import Path
+
+    from jobctl.record import Record
+
+    job_id = jobctl.store().submit(Record(kind="shell", spec={"argv": 5}))  # another writer's spec
+    ran = jobctl("run", job_id)
+    assert ran.code == 1 and "cannot run: " in ran.err and ran.err.count("\n") == 1, ran.err
+    assert json.loads(jobctl("show", job_id, "--json").out)["state"] == "failed"
+    doc = (Path(__file__).parents[2] / "docs" / "reference" / "exit-codes.md").read_text()
+    table = doc.split("## `run`: the command's status, or jobctl's", 1)[1].split("\n## ", 1)[0]
+    assert "\n| 1 | The job's spec cannot be run by its kind" in table

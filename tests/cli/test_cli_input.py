@@ -139,6 +139,12 @@ def test_run_next_with_an_id_is_a_usage_error_and_claims_nothing(jobctl: Jobctl)
         (("--kind", "k", "--after", "../x"), "dependency job id '../x' starts with a dot"),
         (("--kind", "k", "--after", "a/b"), "dependency job id 'a/b'"),
         (("--kind", "k", "--id", "self", "--after", "self"), "job self cannot wait for itself"),
+        (("--kind", "k", "--requires", "gpu,a\x00"), "--requires 'a\\x00' holds a character that is not printable"),
+        (("--kind", "k", "--requires", "a\nb"), "--requires 'a\\nb' holds a character that is not printable"),
+        (("--kind", "k", "--pipeline", "a\x01"), "--pipeline 'a\\x01' holds a character that is not printable"),
+        (("--kind", "k", "--pipeline", "p", "--stage", "s\n"), "--stage 's\\n' holds a character"),
+        (("--kind", "k", "--not-before", "2024-01-01T00:00:00+25:00"), "+25:00' is not a valid instant"),
+        (("--kind", "k", "--not-before", "2024-01-01T00:00:00+23:60"), "+23:60' is not a valid instant"),
     ],
 )
 def test_submit_refuses_values_no_record_should_hold(jobctl: Jobctl, args: tuple[str, ...], says: str) -> None:
@@ -198,3 +204,48 @@ def test_schedule_add_of_a_spec_nested_too_deep_is_invalid_not_a_traceback(jobct
     assert ran.code == errors.Invalid.exit_code, ran.err
     assert ran.err.count("\n") == 1 and "schedule deep: spec is not JSON: nesting deeper than" in ran.err, ran.err
     assert jobctl("schedule", "list").text == ""
+
+
+@pytest.mark.parametrize("command", ["approve", "intent-pause", "cancel", "recall", "retry"])
+@pytest.mark.parametrize("by", ["x\ny", "a\tb", "red\x1b[31m", " ", "x" * 201])
+def test_a_by_that_is_no_name_is_refused_and_nothing_changes(jobctl: Jobctl, command: str, by: str) -> None:
+    """``--by`` lands in the intent, the recall, the lease and a cancel's error: one line, as HTTP's ``by``."""
+    job_id = jobctl.submit("--hold")
+    if command == "recall":
+        jobctl("claim", job_id, "--owner", "w")
+    if command == "retry":
+        jobctl("cancel", job_id)
+    before = (jobctl.root / "jobs" / f"{job_id}.json").read_bytes()
+    args = {"intent-pause": ("intent", job_id, "pause"), "recall": ("recall", job_id, "--reason", "r")}
+    ran = jobctl(*args.get(command, (command, job_id)), "--by", by)
+    assert ran.code == errors.Invalid.exit_code, ran.err
+    assert ran.out == b"" and ran.err.count("\n") == 1 and job_id in ran.err, ran.err
+    assert (jobctl.root / "jobs" / f"{job_id}.json").read_bytes() == before
+    assert len(list((jobctl.root / "jobs").glob("*.json"))) == 1  # no retry made
+
+
+def test_a_recall_reason_that_would_break_a_line_is_refused(jobctl: Jobctl) -> None:
+    job_id = jobctl.submit()
+    jobctl("claim", job_id, "--owner", "w")
+    ran = jobctl("recall", job_id, "--reason", "disk\nfull")
+    assert ran.code == errors.Invalid.exit_code and "not printable" in ran.err, ran.err
+
+
+def test_a_record_an_other_writer_left_with_an_odd_by_is_still_read(jobctl: Jobctl) -> None:
+    """Only new input is checked: an intent's ``by`` with a newline, written by another implementation, reads."""
+    job_id = jobctl.submit("--hold")
+    path = jobctl.root / "jobs" / f"{job_id}.json"
+    text = path.read_text()
+    path.write_text(text.replace('"by": "', '"by": "x\\ny', 1))
+    shown = jobctl("show", job_id, "--json")
+    assert shown.code == 0, shown.err
+    assert jobctl("approve", job_id, "--by", "alice").code == 0
+
+
+def test_a_store_root_that_is_a_file_is_not_a_directory(jobctl: Jobctl, tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.write_text("")
+    for args in (("init", str(plain)), ("--store", str(plain), "submit", "--", "true")):
+        ran = jobctl(*args)
+        assert ran.code == 1, ran.err
+        assert ran.err.splitlines()[0] == f"jobctl: {plain}: Not a directory", ran.err

@@ -49,3 +49,24 @@ def test_the_library_hands_back_refusals_or_raises(any_store: Store) -> None:
     assert any_store.sweep(None, refused) == 0 and refused == []
     with pytest.raises(JobError):
         any_store.sweep("a/b", refused)  # an id no record can have is refused as ever, not collected
+
+
+def test_sweep_of_an_id_with_no_record_leaves_no_lock_behind(jobctl: Jobctl) -> None:
+    """No record, no lock [JOB-L3 keeps only an existing record's]; a killed first write's temporary still goes."""
+    jobs = jobctl.root / "jobs"
+    ran = jobctl("sweep", "1796506950377-b9011ed2f2c0d7580bdb")
+    assert (ran.code, ran.out) == (0, b"removed=0\n"), ran.err
+    (jobs / "1796506950378-b9011ed2f2c0d7580bdb.json.abc123.tmp").write_text("a submit killed before its rename")
+    assert jobctl("sweep").out == b"removed=1\n"
+    assert sorted(p.name for p in jobs.iterdir()) == []
+    kept = jobctl.submit()
+    assert jobctl("sweep", kept).code == 0
+    assert (jobs / f"{kept}.json.lock").exists()  # an existing record's lock stays
+
+
+def test_sweep_keeps_a_lock_that_was_there_before_its_record_went(jobctl: Jobctl) -> None:
+    jobs = jobctl.root / "jobs"
+    gone = jobctl.submit()
+    (jobs / f"{gone}.json").unlink()  # as gc removes a record: its lock stays [JOB-L3]
+    assert jobctl("sweep", gone).code == 0
+    assert (jobs / f"{gone}.json.lock").exists()

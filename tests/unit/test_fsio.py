@@ -63,13 +63,20 @@ def test_a_lock_link_is_refused_and_its_target_never_made(tmp_path: Path) -> Non
     assert not target.exists()
 
 
-def test_remove_tree_removes_links_never_their_targets(tmp_path: Path) -> None:
+def _outside_and_job(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A directory outside the store holding ``precious``, the store's root, and its ``work/job-1`` (made)."""
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "precious").write_text("keep")
     root = tmp_path / "store"
     job = root / "work" / "job-1"
-    (job / "deep").mkdir(parents=True)
+    job.mkdir(parents=True)
+    return outside, root, job
+
+
+def test_remove_tree_removes_links_never_their_targets(tmp_path: Path) -> None:
+    outside, root, job = _outside_and_job(tmp_path)
+    (job / "deep").mkdir()
     (job / "deep" / "out.txt").write_text("x")
     (job / "to-dir").symlink_to(outside)
     (job / "deep" / "to-file").symlink_to(outside / "precious")
@@ -81,12 +88,7 @@ def test_remove_tree_removes_links_never_their_targets(tmp_path: Path) -> None:
 def test_remove_tree_removes_a_tree_of_any_depth_holding_few_descriptors(tmp_path: Path) -> None:
     # A tree deeper than Python's recursion limit (planted in a store, or made by a job): gc removed
     # it with a RecursionError traceback, and held one descriptor a level.
-    outside = tmp_path / "outside"
-    outside.mkdir()
-    (outside / "precious").write_text("keep")
-    root = tmp_path / "store"
-    job = root / "work" / "job-1"
-    job.mkdir(parents=True)
+    outside, root, job = _outside_and_job(tmp_path)
     depth = sys.getrecursionlimit() + 200
     here = os.open(job, os.O_RDONLY)
     try:

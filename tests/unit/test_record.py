@@ -249,6 +249,9 @@ def test_parse_time_unset(unset: str | None) -> None:
         "2026-9-6T05:44:05Z",
         "yesterday",
         "1790000000",
+        "2024-01-01T00:00:00+25:00",  # RFC 3339's offset: hours 00-23, minutes 00-59
+        "2024-01-01T00:00:00+23:60",
+        "2024-01-01T00:00:00-24:00",
     ],
 )
 def test_parse_time_refuses_non_rfc3339(bad: str) -> None:

@@ -1473,3 +1473,24 @@ def test_threads_listing_one_store_at_once_each_get_every_record(tmp_path: Path)
     for thread in threads:
         thread.join(120)
     assert short == []
+
+
+@pytest.mark.parametrize("by", ["x\ny", "\x1b[31m", " ", "x" * 201, 5])
+def test_a_by_that_is_no_name_is_refused_by_every_call_that_takes_one(any_store: Store, by: Any) -> None:
+    """The library checks ``by`` (set_intent, recall, cancel, retry) as HTTP does, on every backend."""
+    from jobctl.lifecycle import retry
+
+    store = any_store
+    job_id = store.submit(Record(kind="k", spec={}))
+    held = store.claim(job_id, "w", 30)
+    before = store.load_bytes(job_id)
+    for call in (
+        lambda: store.set_intent(job_id, "pause", by),
+        lambda: store.recall(job_id, held.lease.epoch, "r", by),
+        lambda: store.cancel(job_id, by),
+        lambda: retry(store, job_id, by=by),
+    ):
+        with pytest.raises(Invalid):
+            call()
+    assert store.load_bytes(job_id) == before
+    assert store.set_intent(job_id, "pause", "").intent.by == ""  # nobody named: as before

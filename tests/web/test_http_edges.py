@@ -72,3 +72,22 @@ def test_a_pipeline_whose_name_holds_a_slash_is_served(server: Server) -> None:
         assert reply.status == 200 and reply.body["name"] == "team/nightly", (path, reply.body)
     empty = server.get("/api/pipelines/")
     assert (empty.status, empty.body["error"]) == (404, "not_found")
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("pipeline", "a\u0000"), ("pipeline", "p\nq"), ("stage", "s\n"), ("requires", ["gpu", "a\u0000"])],
+)
+def test_a_name_that_would_break_a_line_is_refused_422(server: Server, field: str, value: object) -> None:
+    body: dict[str, object] = {"kind": "k", field: value}
+    if field == "stage":
+        body["pipeline"] = "p"
+    reply = server.post("/api/jobs", body)
+    assert reply.status == 422 and reply.body["error"] == "invalid", reply.body
+    assert f"{field} " in reply.body["message"] and "not printable" in reply.body["message"], reply.body
+    assert server.get("/api/jobs").body["jobs"] == []
+
+
+def test_a_not_before_with_an_offset_out_of_range_is_refused_422(server: Server) -> None:
+    reply = server.post("/api/jobs", {"kind": "k", "not_before": "2024-01-01T00:00:00+23:60"})
+    assert reply.status == 422 and "not a valid instant" in reply.body["message"], reply.body
