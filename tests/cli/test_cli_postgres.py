@@ -98,6 +98,37 @@ def test_a_newer_schema_is_refused_everywhere(jobctl: Jobctl, pg: str) -> None:
         assert len(ran.err.splitlines()) == 1, ran.err
 
 
+@pytest.mark.parametrize(
+    ("tamper", "said"),
+    [
+        ("DELETE FROM jobctl_schema", "table jobctl_schema holds no row, not the one that names the schema version"),
+        (f"INSERT INTO jobctl_schema VALUES ({V - 2})", "table jobctl_schema holds more than one row"),
+        (
+            "ALTER TABLE jobctl_schema ALTER version TYPE text; UPDATE jobctl_schema SET version = '5.1'",
+            "table jobctl_schema holds version '5.1', not a whole number",
+        ),
+    ],
+    ids=["no-row", "two-rows", "not-a-number"],
+)
+def test_a_version_table_an_administrator_changed_is_one_line_everywhere(
+    jobctl: Jobctl, pg: str, tamper: str, said: str
+) -> None:
+    import psycopg
+
+    env = {"JOB_STORE": pg}
+    assert jobctl("db", "init", env=env).code == 0
+    with psycopg.connect(pg, autocommit=True) as conn:
+        conn.execute(tamper.encode())
+    for args, code in ((("list",), 1), (("db", "init"), 10), (("db", "migrate"), 10)):
+        ran = jobctl(*args, env=env)
+        assert (ran.code, ran.out) == (code, b""), (args, ran.err)
+        assert len(ran.err.splitlines()) == 1 and said in ran.err, (args, ran.err)
+        assert "restore its one row" in ran.err and "jobctl db init" not in ran.err, (args, ran.err)
+    doctor = jobctl("doctor", env=env)
+    assert doctor.code == 1 and "Traceback" not in doctor.err, doctor.err
+    assert f"check_open=FAILED: {masked(pg)}: {said}" in doctor.text, doctor.text
+
+
 def test_migrate_refuses_a_database_never_initialised(jobctl: Jobctl, pg: str) -> None:
     ran = jobctl("db", "migrate", env={"JOB_STORE": pg})
     assert ran.code == 10 and "holds no jobctl store" in ran.err and "jobctl db init" in ran.err

@@ -58,7 +58,7 @@ class RowHandle(ContractStore):
         self._held = Held()
         try:
             with self.session.tx() as conn:
-                found = schema_status(conn)
+                found = schema_status(conn, url)
             if found == 0:
                 raise uninitialised(url)
             if found != SCHEMA_VERSION:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
+from operator import itemgetter
 from typing import Any
 
 from ...errors import Invalid, JobError
@@ -78,6 +79,13 @@ SCHEDULING = ("not_before", "after", "pipeline", "scheduled", "unfinished", "pri
 
 VERBATIM = COLUMNS.index("verbatim")
 _AT = {name: n for n, name in enumerate(COLUMNS)}
+#: The record's columns that are ``NOT NULL`` in the schema: a NULL there (an administrator dropped the
+#: constraint) is no value any record holds, and the row is refused by name, not read as a default.
+_NOT_NULL = (
+    "kind", "state", "spec", "done", "total", "progress_at", "owner", "epoch", "expires_at",
+    "error", "created_at", "updated_at", "content", "critical",
+)  # fmt: skip
+_REQUIRED = itemgetter(*(_AT[name] for name in _NOT_NULL))
 
 #: What each step's statement hands back after the revision (``queries.sql``): the columns it sets.
 STEPS: dict[str, tuple[str, ...]] = {
@@ -113,6 +121,9 @@ def record_of(row: Sequence[Any]) -> Record:
     refuse them, naming the row's id.
     """
     job_id = row[0]
+    if None in _REQUIRED(row):
+        empty = [name for name, value in zip(_NOT_NULL, _REQUIRED(row), strict=True) if value is None]
+        raise Invalid(f"column {', '.join(empty)} of its row is NULL, which no record holds", job_id)
     verbatim = row[VERBATIM]
     if verbatim is not None:
         return decode(bytes(verbatim), job_id, named=True)

@@ -61,13 +61,35 @@ Q = queries()
 Step = Callable[[psycopg.Connection[Any]], None]
 
 
-def schema_status(conn: psycopg.Connection[Any]) -> int:
-    """The schema version the database holds; 0 when jobctl was never initialised there."""
+#: What ``jobctl_schema.version`` holds, as text: a whole number (``db init`` writes one row of it).
+_VERSION = re.compile(r"[0-9]{1,9}")
+_VERSION_HINT = "restore its one row, the version the tables are at (from a backup), then run the command again"
+
+
+def schema_status(conn: psycopg.Connection[Any], url: str = "") -> int:
+    """The schema version the database holds; 0 when jobctl was never initialised there.
+
+    A ``jobctl_schema`` table that holds no row, more than one, or a value
+    that is not a whole number is refused (``Refused`` naming ``url``): its
+    version is unknown, and neither a reader nor ``db init``/``db migrate``
+    may guess it.
+    """
     got = conn.execute(Q["schema_exists"]).fetchone()
     if got is None or not got[0]:
         return 0
-    got = conn.execute(Q["schema_version"]).fetchone()
-    return 0 if got is None else int(got[0])
+    rows = conn.execute(Q["schema_version"]).fetchall()
+    where = masked(url) if url else "the database"
+    if len(rows) != 1:
+        many = "no row" if not rows else "more than one row"
+        err = Refused(f"{where}: table jobctl_schema holds {many}, not the one that names the schema version")
+        err.hint = _VERSION_HINT
+        raise err
+    text = rows[0][0]
+    if text is None or not _VERSION.fullmatch(text):
+        err = Refused(f"{where}: table jobctl_schema holds version {text!r}, not a whole number")
+        err.hint = _VERSION_HINT
+        raise err
+    return int(text)
 
 
 def _script(path: str) -> Step:
@@ -124,7 +146,7 @@ def init(url: str, *, sql_dir: str = SQL_DIR, target: int = SCHEMA_VERSION) -> t
     """
     with connect(url) as conn, refusing(url), conn.transaction():
         _check_encoding(conn, url)
-        found = schema_status(conn)
+        found = schema_status(conn, url)
         if found == 0:
             for _n, actions in sorted(_steps(sql_dir, target).items()):
                 for action in actions:
@@ -143,7 +165,7 @@ def migrate(url: str, *, sql_dir: str = SQL_DIR, target: int = SCHEMA_VERSION) -
     A store at ``target`` already gets only what ``workers.sql`` adds when it lacks it.
     """
     with connect(url) as conn, refusing(url), conn.transaction():
-        found = schema_status(conn)
+        found = schema_status(conn, url)
         if found == 0:
             raise uninitialised(url)
         if found > target:
