@@ -180,6 +180,8 @@ class Worker:
             raise Invalid(f"schedule {name} is declared already on this worker")
         try:
             text = json.dumps({} if spec is None else spec, ensure_ascii=False, allow_nan=False)
+        except RecursionError:  # nested past the interpreter's limit
+            raise Invalid(f"schedule {name}: spec is not JSON: it nests too deep") from None
         except (TypeError, ValueError) as exc:
             raise Invalid(f"schedule {name}: spec is not JSON: {exc}") from None
         # The time is the store's when it is kept (declare()); this one only lets it be checked now.

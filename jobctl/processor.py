@@ -207,6 +207,8 @@ def _json(text: str | None) -> Any:
 def _check_json(value: Any, job_id: str, what: str) -> None:
     try:
         json.dumps(value, allow_nan=False)
+    except RecursionError:  # nested past the interpreter's limit (the record takes far less)
+        raise Invalid(f"{what} is not JSON: it nests too deep", job_id) from None
     except (TypeError, ValueError) as exc:
         raise Invalid(f"{what} is not JSON: {exc}", job_id) from None
 
@@ -240,12 +242,10 @@ def submit_next(store: Any, parent: Record, next_jobs: Sequence[NewJob]) -> list
     joins the parent's pipeline, with its kind as its stage unless told
     otherwise, and inherits the parent's retry policy unless it sets
     ``retries``. A job already there under the derived id is left as it is
-    (exists-ok).
+    (exists-ok). Every one is checked as a submission is (its id, kind,
+    spec, retries, stage, requires) before any is submitted: one that would
+    be refused submits none of them.
     """
-    from . import schedule
-    from .priority import set_priority
-    from .timeout import set_timeout
-
     ids = {id(job): (job.id or next_id(parent, n, job.kind)) for n, job in enumerate(next_jobs)}
     if len(set(ids.values())) != len(ids):
         raise Invalid(f"job {parent.id}: two next jobs have one id", parent.id)
@@ -264,25 +264,44 @@ def submit_next(store: Any, parent: Record, next_jobs: Sequence[NewJob]) -> list
             else:
                 raise Invalid(f"job {parent.id}: a next job's after names {dep!r}, not a job", parent.id)
         deps[id(job)] = names
-    for job in next_jobs:  # every one checked before any is submitted
-        if not isinstance(job.spec, dict):
-            raise Invalid(f"job {parent.id}: the spec of next job {job.kind} is not a JSON object", parent.id)
-        _check_json(job.spec, parent.id, f"the spec of next job {job.kind}")
     order = _in_dependency_order(next_jobs, ids, deps, parent.id)
-    membership = schedule.pipeline_of(parent)
-    inherited = schedule.retry_of(parent)
-    for job in order:
-        rec = Record(id=ids[id(job)], kind=job.kind, spec=job.spec)
-        rec.progress.total = job.total
-        rec.requires = list(job.requires)
-        if job.exclusive is not None:
-            from .exclusive import set_exclusive
+    records = [_next_record(parent, job, ids[id(job)], deps[id(job)]) for job in order]
+    for rec in records:  # every one was checked above: none is refused for what it holds
+        try:
+            store.submit(rec)
+        except Exists:
+            pass  # submitted before, by this job's earlier run: that one stands
+    return [ids[id(job)] for job in next_jobs]
 
+
+def _next_record(parent: Record, job: NewJob, job_id: str, deps: list[str]) -> Record:
+    """The record of next job ``job``, checked as a submission is; ``Invalid`` naming the parent and the job."""
+    from . import ids, schedule
+    from .exclusive import set_exclusive
+    from .priority import set_priority
+    from .record import prepare
+    from .shell import SHELL, check_kind, parse
+    from .timeout import set_timeout
+
+    what = f"job {parent.id}: next job {job.kind!r}"
+    try:
+        ids.check(job_id)
+        check_kind(job.kind)
+        if not isinstance(job.spec, dict):
+            raise Invalid("its spec is not a JSON object")
+        _check_json(job.spec, parent.id, "its spec")
+        rec = Record(id=job_id, kind=job.kind, spec=job.spec)
+        if job.kind == SHELL:
+            parse(rec.spec)
+        rec.progress.total = job.total
+        rec.requires = [schedule.check_label(name, "requires") for name in job.requires]
+        if job.exclusive is not None:
             set_exclusive(rec, job.exclusive)
+        membership = schedule.pipeline_of(parent)
         schedule.plan(
             rec,
             retries=job.retries,
-            after=[parent.id, *deps[id(job)]],
+            after=[parent.id, *deps],
             pipeline=membership[0] if membership else None,
             stage=job.stage,
             hold=job.hold,
@@ -291,15 +310,16 @@ def submit_next(store: Any, parent: Record, next_jobs: Sequence[NewJob]) -> list
         set_priority(rec, job.priority)
         if job.timeout is not None:
             set_timeout(rec, job.timeout)
+        inherited = schedule.retry_of(parent)
         if job.retries is None and inherited is not None and inherited.intervals:
             rec.extensions[schedule.RETRY] = schedule.Retry(
                 list(inherited.intervals), list(inherited.no_retry_on), 0, None
             ).to_json()
-        try:
-            store.submit(rec)
-        except Exists:
-            pass  # submitted before, by this job's earlier run: that one stands
-    return [ids[id(job)] for job in next_jobs]
+        prepare(rec)  # what the store's write would refuse (nesting too deep, a bad value)
+    except Invalid as exc:
+        message = exc.message.removeprefix(f"{parent.id}: ").removeprefix(f"job {parent.id}: ")
+        raise Invalid(f"{what}: {message}", parent.id) from None
+    return rec
 
 
 def _in_dependency_order(
@@ -382,6 +402,27 @@ def _is_async(function: Any) -> bool:
     return inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(call)
 
 
+class _Escaped(Exception):
+    """A ``KeyboardInterrupt`` or ``SystemExit`` an ``async def`` processor raised, carried as an exception."""
+
+    def __init__(self, raised: BaseException) -> None:
+        super().__init__(raised)
+        self.raised = raised
+
+
+async def _contained(awaitable: Awaitable[Any]) -> Any:
+    """Await a processor's coroutine, holding back what would stop the loop every async processor shares.
+
+    asyncio lets a ``KeyboardInterrupt`` or ``SystemExit`` out of a task
+    through the loop itself: its thread would end, and every job on it
+    (this one's too) would wait for ever, its lease renewed.
+    """
+    try:
+        return await awaitable
+    except (KeyboardInterrupt, SystemExit) as exc:
+        raise _Escaped(exc) from None
+
+
 class FunctionWork(Work):
     """A processor function as the work of one attempt (see the module docstring).
 
@@ -418,7 +459,7 @@ class FunctionWork(Work):
             if self._loop is None:
                 out.error = "an async processor needs the worker's event loop"
                 return False
-            self._future = self._loop().submit(self.function(job))
+            self._future = self._loop().submit(_contained(self.function(job)))
         else:
             future: concurrent.futures.Future[Any] = concurrent.futures.Future()
             future.set_running_or_notify_cancel()
@@ -501,6 +542,8 @@ class FunctionWork(Work):
             self._say(out.error + (f" ({disposition}: {detail})" if disposition else ""))
             return
         exc = future.exception()
+        if isinstance(exc, _Escaped):
+            exc = exc.raised  # what the processor raised, said as a plain one's would be
         if exc is not None:
             out.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             self.retryable = not isinstance(exc, NotRetryable)

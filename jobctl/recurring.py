@@ -32,6 +32,7 @@ from . import cron as cronlines
 from . import limits
 from .errors import Invalid
 from .record import Record, format_time, parse_time
+from .submitter import check_name as check_submitter
 from .submitter import set_submitter
 from .wire import Raw, parse_value
 
@@ -39,6 +40,7 @@ __all__ = [
     "Schedule",
     "SCHEDULE_OF",
     "NAME_MAX",
+    "STORED_MAX",
     "EVERY",
     "check_name",
     "parse_every",
@@ -51,10 +53,13 @@ __all__ = [
 SCHEDULE_OF = "jobctl.run/schedule@1"
 #: The longest schedule name, in characters (a slot's job id does not grow with it).
 NAME_MAX = 100
+#: The most bytes a schedule takes as stored (its file in a directory store, which a reader refuses
+#: past this): a schedule that would not fit is refused when it is made, never written unreadable.
+STORED_MAX = 1 << 20
 #: ``--every``: a whole number of seconds, from one second to a year.
 EVERY = limits.Range("every", 1, limits.YEAR, whole=True)
 
-_EVERY = re.compile(r"(\d+)([smhd]?)\Z")
+_EVERY = re.compile(r"([0-9]+)([smhd]?)\Z")  # ASCII digits: "\u0665m" (Arabic-Indic 5) is no duration
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
@@ -88,7 +93,10 @@ def parse_every(value: object, what: str = "--every") -> int:
         match = _EVERY.match(value.strip())
         if match is None:
             raise Invalid(f"{what}: {value!r} is not a duration (a whole number with s, m, h or d: 90s, 15m, 2h, 7d)")
-        value = int(match.group(1)) * _UNITS[match.group(2)]
+        digits = match.group(1).lstrip("0") or "0"
+        if len(digits) > 12:  # more than any duration in range has (and past 4300, more than int() converts)
+            raise Invalid(f"{what}: {value.strip()[:20]!r}... is out of range ({EVERY.text()} seconds: 1s to 365d)")
+        value = int(digits) * _UNITS[match.group(2)]
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not EVERY.holds(value):
         raise Invalid(f"{what}: {value!r} is out of range ({EVERY.text()} seconds: 1s to 365d)")
     return int(value)
@@ -246,8 +254,16 @@ def new(
     if not isinstance(kind, str):
         raise Invalid(f"schedule {name}: kind must be text")
     check_kind(kind, f"schedule {name}: kind")
+    if not isinstance(by, str):
+        raise Invalid(f"schedule {name}: by must be text, not {type(by).__name__}")
+    if by:
+        check_submitter(by, f"schedule {name}: by")
     if not isinstance(spec, str):
         raise Invalid(f"schedule {name}: spec must be JSON text")
+    try:
+        spec.encode("utf-8")
+    except UnicodeEncodeError:
+        raise Invalid(f"schedule {name}: spec is not UTF-8 text (it holds a lone surrogate)") from None
     try:
         body = parse_value(spec)  # as a record's spec is judged: nesting, duplicate names, NaN
     except Invalid as exc:
@@ -255,6 +271,7 @@ def new(
     if not isinstance(body, dict):
         raise Invalid(f"schedule {name}: spec must be a JSON object")
     sched = Schedule(name, kind, spec, now, every=seconds, cron=cron, by=by, fired=fired)
+    _check_size(sched)
     from .record import prepare
 
     rec = sched.job(_floor(now))
@@ -265,6 +282,19 @@ def new(
     except Invalid as exc:
         raise Invalid(f"schedule {name}: {exc.message}") from None
     return sched
+
+
+def _check_size(sched: Schedule) -> None:
+    """Refuse a schedule larger than :data:`STORED_MAX` as stored, once a slot is fired (a spec, a kind too long)."""
+    import json
+
+    stored = json.dumps(replace(sched, fired=sched.fired or sched.created_at).to_json(), ensure_ascii=True)
+    size = len(stored) + 1  # the newline a file ends with
+    if size > STORED_MAX:
+        raise Invalid(
+            f"schedule {sched.name}: it takes {size} bytes as stored, over the {STORED_MAX}-byte limit on a schedule"
+            " (its spec or kind is too long)"
+        )
 
 
 def _floor(when: datetime) -> datetime:

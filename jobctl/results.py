@@ -70,12 +70,24 @@ def _none(rec: Record, what: str, hint: str) -> NoResult:
 
 
 def _check(value: Any, job_id: str) -> None:
+    """Refuse what the record's write would refuse, so that write never is the one to (it completes the job)."""
+    from . import wire
+
     try:
         text = json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+        size = len(text.encode("utf-8"))
+    except RecursionError:  # nested past the interpreter's limit
+        raise Invalid(f"result is not JSON: nesting deeper than {wire.MAX_DEPTH}", job_id) from None
+    except UnicodeEncodeError:
+        raise Invalid("result is not JSON: a string holds a lone surrogate (it is not UTF-8)", job_id) from None
     except (TypeError, ValueError) as exc:
         raise Invalid(f"result is not JSON: {exc}", job_id) from None
-    if len(text.encode("utf-8")) > RESULT_MAX_BYTES:
+    if size > RESULT_MAX_BYTES:
         raise Invalid(f"result is larger than {RESULT_MAX_BYTES} bytes", job_id)
+    try:
+        wire.check_text(text, 2)  # as the record's write checks it: record -> extensions -> the result
+    except Invalid as exc:
+        raise Invalid(f"result is not JSON: {exc.message}", job_id) from None
 
 
 def set_result(rec: Record, value: Any) -> None:

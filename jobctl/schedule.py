@@ -93,6 +93,8 @@ def parse_intervals(text: str, what: str = "retry intervals") -> list[float]:
     for part in parts:
         part = part.strip()
         try:
+            if not part.isascii() or "_" in part:  # float() takes "٣" and "1_0": no duration is spelt so
+                raise ValueError(part)
             value = float(part)
         except ValueError:
             raise Invalid(f"{what}: {part!r} is not a number of seconds") from None
@@ -236,7 +238,13 @@ def plan(
     if intervals is None and retries is None and env.get("JOB_RETRY_INTERVALS", "").strip():
         intervals = default_intervals(env)
     if intervals is not None:
+        from . import limits
+
         chosen = list(intervals)
+        if len(chosen) > limits.RETRY_INTERVALS_MAX:
+            raise Invalid(f"retry intervals: {len(chosen)} intervals, more than {limits.RETRY_INTERVALS_MAX}")
+        for value in chosen:  # as parse_intervals takes them: a library caller's list too
+            limits.RETRY_INTERVAL.check(value, "retry interval")
         if not chosen and retries:
             raise Invalid("an empty retry schedule cannot give retries")
     if retries is not None:
@@ -307,8 +315,12 @@ def record_failure(rec: Record, exit_code: int | None, now: datetime, *, retryab
     if again:
         from . import limits
 
-        # A planted interval past year 9999 is refused (Invalid), never an OverflowError.
-        retry.not_before = limits.later(now, retry.intervals[retry.failures - 1], "retry interval", rec.id)
+        try:
+            retry.not_before = limits.later(now, retry.intervals[retry.failures - 1], "retry interval", rec.id)
+        except Invalid:
+            # A planted interval past year 9999: no retry can be set, so none is made and the job fails.
+            # (Refusing the write instead would leave the job running, to be adopted and failed again for ever.)
+            again = False
     rec.extensions[RETRY] = retry.to_json()
     return again
 

@@ -30,7 +30,8 @@ __all__ = ["ScheduleFiles", "SCHEDULES", "file_name"]
 #: The directory of schedules, as names below a store's root.
 SCHEDULES = ("work", ".jobctl", "schedules")
 
-#: The most bytes a schedule's file may have: its spec is a job's spec.
+#: The most bytes a schedule's file may have (:data:`jobctl.recurring.STORED_MAX`, which a schedule
+#: is checked against when it is made: no schedule is written that its readers would refuse).
 MOST_BYTES = 1 << 20
 
 

@@ -79,7 +79,7 @@ class ScheduleApi:
             if kind == SHELL and not self.allow_shell:
                 raise Invalid(f"kind {SHELL} is not taken over HTTP here (jobctl serve --allow-shell)")
             by = body.get("by")
-            if by is None:
+            if by is None or by == "":  # as a submission's: none given is the client's address
                 by = f"http@{request.client.host if request.client else 'unknown'}"
             if not isinstance(by, str):
                 raise Invalid("by must be a string")

@@ -138,6 +138,13 @@ def test_a_cron_schedule_fires_its_minutes(any_store: Any, clock: Any) -> None:
         ({"every": 60, "spec": "[1]"}, "spec must be a JSON object"),
         ({"every": 60, "spec": "{"}, "spec is not JSON"),
         ({"every": 60, "kind": "shell", "spec": '{"argv": "echo hi"}'}, "argv"),
+        ({"every": "\u0665m"}, "is not a duration"),  # a digit (Arabic-Indic 5), but not an ASCII one
+        ({"every": "9" * 5000}, "is out of range"),  # past the digits int() converts: no ValueError
+        ({"every": 60, "by": 5}, "by must be text, not int"),
+        ({"every": 60, "by": "al\x1bice"}, "by 'al\\x1bice' holds a character that is not printable"),
+        ({"every": 60, "spec": '{"a": "' + "x" * (1 << 20) + '"}'}, "over the 1048576-byte limit"),
+        ({"every": 60, "spec": '{"a": "' + "\U0001f600" * ((1 << 20) // 12) + '"}'}, "over the"),
+        ({"every": 60, "spec": '{"a": "\ud800"}'}, "spec is not UTF-8 text"),
     ],
 )
 def test_refusals_write_nothing(any_store: Any, options: dict[str, Any], words: str) -> None:
@@ -209,3 +216,26 @@ def test_postgres_store_without_the_table_reads_none_and_refuses_with_the_way_ou
         assert [s.name for s in timetable.listing(store)] == ["x"]
     finally:
         store.close()
+
+
+def test_a_schedule_as_large_as_its_readers_take_is_kept_and_read_once_fired(clocked_store: Any, clock: Any) -> None:
+    """The size is judged as stored with a slot fired: the largest one taken is read back; a byte more is refused."""
+    store = clocked_store
+    stored = len(json.dumps(recurring.new("big", kind="k", spec='{"a": ""}', every=60, now=clock.now,
+                                          fired=clock.now).to_json())) + 1  # fmt: skip
+    spec = '{"a": "' + "x" * (recurring.STORED_MAX - stored) + '"}'
+    sched = timetable.add(store, "big", kind="k", spec=spec, every=60)
+    with pytest.raises(Invalid, match="over the"):
+        timetable.add(store, "bigger", kind="k", spec=spec[:-2] + 'x"}', every=60)
+    clock.advance(61)
+    assert store.mark_fired("big", sched.created_at, clock.now.replace(microsecond=0))
+    assert [s.name for s in timetable.listing(store)] == ["big"]
+
+
+def test_a_declared_schedules_spec_nested_past_the_interpreters_limit_is_invalid(tmp_path: Path) -> None:
+    deep: list[Any] = []
+    for _ in range(100_000):
+        deep = [deep]
+    worker = jobctl.Worker(jobctl.FileStore(str(tmp_path / "s")))
+    with pytest.raises(Invalid, match="schedule deep: spec is not JSON: it nests too deep"):
+        worker.every("deep", "5m", kind="k", spec={"a": deep})

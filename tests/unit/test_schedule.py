@@ -38,6 +38,25 @@ def test_intervals_alone_give_one_retry_each_and_bad_ones_are_refused() -> None:
         schedule.plan(job(), no_retry_on=[256])
     with pytest.raises(Invalid):
         schedule.plan(job(), retries=-1)
+    for text in ("\u0663", "1_0", "10,\u0661"):  # Arabic-Indic digits, an underscore: float() takes them
+        with pytest.raises(Invalid, match="is not a number of seconds"):
+            schedule.parse_intervals(text)
+
+
+@pytest.mark.parametrize("bad", [-5, 1e300, 10**30, "10", True, float("nan")])
+def test_a_library_callers_intervals_are_judged_as_the_flags_are(bad: object) -> None:
+    """Once refused at the write that counts a failure, leaving the job running to be adopted for ever."""
+    with pytest.raises(Invalid, match=r"retry interval .* is out of range"):
+        schedule.plan(job(), intervals=[5, bad])  # type: ignore[list-item]
+    with pytest.raises(Invalid, match="more than 1000"):
+        schedule.plan(job(), intervals=[1] * 1001)
+
+
+def test_a_planted_interval_past_what_a_record_holds_fails_the_job_instead_of_refusing_the_write() -> None:
+    rec = job()
+    rec.extensions[RETRY] = {"intervals": [1e300], "failures": 0}
+    assert schedule.record_failure(rec, 1, NOW) is False
+    assert schedule.retry_of(rec).failures == 1 and schedule.not_before(rec) is None  # type: ignore[union-attr]
 
 
 def test_no_scheduling_asked_writes_no_key() -> None:

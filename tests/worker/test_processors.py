@@ -187,11 +187,89 @@ def test_next_jobs_that_wait_in_a_cycle_or_for_a_stranger_are_refused_before_any
 
 def test_a_next_job_whose_spec_is_not_an_object_submits_none_of_them(store: FileStore) -> None:
     parent = store.load(job(store, "script"))
-    with pytest.raises(Invalid, match="spec of next job b is not a JSON object"):
+    with pytest.raises(Invalid, match="next job 'b': its spec is not a JSON object"):
         submit_next(store, parent, [NewJob("a"), NewJob("b", [1, 2])])
-    with pytest.raises(Invalid, match="spec of next job c is not JSON"):
+    with pytest.raises(Invalid, match="next job 'c': its spec is not JSON"):
         submit_next(store, parent, [NewJob("a"), NewJob("c", {"when": object()})])
     assert store.ids() == [parent.id]
+
+
+def _nested(depth: int) -> Any:
+    value: Any = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"kind": "two\nlines"}, "not printable"),
+        ({"kind": "Shell"}, "is not shell"),
+        ({"kind": "shell", "spec": {"argv": []}}, "argv"),
+        ({"retries": -1}, "retries must be"),
+        ({"id": "../elsewhere"}, "starts with a dot"),
+        ({"id": 5}, "must be a string"),
+        ({"requires": ["two\nlines"]}, "not printable"),
+        ({"spec": {"deep": _nested(70)}}, "nesting deeper than 64"),
+        ({"spec": {"deep": _nested(100_000)}}, "nests too deep"),
+    ],
+)
+def test_a_next_job_a_submission_would_refuse_fails_the_attempt_and_submits_none(
+    store: FileStore, options: dict[str, Any], says: str
+) -> None:
+    """Once checked only by each store.submit in turn: the siblings before it stayed, waiting for a failed parent."""
+    worker = app(store)
+    options = {"kind": "later", **options}
+    worker.add_processor("fan", lambda j: jobctl.Result(next_jobs=[NewJob("first"), NewJob(**options)]))
+    one = job(store, "fan")
+    assert worker.drain().ran == {one: "failed"}
+    rec = store.load(one)
+    assert says in rec.error and f"job {one}: next job " in rec.error
+    assert store.ids() == [one]
+
+
+@pytest.mark.parametrize("value", [_nested(62), _nested(100_000), {"text": "\ud800"}])
+def test_a_result_the_record_cannot_carry_fails_the_attempt_and_leaves_nothing_running(store: Any, value: Any) -> None:
+    """Once refused by the completing write itself (or a RecursionError before it): the job stayed running, its
+    holder gone, and every adopter ran it again, never counting an attempt."""
+    worker = app(store)
+    worker.add_processor("odd", lambda j: value)
+    one = job(store, "odd")
+    assert worker.drain().ran == {one: "failed"}
+    rec = store.load(one)
+    assert rec.state == "failed" and "the processor's result is not JSON" in rec.error and not results.has_result(rec)
+    worker.add_processor("fine", lambda j: _nested(61))  # the deepest a record takes
+    two = job(store, "fine")
+    assert worker.drain().ran == {two: "complete"}
+
+
+@pytest.mark.parametrize("raised", [KeyboardInterrupt(), SystemExit(3)])
+def test_an_async_processor_raising_keyboard_interrupt_or_system_exit_fails_its_attempt_and_the_loop_runs_on(
+    store: FileStore, raised: BaseException
+) -> None:
+    """asyncio lets these out through the loop: its thread ended, and this job and every async one after it
+    stayed running for ever, their leases renewed."""
+    worker = app(store)
+
+    async def bail(j: jobctl.Job) -> Any:
+        await asyncio.sleep(0)
+        raise raised
+
+    async def fine(j: jobctl.Job) -> Any:
+        await asyncio.sleep(0)
+        return "ok"
+
+    worker.add_processor("bail", bail)
+    worker.add_processor("fine", fine)
+    one = job(store, "bail")
+    done: list[Any] = []
+    thread = in_thread(lambda: done.append(worker.drain()))
+    thread.join(20)
+    assert done and done[0].ran == {one: "failed"}
+    assert store.load(one).error == f"attempt 1: {raised!r}".replace("()", "").replace("(3)", ": 3")
+    two = job(store, "fine")
+    assert worker.drain().ran == {two: "complete"}
 
 
 def test_a_processor_whose_next_jobs_are_wrong_fails_its_attempt(store: FileStore) -> None:
