@@ -614,6 +614,13 @@ class Ending:
                 rec = self.store.finish(self.job_id, self.epoch, state, error=error)
             else:
                 rec = self.store.update(self.job_id, self.epoch, mutate)
+        except Invalid as exc:
+            if extra is None or state != "complete":
+                return self.refused(out, exc)
+            # What the work left (its result) is more than a record can carry, and nothing was
+            # written: fail the attempt. Left running, every adopter would run the job again.
+            out.reason, out.error = "result", exc.message
+            return self.failed(out, None)
         except (JobError, OSError) as exc:
             verdict = exc if isinstance(exc, JobError) else _io(exc, self.job_id)
             if following is not None and out.then is None:

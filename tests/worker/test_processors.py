@@ -244,6 +244,32 @@ def test_a_result_the_record_cannot_carry_fails_the_attempt_and_leaves_nothing_r
     assert worker.drain().ran == {two: "complete"}
 
 
+def test_a_completing_write_refused_for_what_it_carries_fails_the_attempt(
+    store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever makes the write that completes a job refuse its result (here a check the scratch record passes
+    and the real one does not), the attempt fails under the retry policy: nothing is left running for an
+    adopter to run again."""
+    real = results.set_result
+    calls = {"n": 0}
+
+    def second_refuses(rec: Record, value: Any) -> None:
+        calls["n"] += 1
+        if calls["n"] > 1:  # the first call is the processor's check on a scratch record
+            raise Invalid("the record cannot carry this result", rec.id)
+        real(rec, value)
+
+    monkeypatch.setattr(results, "set_result", second_refuses)
+    worker = app(store)
+    worker.add_processor("odd", lambda j: {"fine": True})
+    one = job(store, "odd", retries=1, intervals=[0.01])
+    ran = worker.drain().ran
+    rec = store.load(one)
+    assert ran == {one: "failed"} and rec.state == "failed"
+    assert "the record cannot carry this result" in rec.error and not results.has_result(rec)
+    assert schedule.retry_of(rec) is not None and schedule.retry_of(rec).failures == 2  # both attempts counted
+
+
 @pytest.mark.parametrize("raised", [KeyboardInterrupt(), SystemExit(3)])
 def test_an_async_processor_raising_keyboard_interrupt_or_system_exit_fails_its_attempt_and_the_loop_runs_on(
     store: FileStore, raised: BaseException
