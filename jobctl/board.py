@@ -39,7 +39,7 @@ from .errors import JobError, NotFound
 from .exclusive import exclusive_of, holds
 from .priority import pick_key
 from .record import TERMINAL, Record, held
-from .schedule import blocked_by, not_before
+from .schedule import Cycles, blocked_by, cycle_words, not_before
 from .store.base import Notices, OpenListing
 from .summary import States
 
@@ -237,8 +237,21 @@ class Board:
 
     # -- choosing ----------------------------------------------------------------
 
-    def _judge(self, rec: Record, now: datetime) -> tuple[str, str, datetime | None]:
-        """``("run" | "doomed" | "", detail, wake)`` for one open record at ``now``."""
+    def _cycles(self, now: datetime) -> Cycles:
+        """The cycles of dependencies among the open records at ``now`` (worked out when first asked)."""
+
+        def waits(rec: Record) -> bool:  # one held or transferred may end all the same
+            return rec.state != "transferred" and not held(rec.lease, now)
+
+        return Cycles(self.open, waits)
+
+    def _judge(self, rec: Record, now: datetime, cycles: Cycles | None = None) -> tuple[str, str, datetime | None]:
+        """``("run" | "doomed" | "", detail, wake)`` for one open record at ``now``.
+
+        With ``cycles``, a record that waits for a dependency still open is
+        doomed when it waits for itself through them: no job of its cycle can
+        ever start.
+        """
         if self.kinds is not None and rec.kind not in self.kinds:
             return "", "", None
         if rec.state == "transferred":
@@ -252,6 +265,10 @@ class Board:
         if why == "doomed":
             return "doomed", detail, None
         if why == "waiting":
+            # A dependency still open (a not-before time waits for none: all are complete, none open).
+            path = None if cycles is None else cycles.through(rec.id)
+            if path is not None:
+                return "doomed", f"waits for itself: {cycle_words(path)}", None
             when = not_before(rec)
             return "", detail, when if when is not None and when > now else None
         if why == "held" and rec.state != "running":
@@ -273,7 +290,8 @@ class Board:
         not-before passed, not paused (an orphan [JOB-I11] [JOB-I12]), of a
         wanted kind, not in ``exclude``, and in ``only`` when given. On the
         way, records whose dependencies ended ``failed``/``cancelled`` or are
-        missing are collected as doomed. ``wake`` is the earliest moment a
+        missing, or that wait for themselves through their dependencies (a
+        cycle: :class:`jobctl.schedule.Cycles`), are collected as doomed. ``wake`` is the earliest moment a
         lease lapses or a not-before time passes among the records passed over.
         A record whose exclusive key another open job holds (as the view
         shows it) is passed over until that lease's end, and so is one that
@@ -284,11 +302,12 @@ class Board:
         doomed: list[tuple[Record, str]] = []
         wake: datetime | None = None
         keys: dict[str, Record] | None = None
+        cycles = self._cycles(now)
         for *_, job_id in self._order:
             if job_id in skip or (only is not None and job_id not in only):
                 continue
             rec = self.open[job_id]
-            verdict, detail, when = self._judge(rec, now)
+            verdict, detail, when = self._judge(rec, now, cycles)
             if verdict == "run":
                 key = exclusive_of(rec)
                 holder = None
@@ -318,10 +337,11 @@ class Board:
         return out
 
     def survey_doomed(self, now: datetime) -> list[tuple[Record, str]]:
-        """Every open record whose dependencies can no longer complete, with the reason."""
+        """Every open record whose dependencies can no longer complete (or wait for it: a cycle), with the reason."""
         out = []
+        cycles = self._cycles(now)
         for *_, job_id in self._order:
-            verdict, detail, _ = self._judge(self.open[job_id], now)
+            verdict, detail, _ = self._judge(self.open[job_id], now, cycles)
             if verdict == "doomed":
                 out.append((self.open[job_id], detail))
         return out

@@ -29,7 +29,8 @@ untouched [JOB-F2]:
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -56,6 +57,9 @@ __all__ = [
     "not_before",
     "record_failure",
     "blocked_by",
+    "Cycles",
+    "closes_cycle",
+    "cycle_words",
     "runnable",
     "is_orphan",
     "attempt",
@@ -370,6 +374,168 @@ def blocked_by(rec: Record, states: Mapping[str, str], now: datetime) -> tuple[s
     if when is not None and now < when:
         return "waiting", f"not before {format_time(when)}"
     return "", ""
+
+
+class Cycles:
+    """The open jobs that wait for themselves: members of a cycle of dependencies, which can never start.
+
+    ``records`` are the open jobs of one view by id. A job among them that
+    ``waits`` (the caller's word: not one a live lease holds, nor one
+    transferred, which may end all the same) waits for each of its
+    dependencies among them; a job on a cycle of such waits can never
+    start, nor can any other job of its cycle. Nothing is read: the first
+    question walks the jobs it reaches, once each (Tarjan's strongly
+    connected components, without recursion), and the answers are kept, so
+    one instance serves one look at a view that does not change meanwhile.
+    """
+
+    def __init__(self, records: Mapping[str, Record], waits: Callable[[Record], bool]) -> None:
+        self._records = records
+        self._waits = waits
+        self._deps: dict[str, list[str]] = {}
+        #: Each job walked, to the number of its component; the numbers of the components that are cycles.
+        self._component: dict[str, int] = {}
+        self._cyclic: set[int] = set()
+        self._count = 0
+
+    def through(self, job_id: str) -> list[str] | None:
+        """A shortest cycle from ``job_id`` back to it (``[a, b, a]``); None when it is on none."""
+        if job_id not in self._records:
+            return None
+        if job_id not in self._component:
+            component = self._component
+            for dep in self._edges(job_id):
+                if dep not in component:  # itself among them (not yet in one) included
+                    self._walk(job_id)
+                    break
+            else:  # all it waits for is judged already (most often: pick order is age): a component alone
+                component[job_id] = self._count
+                self._count += 1
+        number = self._component[job_id]
+        return self._path(job_id, number) if number in self._cyclic else None
+
+    def _edges(self, job_id: str) -> list[str]:
+        deps = self._deps.get(job_id)
+        if deps is None:
+            rec = self._records.get(job_id)
+            deps = []
+            if rec is not None and self._waits(rec):
+                try:
+                    deps = [dep for dep in dict.fromkeys(after_of(rec)) if dep in self._records]
+                except JobError:
+                    pass  # unreadable scheduling data: judged doomed on its own
+            self._deps[job_id] = deps
+        return deps
+
+    def _walk(self, start: str) -> None:
+        index = {start: 0}
+        low = {start: 0}
+        stack = [start]
+        on_stack = {start}
+        work = [(start, iter(self._edges(start)))]
+        while work:
+            node, deps = work[-1]
+            for dep in deps:
+                if dep in self._component:
+                    continue  # in a component already found: no cycle through here
+                if dep not in index:
+                    index[dep] = low[dep] = len(index)
+                    stack.append(dep)
+                    on_stack.add(dep)
+                    work.append((dep, iter(self._edges(dep))))
+                    break
+                if dep in on_stack:
+                    low[node] = min(low[node], index[dep])
+            else:
+                work.pop()
+                if work:
+                    parent = work[-1][0]
+                    low[parent] = min(low[parent], low[node])
+                if low[node] == index[node]:
+                    self._close(node, stack, on_stack)
+
+    def _close(self, root: str, stack: list[str], on_stack: set[str]) -> None:
+        number = self._count
+        self._count += 1
+        size = 0
+        while True:
+            member = stack.pop()
+            on_stack.discard(member)
+            self._component[member] = number
+            size += 1
+            if member == root:
+                break
+        if size > 1 or root in self._edges(root):
+            self._cyclic.add(number)
+
+    def _path(self, job_id: str, number: int) -> list[str]:
+        """The shortest way from ``job_id`` back to it inside its component (breadth first)."""
+        came: dict[str, str] = {}
+        queue = deque([job_id])
+        while queue:
+            node = queue.popleft()
+            for dep in self._edges(node):
+                if self._component.get(dep) != number:
+                    continue
+                if dep == job_id:
+                    path = [node]
+                    while path[-1] != job_id:
+                        path.append(came[path[-1]])
+                    path.reverse()
+                    path.append(job_id)
+                    return path
+                if dep not in came:
+                    came[dep] = node
+                    queue.append(dep)
+        return [job_id, job_id]  # not reached: a component that is a cycle has a way back
+
+
+def cycle_words(path: list[str]) -> str:
+    """How a cycle is named: ``a -> b -> a``; a long one by its first and last few jobs, and their number."""
+    if len(path) <= 9:
+        return " -> ".join(path)
+    return f"{' -> '.join([*path[:4], '...', *path[-4:]])} ({len(path) - 1} jobs)"
+
+
+def closes_cycle(rec: Record, load: Callable[[str], Record]) -> list[str] | None:
+    """The cycle ``rec`` would close with the jobs ``load`` finds (``[rec, dep, ..., rec]``), or None.
+
+    Walks from ``rec``'s dependencies down the open jobs they wait for (a
+    finished one waits for nothing any more), each read once; a job that
+    cannot be read ends its branch (submit allows a dependency that does not
+    exist yet).
+    """
+    start = rec.id
+    deps = after_of(rec)
+    if not start or not deps:
+        return None
+    came: dict[str, str] = {}
+    queue: deque[str] = deque()
+    for dep in deps:
+        if dep not in came:
+            came[dep] = start
+            queue.append(dep)
+    while queue:
+        node = queue.popleft()
+        if node == start:
+            path = [start]
+            step = came[start]
+            while step != start:
+                path.append(step)
+                step = came[step]
+            path.append(start)
+            path.reverse()
+            return path
+        try:
+            found = load(node)
+            ups = [] if found.terminal else after_of(found)
+        except JobError:
+            continue
+        for dep in ups:
+            if dep not in came:
+                came[dep] = node
+                queue.append(dep)
+    return None
 
 
 def runnable(

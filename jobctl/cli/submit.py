@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 import re
 from datetime import datetime, timedelta
+from typing import Any
 
 import click
 
 from .. import limits
-from ..errors import Exists, Invalid
+from ..errors import Exists, Invalid, JobError, NotFound
 from ..record import Progress, Record, parse_time
 from ..submitter import default_submitter, set_submitter
 from ..wire import lazy_pattern
@@ -218,6 +219,11 @@ def submit(
     exclusive). A KEY that is blank, longer than 200 bytes or holds a
     control character is refused `invalid` (exit 9).
 
+    --after ID may name a job that does not exist yet. An --id that --after
+    would make wait for itself (ID waits, through the jobs in the store, for
+    the new job) is refused `invalid` (exit 9), naming the cycle; a worker
+    cancels the jobs of a cycle that came in another way.
+
     An --id that is already in the store is refused `exists` (exit 15);
     with --exists-ok its id is printed and the exit is 0, so a producer that
     runs twice enqueues the work once. The existing job is not compared
@@ -235,14 +241,16 @@ def submit(
       jobctl submit --priority 10 --timeout 15m --retries 2 -- ./nightly-report.sh
       jobctl submit --exclusive db-migrate -- ./migrate.sh
     """
-    from ..schedule import check_label
     from ..shell import SHELL, check_kind
 
     if stage and not pipeline:
         raise click.UsageError("--stage needs --pipeline")
-    for given, what in ((pipeline, "--pipeline"), (stage, "--stage")):
-        if given:  # named as the option here; the library's check (plan) names the field
-            check_label(given, what)
+    if pipeline:  # (jobctl.schedule only when asked for: a plain submit's start-up stays light)
+        from ..schedule import check_label
+
+        for given, what in ((pipeline, "--pipeline"), (stage, "--stage")):
+            if given:  # named as the option here; the library's check (plan) names the field
+                check_label(given, what)
     if exists_ok and not job_id:
         raise click.UsageError("--exists-ok needs --id")
     kind, spec = kind_and_spec(command, kind, spec, env_pairs)
@@ -353,9 +361,34 @@ def kind_and_spec(
     return kind, spec
 
 
+def _no_cycle(store: Any, rec: Record) -> None:
+    """Refuse a job that would wait for itself: one of its dependencies waits (through others) for its --id.
+
+    Only a job given its id can be waited for before it exists. The jobs
+    walked are read once each; an id already taken is left to the submit's
+    own refusal (``exists``, or nothing with --exists-ok).
+    """
+    from ..record import AFTER
+
+    if not rec.id or AFTER not in rec.extensions:
+        return
+    from ..schedule import closes_cycle, cycle_words  # (only then: a plain submit's start-up stays light)
+
+    path = closes_cycle(rec, store.load)
+    if path is None:
+        return
+    try:
+        store.load(rec.id)
+    except NotFound:
+        raise Invalid(f"job {rec.id} would wait for itself: {cycle_words(path)}", rec.id) from None
+    except JobError:
+        return
+
+
 def _submit(state: State, rec: Record, exists_ok: bool) -> None:
     """Write the new record and print its id (or, with --json, the job); an --id already there with --exists-ok."""
     store = state.store(create=True)
+    _no_cycle(store, rec)
     try:
         new_id = store.submit(rec)
     except Exists:

@@ -272,11 +272,11 @@ class ContractStore:
 
     def set_intent(self, job_id: str, want: str, by: str = "") -> Record:
         _want(want, job_id)
-        return self._write(job_id, intending(job_id, want, asker(by, job_id)))
+        return self._write(job_id, intending(job_id, want, by))
 
     def recall(self, job_id: str, epoch: int, reason: str, by: str = "", grace: float = 30.0) -> Record:
         window = _recall_terms(job_id, epoch, reason, grace)
-        return self._write(job_id, recalling(job_id, epoch, reason, asker(by, job_id), window))
+        return self._write(job_id, recalling(job_id, epoch, reason, by, window))
 
     def cancel(self, job_id: str, by: str, ttl_seconds: float = 15.0, reason: str = "") -> Record:
         """Ask for a stop and, when nobody holds the job, stop it now [JOB-S3] [JOB-S4].
@@ -295,10 +295,11 @@ class ContractStore:
         lapses on a job still paused, and its adopter gives it back unrun.
         """
         reason = _cancel_reason(reason, job_id)
-        by = asker(by, job_id)
         rec = self.load(job_id)
         if rec.state == "cancelled":
             return rec
+        if not rec.terminal:  # before any write; an ended job's verdict comes first (the intent's rules say it)
+            by = asker(by, job_id)
         if rec.want == "pause" and not held(rec.lease, self.now()):
             try:
                 mine = self.claim(job_id, by, ttl_seconds)
@@ -622,7 +623,7 @@ def intending(job_id: str, want: str, by: str) -> Apply:
     def apply(rec: Record, now: datetime) -> None:
         if rec.terminal:
             raise Terminal(f"job {job_id} is {rec.state}; nothing reopens it")
-        rec.intent = Intent(want, by or "", now)
+        rec.intent = Intent(want, asker(by, job_id), now)  # the text after the record's verdict
         rec.updated_at = now
 
     return apply
@@ -650,8 +651,12 @@ def recalling(job_id: str, epoch: int, reason: str, by: str, window: float) -> A
             raise StaleEpoch(f"job {job_id} is at epoch {lease.epoch}, not {epoch}")
         if not held(lease, now):
             raise LeaseExpired(f"job {job_id}: nobody holds the lease of epoch {epoch}")
+        # The text after the record's verdicts: it lands in the lease, and in what its holder prints.
+        if not reason.isprintable():
+            raise Invalid(f"job {job_id}: the recall's reason holds a character that is not printable", job_id)
+        who = asker(by, job_id)
         until = limits.later(now, window, "grace", job_id)
-        lease.recall = Recall(reason, now, until, by or "")
+        lease.recall = Recall(reason, now, until, who)
         if lease.expires_at is None or until < lease.expires_at:
             lease.expires_at = until
         rec.updated_at = now
@@ -701,16 +706,25 @@ def asker(by: Any, job_id: str) -> str:
     cancel's error, which stay one line. Only new input is checked: a record
     another writer left with an odd ``by`` is read as it is.
     """
+    if by is None or by == "":
+        return ""
     if not isinstance(by, str):
         raise Invalid(f"job {job_id}: by must be text, not {type(by).__name__}", job_id)
-    if not by:
-        return by
     from ..submitter import check_name
 
     try:
         return check_name(by)
     except Invalid as exc:
         raise Invalid(f"job {job_id}: {exc.message}", job_id) from None
+
+
+def askable(by: Any) -> bool:
+    """Whether :func:`asker` takes ``by``: a step's statement may write it as it is."""
+    try:
+        asker(by, "")
+    except Invalid:
+        return False
+    return True
 
 
 def _want(want: Any, job_id: str) -> None:
@@ -722,7 +736,5 @@ def _recall_terms(job_id: str, epoch: Any, reason: Any, grace: Any) -> float:
     """A recall's arguments: a reason that is not blank, an epoch, a grace in seconds."""
     if not isinstance(reason, str) or not reason.strip():
         raise Invalid("a recall needs a reason", job_id)
-    if not reason.isprintable():  # it lands in the lease's recall, and in what its holder prints: one line
-        raise Invalid(f"job {job_id}: the recall's reason holds a character that is not printable (a newline?)", job_id)
     _epoch(epoch)
     return _seconds(grace, "grace")

@@ -204,11 +204,14 @@ def test_the_store_refuses_a_ttl_over_its_max_ttl(tmp_path: object) -> None:
         store.progress(job, store.claim(job, "a", 60).lease.epoch, 2**63)
 
 
-def test_a_planted_retry_interval_past_year_9999_is_invalid() -> None:
+def test_a_planted_retry_interval_past_year_9999_ends_the_retries() -> None:
+    """No retry time can be set past year 9999: the failure is counted and no retry made (the job fails),
+    never an OverflowError, nor a refused write that would leave the job running."""
     rec = Record(id="j", kind="k", spec={})
     rec.extensions[schedule.RETRY] = {"intervals": [1e300], "failures": 0}
-    with pytest.raises(Invalid, match="past the last time"):
-        schedule.record_failure(rec, 1, datetime(2030, 1, 1, tzinfo=timezone.utc))
+    assert schedule.record_failure(rec, 1, datetime(2030, 1, 1, tzinfo=timezone.utc)) is False
+    retry = schedule.retry_of(rec)
+    assert retry is not None and retry.failures == 1 and retry.not_before is None
 
 
 def test_later_and_lease_too_long() -> None:

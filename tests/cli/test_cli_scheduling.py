@@ -115,3 +115,18 @@ def test_one_malformed_record_does_not_stop_claim_next(jobctl: Jobctl) -> None:
     assert ran.err == f"jobctl: {broken}: skipped: extension jobctl.run/retry@1 is not an object\n"
     rows = {row["id"]: row for row in map(json.loads, jobctl("list", "--json").lines)}
     assert rows[broken]["blocked"]["reason"] == "invalid"
+
+
+def test_submit_refuses_a_job_that_would_wait_for_itself(jobctl: Jobctl) -> None:
+    # A dependency may not exist yet: cyc-c is accepted, and so is cyc-b, which waits for it.
+    assert jobctl("submit", "--kind", "k", "--id", "cyc-c", "--after", "cyc-a").code == 0
+    assert jobctl("submit", "--kind", "k", "--id", "cyc-b", "--after", "cyc-c").code == 0
+    ran = jobctl("submit", "--kind", "k", "--id", "cyc-a", "--after", "elsewhere", "--after", "cyc-b")
+    assert ran.code == 9 and ran.out == b""
+    assert ran.err.startswith("jobctl: invalid: job cyc-a would wait for itself: cyc-a -> cyc-b -> cyc-c -> cyc-a;")
+    assert jobctl("show", "cyc-a").code == 3  # nothing written (not_found)
+    # An id already taken is the submit's own refusal, or none with --exists-ok.
+    assert jobctl("submit", "--kind", "k", "--id", "cyc-b", "--after", "cyc-c").code == 15
+    assert jobctl("submit", "--kind", "k", "--id", "cyc-b", "--after", "cyc-c", "--exists-ok").code == 0
+    # Waiting on a job that waits for others is no cycle.
+    assert jobctl("submit", "--kind", "k", "--id", "tail", "--after", "cyc-b").code == 0

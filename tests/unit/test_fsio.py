@@ -282,11 +282,14 @@ def test_threads_reading_one_kept_directory_each_get_every_name(tmp_path: Path) 
     directory's read position, and rewind it first: read straight through that descriptor, the
     threads each missed what another read (a threaded ``jobctl serve`` listed stores short).
     """
+    import gc
     import threading
 
     made = {f"{n:05}.json" for n in range(3000)}  # many getdents calls a read
     for name in made:
         (tmp_path / name).write_bytes(b"")
+    gc.collect()  # what earlier tests left for the collector holds descriptors of its own
+    before = len(os.listdir("/proc/self/fd"))
     at = fsio.open_dir(str(tmp_path), kept=True)
     short: list[int] = []
     start = threading.Barrier(6)
@@ -305,4 +308,5 @@ def test_threads_reading_one_kept_directory_each_get_every_name(tmp_path: Path) 
         thread.join(60)
     at.close()
     assert short == []
-    assert len(os.listdir("/proc/self/fd")) < 64  # each read's own descriptor closed after it
+    gc.collect()
+    assert len(os.listdir("/proc/self/fd")) <= before  # each read's own descriptor closed after it

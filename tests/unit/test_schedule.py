@@ -126,3 +126,49 @@ def test_claim_next_passes_over_a_job_held_elsewhere_and_answers_none_when_nothi
     assert got is not None and got.id == second and got.lease.owner == "me"
     assert picking.claim_next(store, "me", 60) is None
     assert picking.claim_next(store, "me", 60, kinds=["other"]) is None
+
+
+def _waiting(pairs: dict[str, list[str]]) -> dict[str, jobctl.Record]:
+    out = {}
+    for job_id, deps in pairs.items():
+        rec = job(id=job_id)
+        rec.extensions[AFTER] = {"jobs": deps}
+        out[job_id] = rec
+    return out
+
+
+def test_cycles_finds_each_member_and_the_shortest_way_back() -> None:
+    # a <-> b, and c -> a: c waits on a member of a cycle without being on it; d waits for itself.
+    records = _waiting({"a": ["b", "zz-done"], "b": ["a"], "c": ["a"], "d": ["d"], "e": ["f"], "f": []})
+    cycles = schedule.Cycles(records, lambda rec: True)
+    assert cycles.through("c") is None
+    assert cycles.through("a") == ["a", "b", "a"]
+    assert cycles.through("b") == ["b", "a", "b"]
+    assert cycles.through("d") == ["d", "d"]
+    assert cycles.through("e") is None and cycles.through("f") is None
+    assert cycles.through("not-open") is None
+    # A member that does not wait (held under a live lease, say) may end all the same: no cycle.
+    assert schedule.Cycles(records, lambda rec: rec.id != "b").through("a") is None
+
+
+def test_a_long_cycle_is_walked_without_recursion_and_named_short() -> None:
+    n = 5000  # deeper than Python's recursion limit
+    records = _waiting({f"j{i}": [f"j{(i + 1) % n}"] for i in range(n)})
+    path = schedule.Cycles(records, lambda rec: True).through("j0")
+    assert path is not None and len(path) == n + 1 and path[0] == path[-1] == "j0"
+    assert schedule.cycle_words(path) == f"j0 -> j1 -> j2 -> j3 -> ... -> j4997 -> j4998 -> j4999 -> j0 ({n} jobs)"
+
+
+def test_closes_cycle_follows_open_jobs_only() -> None:
+    stored = _waiting({"b": ["c"], "c": ["new"], "done": ["new"]})
+    stored["done"].state = "complete"  # finished: it waits for nothing any more
+
+    def load(job_id: str) -> jobctl.Record:
+        if job_id not in stored:
+            raise jobctl.NotFound(f"job {job_id} not found", job_id)
+        return stored[job_id]
+
+    new = schedule.plan(job(id="new"), after=["missing", "b"])
+    assert schedule.closes_cycle(new, load) == ["new", "b", "c", "new"]
+    assert schedule.closes_cycle(schedule.plan(job(id="new"), after=["done"]), load) is None
+    assert schedule.closes_cycle(schedule.plan(job(id="other"), after=["b"]), load) is None

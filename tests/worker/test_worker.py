@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from workertools import in_process, job_argv, read_log, submit
 
-from jobctl import FileStore, Record, runner
+from jobctl import FileStore, Record, runner, schedule
 from jobctl.worker import Event, Worker
 
 pytestmark = pytest.mark.timeout(60)
@@ -146,6 +146,62 @@ def test_a_missing_dependency_cancels_at_once(store: FileStore) -> None:
     worker(store).run("once")
     rec = store.load(job)
     assert rec.state == "cancelled" and "1-nosuchjob does not exist" in rec.error
+
+
+def named(store: FileStore, job_id: str, after: str) -> str:
+    """Submit a ``true`` job under ``job_id`` that waits for ``after``."""
+    rec = Record(id=job_id, kind="shell", spec={"argv": ["true"]})
+    schedule.plan(rec, after=[after])
+    return store.submit(rec)
+
+
+def test_a_cycle_of_two_jobs_is_cancelled_naming_it(store: FileStore) -> None:
+    # A dependency may name a job that does not exist yet, so two submits make a cycle.
+    b = named(store, "cyc-b", "cyc-a")
+    a = named(store, "cyc-a", "cyc-b")
+    events: list[Event] = []
+    worker(store, on_event=events.append).run("drain")
+    assert (store.load(a).state, store.load(a).error) == (
+        "cancelled",
+        "cancelled: waits for itself: cyc-a -> cyc-b -> cyc-a",
+    )
+    assert (store.load(b).state, store.load(b).error) == (
+        "cancelled",
+        "cancelled: waits for itself: cyc-b -> cyc-a -> cyc-b",
+    )
+    assert store.load(a).want == "cancel"  # as any doomed dependency: asked, then written under a claim
+    assert sorted(e.job_id for e in events if e.what == "cancelled") == [a, b]  # each once
+    assert not [e for e in events if e.what == "started"]
+
+
+def test_a_longer_cycle_and_its_dependents_are_cancelled_by_one_drain(store: FileStore) -> None:
+    x1 = named(store, "x1", "x3")
+    x2 = named(store, "x2", "x1")
+    x3 = named(store, "x3", "x2")
+    below = submit(store, ["true"], after=[x2])  # waits on a member of the cycle, not on itself
+    first = submit(store, ["true"])
+    then = submit(store, ["true"], after=[first])  # a chain without a cycle still runs, in order
+    events: list[Event] = []
+    worker(store, on_event=events.append).run("drain")
+    assert store.load(x1).error == "cancelled: waits for itself: x1 -> x3 -> x2 -> x1"
+    assert store.load(x2).error == "cancelled: waits for itself: x2 -> x1 -> x3 -> x2"
+    assert store.load(x3).error == "cancelled: waits for itself: x3 -> x2 -> x1 -> x3"
+    assert (store.load(below).state, store.load(below).error) == (
+        "cancelled",
+        "cancelled: dependency x2 ended cancelled",
+    )
+    assert [store.load(j).state for j in (first, then)] == ["complete", "complete"]
+    assert [e.job_id for e in events if e.what == "started"] == [first, then]
+    assert sorted(e.job_id for e in events if e.what == "cancelled") == sorted([x1, x2, x3, below])
+
+
+def test_once_cancels_a_cycle_too(store: FileStore) -> None:
+    rec = Record(id="one-a", kind="shell", spec={"argv": ["true"]})
+    rec.extensions[schedule.AFTER] = {"jobs": ["one-a"]}  # planted: plan refuses it, another writer may not
+    rec.critical.append(schedule.AFTER)
+    a = store.submit(rec)
+    worker(store).run("once")
+    assert store.load(a).error == "cancelled: waits for itself: one-a -> one-a"
 
 
 def test_a_held_job_waits_for_approval(store: FileStore) -> None:

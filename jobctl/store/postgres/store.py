@@ -33,7 +33,7 @@ from ..contract import (
     _left,
     _recall_terms,
     _want,
-    asker,
+    askable,
     claiming,
     content,
     finishing,
@@ -132,17 +132,17 @@ class PostgresStore(RowReads, BatchClaims, WorkerRows, ScheduleRows):
 
     def set_intent(self, job_id: str, want: str, by: str = "") -> Record:
         _want(want, job_id)
-        by = asker(by, job_id)
         rules = intending(job_id, want, by)
-        if not row.fits(by or ""):  # text a column cannot keep: refused as the rules write it, after terminal
+        if not askable(by) or not row.fits(by or ""):
+            # A name no record takes, or text a column cannot keep: refused as the rules write it, after terminal.
             return self._write(job_id, rules)
         return self._step(job_id, "set_intent", {"want": want, "by": by or ""}, rules)
 
     def recall(self, job_id: str, epoch: int, reason: str, by: str = "", grace: float = 30.0) -> Record:
         window = _recall_terms(job_id, epoch, reason, grace)
-        by = asker(by, job_id)
         rules = recalling(job_id, epoch, reason, by, window)
-        if window > limits.YEAR * 100 or not (row.fits(reason) and row.fits(by or "")):
+        texts = askable(by) and reason.isprintable() and row.fits(reason) and row.fits(by or "")
+        if window > limits.YEAR * 100 or not texts:
             # Past what an interval (or a datetime) may hold, or text a column cannot keep: the rules
             # refuse it as they write it, after the record's verdicts.
             return self._write(job_id, rules)
