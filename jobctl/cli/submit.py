@@ -245,12 +245,7 @@ def submit(
 
     if stage and not pipeline:
         raise click.UsageError("--stage needs --pipeline")
-    if pipeline:  # (jobctl.schedule only when asked for: a plain submit's start-up stays light)
-        from ..schedule import check_label
-
-        for given, what in ((pipeline, "--pipeline"), (stage, "--stage")):
-            if given:  # named as the option here; the library's check (plan) names the field
-                check_label(given, what)
+    _labels(pipeline, stage)
     if exists_ok and not job_id:
         raise click.UsageError("--exists-ok needs --id")
     kind, spec = kind_and_spec(command, kind, spec, env_pairs)
@@ -359,6 +354,17 @@ def kind_and_spec(
     if env_pairs:
         raise click.UsageError("--env goes with a command after --")
     return kind, spec
+
+
+def _labels(pipeline: str | None, stage: str | None) -> None:
+    """Refuse a --pipeline or --stage that is not one line of printable text, named as the option."""
+    if not pipeline:  # (jobctl.schedule only when asked for: a plain submit's start-up stays light)
+        return
+    from ..schedule import check_label
+
+    for given, what in ((pipeline, "--pipeline"), (stage, "--stage")):
+        if given:  # the library's check (plan) names the field; here the option
+            check_label(given, what)
 
 
 def _no_cycle(store: Any, rec: Record) -> None:
