@@ -36,7 +36,9 @@ def test_a_deep_schedule_file_is_named_unreadable_and_the_others_listed(store: j
     unreadable: list[tuple[str, Exception]] = []
     assert [s.name for s in store.schedules(unreadable)] == ["good"]
     [(path, exc)] = unreadable
-    assert path.endswith("sdeep.json") and isinstance(exc, Invalid) and "is not JSON" in str(exc)
+    # Python 3.13's decoder takes 2,000 levels (then it is no object); older ones stop with RecursionError.
+    assert path.endswith("sdeep.json") and isinstance(exc, Invalid)
+    assert "is not JSON" in str(exc) or "is a JSON object" in str(exc)
 
 
 def test_a_deep_announcement_is_no_announcement(store: jobctl.FileStore) -> None:
@@ -66,7 +68,7 @@ def test_a_deep_config_file_is_reported_and_skipped(tmp_path: Path) -> None:
     config = tmp_path / "config.json"
     config.write_text(DEEP)
     store, problem = discovery.read_config(str(config))
-    assert store == "" and problem.startswith("is not JSON")
+    assert store == "" and (problem.startswith("is not JSON") or problem == "is not a JSON object")  # as above
 
 
 def test_a_deep_schedule_spec_is_invalid_naming_the_schedule() -> None:
