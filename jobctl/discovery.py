@@ -26,9 +26,7 @@ start, so it is imported only when the ladder reaches the config file.
 
 from __future__ import annotations
 
-import errno
 import os
-import stat
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
@@ -86,8 +84,10 @@ def read_config(path: str) -> tuple[str, str]:
     ``problem`` is a sentence for stderr when the file exists but cannot be
     used; ``store`` is then empty and the ladder moves on.
     """
+    from .fsio import read_regular  # where used, as json: only a ladder that reaches the config file
+
     try:
-        data = _read_regular(path)
+        data = read_regular(path)
     except FileNotFoundError:
         return "", ""
     except OSError as exc:
@@ -106,19 +106,6 @@ def read_config(path: str) -> tuple[str, str]:
     if not isinstance(store, str):
         return "", '"store" is not a string'
     return store, ""
-
-
-def _read_regular(path: str) -> bytes:
-    """The bytes of the regular file ``path``; ``OSError`` for anything else there.
-
-    Opened ``O_NONBLOCK``: a FIFO at the config file's name must not hang
-    every command that reaches this rung (it is refused, as a directory is).
-    """
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    with open(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
-        return fh.read()
 
 
 def _home(env: Mapping[str, str]) -> str:

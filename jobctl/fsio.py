@@ -50,6 +50,7 @@ __all__ = [
     "replace",
     "unlink",
     "exists",
+    "read_regular",
     "fsync_dir",
     "scan",
     "refusal",
@@ -468,6 +469,19 @@ def exists(at: Dir, name: str) -> bool:
     except FileNotFoundError:
         return False
     return True
+
+
+def read_regular(path: str) -> bytes:
+    """The bytes of the regular file ``path`` (a config file: a link to it is followed); ``OSError`` else.
+
+    Opened ``O_NONBLOCK``: a FIFO at the name must not hang every command
+    that reads it (it is refused, as a directory is).
+    """
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | _O_CLOEXEC)
+    with open(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        return fh.read()
 
 
 def fsync_dir(at: Dir) -> None:

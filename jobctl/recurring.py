@@ -41,6 +41,7 @@ __all__ = [
     "SCHEDULE_OF",
     "NAME_MAX",
     "STORED_MAX",
+    "stored",
     "EVERY",
     "check_name",
     "parse_every",
@@ -284,12 +285,16 @@ def new(
     return sched
 
 
+def stored(sched: Schedule) -> bytes:
+    """``sched`` as a directory store keeps it: its file's bytes (:mod:`jobctl.store.schedules`)."""
+    import json  # where used: its import is ~1.2 ms of every start-up
+
+    return json.dumps(sched.to_json(), ensure_ascii=True, sort_keys=True).encode() + b"\n"
+
+
 def _check_size(sched: Schedule) -> None:
     """Refuse a schedule larger than :data:`STORED_MAX` as stored, once a slot is fired (a spec, a kind too long)."""
-    import json
-
-    stored = json.dumps(replace(sched, fired=sched.fired or sched.created_at).to_json(), ensure_ascii=True)
-    size = len(stored) + 1  # the newline a file ends with
+    size = len(stored(replace(sched, fired=sched.fired or sched.created_at)))
     if size > STORED_MAX:
         raise Invalid(
             f"schedule {sched.name}: it takes {size} bytes as stored, over the {STORED_MAX}-byte limit on a schedule"

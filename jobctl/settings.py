@@ -32,10 +32,8 @@ config directory (platformdirs: ``~/.config/jobctl`` on Linux)::
 from __future__ import annotations
 
 import configparser
-import errno
 import math
 import os
-import stat
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -324,12 +322,10 @@ class Settings:
 
 def _read_config(path: str, out: Settings) -> configparser.ConfigParser | None:
     parser = configparser.ConfigParser(interpolation=None)
+    from .fsio import read_regular
+
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-        with open(fd, encoding="utf-8") as handle:  # O_NONBLOCK: a FIFO there is refused, never waited on
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise OSError(errno.EINVAL, "not a regular file")
-            parser.read_file(handle)
+        parser.read_string(read_regular(path).decode("utf-8"), source=path)  # a FIFO there: refused, not waited on
     except FileNotFoundError:
         out.config_state = "absent"
         return None
