@@ -82,7 +82,7 @@ def gone(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as fh:
             stat = fh.read()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # reaped before the open, or between it and the read
         return True
     return stat[stat.rindex(")") + 2] in "ZX"
 
