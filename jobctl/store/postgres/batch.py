@@ -15,8 +15,9 @@ from typing import Any, cast
 from ... import ids
 from ...errors import Invalid, JobError, LockBusy
 from ...exclusive import exclusive_of
+from ...limits import INT64_MAX
 from ...priority import pick_key
-from ...record import STATES, Record, is_orphan, known_models
+from ...record import STATES, Record, is_orphan, known_models, prepare
 from ...schedule import blocked_by
 from ..base import OpenListing, Records, Skipped, Verdicts
 from ..contract import NO_CONTENT, Content, _claim_terms, _epoch, claiming, finishing, holding, verdict
@@ -78,7 +79,7 @@ class BatchClaims(RowSteps):
             looks = {"understood": params["understood"], "now": params["now"]}
             rows, unpicked = self.session.all_together([(Q["claim_next"], params), (Q["unpickable"], looks)])
         if unpicked:
-            self._name_unpicked(sorted(unpicked, key=first), wanted, skipped, unreadable)
+            self._name_unpicked(sorted(unpicked, key=first), wanted, skipped, unreadable, (owner, ttl))
         claimed: Records = []
         for got in rows:
             self._held.wrote(got[0], got[row.REVISION])
@@ -123,7 +124,12 @@ class BatchClaims(RowSteps):
         return claim_some(store, owner, ttl, limit, wanted, records=OpenListing(found), skipped=skipped, states=states)
 
     def _name_unpicked(
-        self, rows: Iterable[Row], kinds: Iterable[str] | None, skipped: Skipped | None, unreadable: Skipped | None
+        self,
+        rows: Iterable[Row],
+        kinds: Iterable[str] | None,
+        skipped: Skipped | None,
+        unreadable: Skipped | None,
+        claimer: tuple[str, float],
     ) -> None:
         """What the pick left out for what is at the row, named as the directory's pick names it.
 
@@ -131,7 +137,9 @@ class BatchClaims(RowSteps):
         wanted kinds that :func:`jobctl.schedule.blocked_by` cannot judge
         (its scheduling data cannot be read), in ``skipped`` with that
         refusal -- judged as the directory's pick judges it, dependencies
-        first, so one that waits or is paused is not named.
+        first, so one that waits or is paused is not named; one whose epoch
+        no claim can raise, in ``skipped`` with the refusal the claim's rules
+        give (``claimer``: the owner and TTL asked for).
         """
         wanted = None if kinds is None else set(kinds)
         for got in rows:
@@ -145,7 +153,11 @@ class BatchClaims(RowSteps):
             if skipped is None or (wanted is not None and rec.kind not in wanted) or not is_orphan(rec, got[-1]):
                 continue
             try:
-                blocked_by(rec, _States(self), got[-1])
+                if blocked_by(rec, _States(self), got[-1])[0] or exclusive_of(rec) is not None:
+                    continue  # it waits, or the keyed jobs' own claims judge it (_claim_keyed)
+                if rec.lease.epoch >= INT64_MAX:  # what the directory's pick meets in the claim itself
+                    claiming(job_id, *claimer)(rec, got[-1])
+                    prepare(rec, settle=True)
             except JobError as exc:
                 if not exc.job_id:
                     exc.job_id = job_id
