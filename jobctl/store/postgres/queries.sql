@@ -119,13 +119,15 @@ ORDER BY j.priority DESC, j.created_at, j.id;
 -- name: unpickable
 -- What claim_next passes over for what is at the row, to be named: open jobs
 -- whose scheduling data cannot be read, that this reader cannot read (a
--- critical model it does not know), or whose epoch no claim can raise (at
--- 2^63-1, or NULL); with the time of the look. Open rows
+-- critical model it does not know, a NULL no record holds), or whose epoch
+-- no claim can raise (at 2^63-1, or NULL); with the time of the look. Open rows
 -- only, through jobctl_jobs_open: a pick never reads the finished ones.
 -- In that index's order, as list_open: the store sorts them by id.
 SELECT j.*, coalesce(%(now)s::timestamptz, statement_timestamp()) FROM jobctl_jobs j
 WHERE j.unfinished AND j.state IN ('pending', 'running')
-  AND (NOT j.scheduled OR NOT j.critical <@ %(understood)s::text[] OR (j.epoch < 9223372036854775807) IS NOT TRUE)
+  AND (NOT j.scheduled OR NOT j.critical <@ %(understood)s::text[] OR (j.epoch < 9223372036854775807) IS NOT TRUE
+       OR num_nulls(j.kind, j.spec, j.owner, j.expires_at, j.done, j.total, j.progress_at,
+                    j.error, j.created_at, j.updated_at, j.content) > 0)
 ORDER BY j.priority DESC, j.created_at, j.id;
 
 -- name: insert
@@ -192,7 +194,9 @@ RETURNING pg_notify('jobctl_jobs', json_build_array(current_schema(), 'written',
 -- orders: the server's deadlock check ends one, which session.py names
 -- LockBusy, and claim_each then claims that batch one job at a time.
 -- An epoch the claim cannot raise (the largest a record holds, 2^63-1, or
--- NULL) is left to the rules, which refuse it as the directory store does.
+-- NULL) is left to the rules, which refuse it as the directory store does;
+-- so is a row with NULL where no record holds one (an administrator dropped
+-- a NOT NULL): the claim writes none of what it could not hand back.
 UPDATE jobctl_jobs AS j
 SET epoch = j.epoch + 1, owner = %(owner)s,
     expires_at = coalesce(%(now)s::timestamptz, statement_timestamp()) + %(ttl)s::interval,
@@ -202,6 +206,8 @@ SET epoch = j.epoch + 1, owner = %(owner)s,
 WHERE j.id = ANY(%(ids)s::text[])
   AND j.critical <@ %(understood)s::text[]
   AND j.epoch < 9223372036854775807
+  AND num_nulls(j.kind, j.spec, j.owner, j.expires_at, j.done, j.total, j.progress_at,
+                j.error, j.created_at, j.updated_at, j.content) = 0
   AND j.state NOT IN ('complete', 'failed', 'cancelled')
   -- A job with an exclusive key is claimed by the rules' path, which takes its key (exclusive.sql).
   AND NOT coalesce(j.extension_keys @> ARRAY['jobctl.run/exclusive@1']::text[], false)
@@ -221,7 +227,8 @@ RETURNING j.id, j.kind, j.state, j.envelope_schema, j.envelope_actions, j.spec, 
 -- scheduling data readable, not before its not_before time, of one of
 -- %(kinds)s (every kind when NULL), every job it waits for complete, no
 -- critical model the reader does not know [JOB-D7], an epoch a claim can
--- raise (one that cannot is named by `unpickable`). SKIP LOCKED passes over
+-- raise and no NULL a record cannot hold (what is not is named by
+-- `unpickable`). SKIP LOCKED passes over
 -- a row another transaction holds, so pickers never wait on each other, and
 -- FOR UPDATE judges each row again as it is when locked. First is the
 -- highest priority, then the oldest (jobctl.priority.pick_key): a walk of
@@ -244,6 +251,8 @@ FROM (
       AND r.scheduled
       AND r.critical <@ %(understood)s::text[]
       AND r.epoch < 9223372036854775807
+      AND num_nulls(r.kind, r.spec, r.owner, r.expires_at, r.done, r.total, r.progress_at,
+                    r.error, r.created_at, r.updated_at, r.content) = 0
       AND (r.not_before IS NULL OR r.not_before <= coalesce(%(now)s::timestamptz, statement_timestamp()))
       AND (%(kinds)s::text[] IS NULL OR r.kind = ANY(%(kinds)s::text[]))
       -- A job with an exclusive key is claimed with its key, after this statement (exclusive.sql).
