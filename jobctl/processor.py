@@ -298,6 +298,8 @@ def _next_record(parent: Record, job: NewJob, job_id: str, deps: list[str]) -> R
         if job.exclusive is not None:
             set_exclusive(rec, job.exclusive)
         membership = schedule.pipeline_of(parent)
+        if job.stage and membership is None:  # its pipeline is its parent's
+            raise Invalid(f"its stage {job.stage!r} needs a pipeline, and job {parent.id} is in none")
         schedule.plan(
             rec,
             retries=job.retries,

@@ -235,8 +235,11 @@ def plan(
     last entry. Neither: one retry per interval of ``JOB_RETRY_INTERVALS``
     when it is set (a configured schedule is meant to be used), else no
     retries, unless ``no_retry_on`` or ``start_after`` need the key.
-    ``retries=0`` opts out of a configured schedule.
+    ``retries=0`` opts out of a configured schedule. A ``stage`` needs a
+    ``pipeline`` (``Invalid``): a stage of no pipeline would be dropped unsaid.
     """
+    if stage and not pipeline:
+        raise Invalid("stage needs pipeline", rec.id)
     chosen: list[float] | None = None
     env = os.environ if env is None else env
     if intervals is None and retries is None and env.get("JOB_RETRY_INTERVALS", "").strip():

@@ -172,3 +172,11 @@ def test_closes_cycle_follows_open_jobs_only() -> None:
     assert schedule.closes_cycle(new, load) == ["new", "b", "c", "new"]
     assert schedule.closes_cycle(schedule.plan(job(id="new"), after=["done"]), load) is None
     assert schedule.closes_cycle(schedule.plan(job(id="other"), after=["b"]), load) is None
+
+
+def test_a_stage_without_a_pipeline_is_refused_not_dropped() -> None:
+    """Every way in (submit --stage, POST /api/jobs, NewJob(stage=)) meets this one rule; the library's call did not."""
+    with pytest.raises(Invalid, match="stage needs pipeline"):
+        schedule.plan(jobctl.Record(kind="k", spec={}), stage="s")
+    rec = schedule.plan(jobctl.Record(kind="k", spec={}), pipeline="p", stage="s")
+    assert schedule.pipeline_of(rec) == ("p", "s")

@@ -211,6 +211,7 @@ def _nested(depth: int) -> Any:
         ({"id": "../elsewhere"}, "starts with a dot"),
         ({"id": 5}, "must be a string"),
         ({"requires": ["two\nlines"]}, "not printable"),
+        ({"stage": "s"}, "its stage 's' needs a pipeline, and job "),  # once dropped unsaid
         ({"spec": {"deep": _nested(70)}}, "nesting deeper than 64"),
         ({"spec": {"deep": _nested(100_000)}}, "nests too deep"),
     ],
