@@ -36,7 +36,7 @@ from datetime import datetime
 from typing import Any
 
 from . import ids
-from .errors import Invalid, JobError
+from .errors import Invalid, JobError, NotFound
 from .priority import pick_key
 from .record import AFTER, PIPELINE, RETRY, ZERO_TIME, Intent, Record, format_time, held, is_orphan, parse_time
 
@@ -539,6 +539,28 @@ def closes_cycle(rec: Record, load: Callable[[str], Record]) -> list[str] | None
                 came[dep] = node
                 queue.append(dep)
     return None
+
+
+def refuse_cycle(rec: Record, load: Callable[[str], Record]) -> None:
+    """``Invalid`` when ``rec``, about to be submitted, would wait for itself: a dependency waits for its id.
+
+    Only a job given its id can be waited for before it exists, so only such
+    a job with dependencies is walked (:func:`closes_cycle`). An id already
+    taken is left to the submit's own refusal (``exists``, or an exists-ok).
+    A cycle made some other way (an import, another writer) is the worker's
+    to cancel (:class:`Cycles`).
+    """
+    if not rec.id or AFTER not in rec.extensions:
+        return
+    path = closes_cycle(rec, load)
+    if path is None:
+        return
+    try:
+        load(rec.id)
+    except NotFound:
+        raise Invalid(f"job {rec.id} would wait for itself: {cycle_words(path)}", rec.id) from None
+    except JobError:
+        return
 
 
 def runnable(

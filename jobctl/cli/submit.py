@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from .. import limits
-from ..errors import Exists, Invalid, JobError, NotFound
+from ..errors import Exists, Invalid
 from ..record import Progress, Record, parse_time
 from ..submitter import default_submitter, set_submitter
 from ..wire import lazy_pattern
@@ -368,27 +368,13 @@ def _labels(pipeline: str | None, stage: str | None) -> None:
 
 
 def _no_cycle(store: Any, rec: Record) -> None:
-    """Refuse a job that would wait for itself: one of its dependencies waits (through others) for its --id.
-
-    Only a job given its id can be waited for before it exists. The jobs
-    walked are read once each; an id already taken is left to the submit's
-    own refusal (``exists``, or nothing with --exists-ok).
-    """
+    """Refuse a job that would wait for itself (:func:`jobctl.schedule.refuse_cycle`)."""
     from ..record import AFTER
 
-    if not rec.id or AFTER not in rec.extensions:
-        return
-    from ..schedule import closes_cycle, cycle_words  # (only then: a plain submit's start-up stays light)
+    if rec.id and AFTER in rec.extensions:
+        from ..schedule import refuse_cycle  # (only then: a plain submit's start-up stays light)
 
-    path = closes_cycle(rec, store.load)
-    if path is None:
-        return
-    try:
-        store.load(rec.id)
-    except NotFound:
-        raise Invalid(f"job {rec.id} would wait for itself: {cycle_words(path)}", rec.id) from None
-    except JobError:
-        return
+        refuse_cycle(rec, store.load)
 
 
 def _submit(state: State, rec: Record, exists_ok: bool) -> None:

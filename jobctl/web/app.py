@@ -34,6 +34,7 @@ from ..filters import parse_states
 from ..lifecycle import replacement_of, replacements, retry
 from ..record import ZERO_TIME
 from ..roster import roster_for
+from ..schedule import refuse_cycle
 from ..store.base import Store
 from ..submitter import check_name, submitter_of
 from .events import Feed
@@ -246,6 +247,7 @@ class _Api:
                 if rec.id:
                     raise Invalid("give an Idempotency-Key or an id, not both")
                 rec.id = idempotent_id(key)
+            refuse_cycle(rec, store.load)  # as `jobctl submit --id X --after Y`
             try:
                 new_id = store.submit(rec)
             except Exists:

@@ -91,3 +91,14 @@ def test_a_name_that_would_break_a_line_is_refused_422(server: Server, field: st
 def test_a_not_before_with_an_offset_out_of_range_is_refused_422(server: Server) -> None:
     reply = server.post("/api/jobs", {"kind": "k", "not_before": "2024-01-01T00:00:00+23:60"})
     assert reply.status == 422 and "not a valid instant" in reply.body["message"], reply.body
+
+
+def test_a_job_that_would_wait_for_itself_is_refused_422_and_not_written(server: Server) -> None:
+    """As `jobctl submit --id X --after Y` refuses it; before, the HTTP API wrote it, and the worker cancelled both."""
+    assert server.post("/api/jobs", {"kind": "k", "id": "cyc-b", "after": ["cyc-a"]}).status == 201
+    reply = server.post("/api/jobs", {"kind": "k", "id": "cyc-a", "after": ["cyc-b"]})
+    assert reply.status == 422, reply.body
+    assert reply.body["message"] == "job cyc-a would wait for itself: cyc-a -> cyc-b -> cyc-a", reply.body
+    assert [job["id"] for job in server.get("/api/jobs").body["jobs"]] == ["cyc-b"]
+    again = server.post("/api/jobs", {"kind": "k", "id": "cyc-b", "after": ["cyc-a"]})
+    assert again.status == 409, again.body  # an id taken is the submit's own refusal, as before
