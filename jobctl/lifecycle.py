@@ -265,10 +265,14 @@ def collect(
     """Remove ended jobs last changed more than ``older_than`` ago, in ``states``.
 
     Never removed: a job that has not ended, and a job that a job staying in
-    the store lists in its dependencies (``--after``). For each job: its
-    attempt logs, its work directory, then its record, under the record's
-    lock and only if the record read there has ended. The lock file stays
-    [JOB-L3]: deleting it could split two lockers onto two inodes.
+    the store lists in its dependencies (``--after``). For each job, under
+    the record's lock and only if the record read there still ended in
+    ``states`` longer than ``older_than`` ago: its attempt logs, its work
+    directory, then its record. Judged on the record under the lock, not
+    the one listed: another gc may have removed the job since, and a job of
+    the same id may run now (``submit --id``), its work directory and logs
+    in use. The lock file stays [JOB-L3]: deleting it could split two
+    lockers onto two inodes.
     """
     from .runner import LogNames, logs_dir  # the attempt logs' place is the runner's to say
 
@@ -279,11 +283,11 @@ def collect(
         cutoff = now - older_than
     except OverflowError:  # a span reaching back before year 1: refused, as limits.later refuses one past 9999
         raise Invalid(f"older_than {older_than} reaches back before the first time a record can hold") from None
-    candidates = {
-        rec.id: rec
-        for rec in listing
-        if rec.terminal and rec.state in wanted and (rec.updated_at or ZERO_TIME) <= cutoff
-    }
+
+    def due(rec: Record) -> bool:
+        return rec.terminal and rec.state in wanted and (rec.updated_at or ZERO_TIME) <= cutoff
+
+    candidates = {rec.id: rec for rec in listing if due(rec)}
     result = Collection()
     kept: dict[str, str] = {}
     changed = True
@@ -307,12 +311,18 @@ def collect(
     logs: LogNames | None = None
     if ended and not dry_run and not os.path.relpath(logs_dir(store, ended[0].id), store.root).startswith(".."):
         logs = LogNames(store, ended[0].id)  # logs/ read once for them all; outside the store, not gc's
+
+    def clear(found: Record) -> bool:
+        """Under the record's lock: remove the job's logs and work directory if the record read there is due."""
+        if not due(found):
+            return False
+        if logs is not None:
+            logs.remove(store, found.id)
+        _remove_tree(store.root, store.work_path(found.id))
+        return True
+
     for rec in ended:
-        if not dry_run:
-            if logs is not None:
-                logs.remove(store, rec.id)
-            _remove_tree(store.root, store.work_path(rec.id))
-            if not store.remove(rec.id):
-                continue
+        if not dry_run and not store.remove(rec.id, clear):
+            continue
         result.removed.append(rec)
     return result

@@ -37,6 +37,7 @@ from typing import IO, Any
 from .errors import Exists, Invalid, JobError
 from .keeper import Keeper, Outcome, Work
 from .record import Record, format_time
+from .schedule import RETRY_OF, after_of, retry_of_link
 
 __all__ = [
     "Job",
@@ -242,11 +243,14 @@ def submit_next(store: Any, parent: Record, next_jobs: Sequence[NewJob]) -> list
     joins the parent's pipeline, with its kind as its stage unless told
     otherwise, and inherits the parent's retry policy unless it sets
     ``retries``. A job already there under the derived id is left as it is
-    (exists-ok). Every one is checked as a submission is (its id, kind,
-    spec, retries, stage, requires) before any is submitted: one that would
-    be refused submits none of them.
+    (exists-ok). A parent that retries a job takes over that job's next
+    jobs that ended unrun, under their replacements' ids (:func:`_next_of`).
+    Every one is checked as a submission is (its id, kind, spec, retries,
+    stage, requires) before any is submitted: one that would be refused
+    submits none of them.
     """
-    ids = {id(job): (job.id or next_id(parent, n, job.kind)) for n, job in enumerate(next_jobs)}
+    replacing: dict[str, str] = {}  # a next job's id -> the ended next job of the retried run it replaces
+    ids = {id(job): (job.id or _next_of(store, parent, n, job.kind, replacing)) for n, job in enumerate(next_jobs)}
     if len(set(ids.values())) != len(ids):
         raise Invalid(f"job {parent.id}: two next jobs have one id", parent.id)
     deps: dict[int, list[str]] = {}
@@ -266,12 +270,51 @@ def submit_next(store: Any, parent: Record, next_jobs: Sequence[NewJob]) -> list
         deps[id(job)] = names
     order = _in_dependency_order(next_jobs, ids, deps, parent.id)
     records = [_next_record(parent, job, ids[id(job)], deps[id(job)]) for job in order]
+    for rec in records:
+        if rec.id in replacing:  # linked as `jobctl retry` links it: a retry with dependents finds it its own
+            rec.extensions[RETRY_OF] = {"job": replacing[rec.id]}
     for rec in records:  # every one was checked above: none is refused for what it holds
         try:
             store.submit(rec)
         except Exists:
             pass  # submitted before, by this job's earlier run: that one stands
     return [ids[id(job)] for job in next_jobs]
+
+
+def _next_of(store: Any, parent: Record, position: int, kind: str, replacing: dict[str, str], depth: int = 0) -> str:
+    """The id of ``parent``'s next job at ``position`` of ``kind``: :func:`next_id`, or, for a retry, a replacement's.
+
+    When ``parent`` retries a job (``jobctl.run/retry-of@1``) whose run
+    submitted a next job there, the same position and kind, that then ended
+    unrun (cancelled with the parent that failed), this one takes its place
+    under its replacement's id (:func:`jobctl.lifecycle.replacement_id`),
+    noted in ``replacing``: the id ``jobctl retry --with-dependents`` gives
+    it, so the retry and this run submit one job, whichever comes first. An
+    id this parent's earlier run used (its holder died after submitting)
+    stands, so a re-run always finds the same ids.
+    """
+    own = next_id(parent, position, kind)
+    old_id = retry_of_link(parent)
+    if old_id is None or depth > 100:
+        return own
+    try:
+        store.load(own)
+    except JobError:
+        pass
+    else:
+        return own  # submitted by an earlier run of this very parent: it stands
+    from .lifecycle import RETRYABLE, replacement_id
+
+    try:
+        old = store.load(old_id)
+        before = store.load(_next_of(store, old, position, kind, {}, depth + 1))
+        waited = old.id in after_of(before)
+    except JobError:
+        return own
+    if not waited or before.state not in RETRYABLE:
+        return own
+    replacing[replacement_id(before)] = before.id
+    return replacement_id(before)
 
 
 def _next_record(parent: Record, job: NewJob, job_id: str, deps: list[str]) -> Record:

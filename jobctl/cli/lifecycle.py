@@ -71,6 +71,8 @@ ENDED = ("complete", "failed", "cancelled")
 
 def _states(text: str) -> tuple[str, ...]:
     chosen = tuple(part.strip() for part in text.split(",") if part.strip())
+    if not chosen:  # `--state ,` would remove nothing and say nothing: an empty value, as `--state ''` is
+        raise click.BadParameter(f"{text!r} names no state ({', '.join(ENDED)})", param_hint="--state")
     for name in chosen:
         if name not in ENDED:
             raise click.BadParameter(f"{name!r} is not an ended state ({', '.join(ENDED)})", param_hint="--state")

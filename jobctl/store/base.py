@@ -505,11 +505,16 @@ class Store(Protocol):
         """
         ...
 
-    def remove(self, job_id: str) -> bool:
+    def remove(self, job_id: str, before: Callable[[Record], bool] | None = None) -> bool:
         """Delete an ended job's record, checked ended under its lock; False when missing, unreadable or live.
 
         jobctl's only deletion (``jobctl gc``): a terminal record never
-        changes again [JOB-T1], so nobody else can be writing it.
+        changes again [JOB-T1], so nobody else can be writing it. ``before``
+        is given the record as read there (ended) and may keep it (False);
+        it removes what goes with it (its work directory, its logs) while a
+        job of the same id can be neither submitted nor run. A database
+        store asks it on the row it read just before its delete, which
+        removes that row only as it was read.
         """
         ...
 

@@ -358,19 +358,21 @@ class FileStore(FileListing, ContractStore, WorkerFiles, ScheduleFiles):
 
     # -- maintenance -----------------------------------------------------------
 
-    def remove(self, job_id: str) -> bool:
+    def remove(self, job_id: str, before: Callable[[Record], bool] | None = None) -> bool:
         """Delete an ended job's record under its lock; False when it is missing, unreadable or not ended.
 
         The only deletion of a record jobctl does (``jobctl gc``): a terminal
         record never changes again [JOB-T1], so once it is read ended under
-        the lock nobody else can be writing it. The lock file stays [JOB-L3].
+        the lock nobody else can be writing it. ``before`` (see
+        ``Store.remove``) runs under the lock too. The lock file stays [JOB-L3].
         """
 
         def ended(data: bytes) -> bool:
             try:
-                return record.decode(data, job_id, named=True).terminal
+                rec = record.decode(data, job_id, named=True)
             except JobError:
                 return False
+            return rec.terminal and (before is None or before(rec))
 
         with self._jobs() as jobs:
             return lock.remove(jobs, ids.check(job_id) + ".json", ended, job_id)

@@ -133,6 +133,9 @@ def test_gc_keeps_what_a_remaining_job_depends_on_and_filters_by_state(jobctl: J
     assert f"kept {base}: job {waiter} depends on it" in ran.err
     assert jobctl.store().load(base).state == "complete"
     assert jobctl("gc", "--older-than", "1h", "--state", "running").code == 2
+    for blank in (",", " ", " , "):  # names no state: a usage error, as an empty value is, not a silent no-op
+        ran = jobctl("gc", "--older-than", "1h", "--state", blank)
+        assert (ran.code, ran.out) == (2, b"") and "names no state" in ran.err
     assert jobctl("gc", "--older-than", "soon").code == 9
 
 

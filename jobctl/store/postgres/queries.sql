@@ -399,9 +399,11 @@ RETURNING j.revision, j.recall_reason, j.recall_by, j.recall_at, j.recall_until,
 
 -- name: remove
 -- jobctl gc: an ended job this reader can read [JOB-D7]; nobody writes a
--- finished record again [JOB-T1], so nothing is lost.
+-- finished record again [JOB-T1], so nothing is lost. With a revision, only
+-- the row as it was read then (not a job of the same id submitted since).
 DELETE FROM jobctl_jobs
 WHERE id = %(id)s AND state IN ('complete', 'failed', 'cancelled') AND critical <@ %(understood)s::text[]
+  AND (%(revision)s::bigint IS NULL OR revision = %(revision)s::bigint)
 RETURNING id;
 
 -- name: listen

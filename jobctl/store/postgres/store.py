@@ -20,6 +20,7 @@ this package. It talks through libpq, so ``PGHOST``, ``PGPASSWORD``,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ... import ids, limits
@@ -254,11 +255,26 @@ class PostgresStore(RowReads, BatchClaims, WorkerRows, ScheduleRows):
         return RowLease(self.url, job_id, Q["guardian_lease"]) if self._clock is None else None
 
     @retried
-    def remove(self, job_id: str) -> bool:
-        """Delete an ended job's row in one statement; False when it is missing, not ended, or unreadable here."""
+    def remove(self, job_id: str, before: Callable[[Record], bool] | None = None) -> bool:
+        """Delete an ended job's row in one statement; False when it is missing, not ended, or unreadable here.
+
+        With ``before``: the row is read, ``before`` asked on its record
+        (ended), and the row deleted only at the revision read.
+        """
         ids.check(job_id)
+        revision = None
+        if before is not None:
+            try:
+                got = self._row(job_id)
+                rec = row.record_of(got)
+            except JobError:
+                return False
+            if not rec.terminal or not before(rec):
+                return False
+            revision = got[row.REVISION]
         self._held.forget(job_id)
-        return self.session.one(Q["remove"], {"id": job_id, "understood": self._models()}) is not None
+        terms = {"id": job_id, "understood": self._models(), "revision": revision}
+        return self.session.one(Q["remove"], terms) is not None
 
     def sweep(self, job_id: str | None = None, refused: Refusals | None = None) -> int:
         """Nothing to sweep: a statement leaves no staging temporaries behind."""
