@@ -103,11 +103,13 @@ def gc(state: State, older_than: str, states: str, dry_run: bool) -> None:
     """Remove ended jobs last changed more than --older-than ago; print `<id> <state>` for each.
 
     For each: its attempt logs, its work directory (work/ID), then its
-    record, under the record's lock. Never removed: a job that has not
-    ended, and one that a job staying in the store still depends on
-    (--after); those are named on stderr. The lock file stays (a record's
-    lock is never deleted). With --dry-run, the same lines and nothing
-    removed. With --json, one object a job: id, state, removed.
+    record, under the record's lock (on a database: its row only; the
+    logs and work directories stay on the hosts that ran it). Never
+    removed: a job that has not ended, and one that a job staying in the
+    store still depends on (--after); those are named on stderr. The lock
+    file stays (a record's lock is never deleted). With --dry-run, the same
+    lines and nothing removed. With --json, one object a job: id, state,
+    removed.
 
     \b
     Examples:
