@@ -171,8 +171,15 @@ class Schedule:
         return slot
 
     def next(self, now: datetime) -> datetime | None:
-        """The first slot after ``now`` (and not before ``created_at``); None when a cron line has no more."""
+        """The first slot that will fire after ``now``; None when a cron line has no more.
+
+        Not before ``created_at``, and after the latest slot fired: that one
+        is later than ``now`` only when the store's clock went back, and no
+        slot up to it fires again (:meth:`due`).
+        """
         start = max(now, _floor(self.created_at) - timedelta(microseconds=1))
+        if self.fired is not None and self.fired > start:
+            start = self.fired
         if self.every is not None:
             seconds = int((start - _EPOCH).total_seconds()) // self.every * self.every + self.every
             return _EPOCH + timedelta(seconds=seconds)

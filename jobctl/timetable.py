@@ -8,7 +8,11 @@ schedule's name and the slot) and then marks the slot fired in the store.
 However many workers fire one slot, on however many hosts, the store's
 create lets one job through under that id; the others find it there
 (``Exists``), which is success. A worker killed between the two writes
-leaves the slot unmarked, and the next worker's submit finds the job.
+leaves the slot unmarked, and the next worker's submit finds the job. Both
+writes wait for a lock a moment only (``wait=False``): a writer stopped in
+the middle of one (SIGSTOP) holds that schedule's firing until it goes on
+or dies, never the worker's loop (its claims, its stop), and the slot is
+tried again at the next look.
 
 Only a schedule's latest slot is ever fired (:meth:`~jobctl.recurring.Schedule.due`),
 so slots missed while no worker ran become one job. Times are the store's
@@ -39,8 +43,8 @@ class FiringStore(Protocol):
 
     def now(self) -> datetime: ...
     def schedules(self, unreadable: Unreadable | None = None) -> list[Schedule]: ...
-    def submit(self, record: Record) -> str: ...
-    def mark_fired(self, name: str, created_at: datetime, slot: datetime) -> bool: ...
+    def submit(self, record: Record, *, wait: bool = True) -> str: ...
+    def mark_fired(self, name: str, created_at: datetime, slot: datetime, *, wait: bool = True) -> bool: ...
 
 
 class ScheduleStore(FiringStore, Protocol):
@@ -167,11 +171,11 @@ class Firing:
             return 0
         rec = sched.job(slot)
         try:
-            self.store.submit(rec)
+            self.store.submit(rec, wait=False)
             created = 1
         except Exists:
             created = 0  # another worker fired it first: the slot has its one job
-        self.store.mark_fired(sched.name, sched.created_at, slot)
         if created:
             self.say("scheduled", rec.id, f"schedule {sched.name} slot {format_time(slot)}")
+        self.store.mark_fired(sched.name, sched.created_at, slot, wait=False)
         return created

@@ -250,12 +250,16 @@ class Store(Protocol):
         """
         ...
 
-    def submit(self, record: Record) -> str:
+    def submit(self, record: Record, *, wait: bool = True) -> str:
         """Write a new job; return its id (minted when ``record.id`` is empty).
 
         Refusals: an existing id -> ``Invalid``; a record that does not
         validate -> ``Invalid``/``UnknownSchema``. The state defaults to
-        ``pending`` [JOB-S1]; the lease starts unset.
+        ``pending`` [JOB-S1]; the lease starts unset. With ``wait`` false,
+        the id's lock is waited for :data:`jobctl.limits.LOCK_PATIENCE`
+        seconds at most; still taken then (a writer of that id stopped in
+        the middle), ``LockBusy`` and nothing written: a worker firing a
+        schedule's slot passes over it, and is not frozen behind it.
         """
         ...
 
@@ -586,11 +590,13 @@ class Store(Protocol):
         """Delete a schedule; False when there was none. Its jobs stay; no worker fires it after this call."""
         ...
 
-    def mark_fired(self, name: str, created_at: datetime, slot: datetime) -> bool:
+    def mark_fired(self, name: str, created_at: datetime, slot: datetime, *, wait: bool = True) -> bool:
         """Record that ``slot`` of the schedule ``name`` added at ``created_at`` was fired; atomically, never backwards.
 
         The kept ``fired`` only moves forward (an earlier slot changes
         nothing). False, nothing written, when that schedule is not there
         (removed, or removed and added again: another ``created_at``).
+        ``wait`` as for :meth:`submit`: false, a schedule's lock held past
+        :data:`jobctl.limits.LOCK_PATIENCE` is ``LockBusy``, nothing written.
         """
         ...

@@ -75,7 +75,8 @@ class ContractStore:
     record under the lock, runs ``apply`` with the clock read under that lock,
     encodes and replaces it in one atomic step, and returns the record written
     (decoded afresh from the bytes when ``fresh``); ``_create(id, data)``
-    writes a new record's bytes, refusing an existing id with ``Invalid``;
+    writes a new record's bytes, refusing an existing id with ``Invalid`` (with
+    ``wait`` false, ``LockBusy`` for a lock held past :data:`jobctl.limits.LOCK_PATIENCE`);
     ``claim_some`` claims the oldest runnable jobs.
 
     A backend may override any operation with a cheaper one that gives the
@@ -108,7 +109,7 @@ class ContractStore:
     def _write(self, job_id: str, apply: Apply, fresh: bool = False, *, wait: bool = True) -> Record:
         raise NotImplementedError
 
-    def _create(self, job_id: str, data: bytes) -> None:
+    def _create(self, job_id: str, data: bytes, *, wait: bool = True) -> None:
         raise NotImplementedError
 
     def load_bytes(self, job_id: str) -> bytes:
@@ -165,7 +166,7 @@ class ContractStore:
         _epoch(epoch)
         return self._write(job_id, holding(job_id, epoch, apply), fresh)
 
-    def submit(self, record: Record) -> str:
+    def submit(self, record: Record, *, wait: bool = True) -> str:
         if not isinstance(record, Record):
             raise Invalid("submit takes a Record")
         job_id = ids.check(record.id) if record.id else ids.mint()
@@ -189,7 +190,7 @@ class ContractStore:
             _raw=dict(record._raw),
             _text=record._text,
         )
-        self._create(job_id, encode(rec))
+        self._create(job_id, encode(rec), wait=wait)
         return job_id
 
     def claim(

@@ -309,14 +309,14 @@ class FileStore(FileListing, ContractStore, WorkerFiles, ScheduleFiles):
                 exc.job_id = job_id
             raise
 
-    def _create(self, job_id: str, data: bytes) -> None:
+    def _create(self, job_id: str, data: bytes, *, wait: bool = True) -> None:
         def edit(current: bytes | None) -> bytes:
             if current is not None:
                 raise Exists(f"job {job_id} is already in the store", job_id)
             return data
 
         with self._jobs() as jobs:
-            lock.change(jobs, job_id + ".json", edit, job_id)
+            lock.change(jobs, job_id + ".json", edit, job_id, wait=wait)
 
     def _owned(self, name: str, current: bytes) -> None:
         """Refuse (``Untrusted``) a record whose file the required uid does not own.

@@ -141,11 +141,12 @@ class ScheduleFiles:
         except FileNotFoundError:
             return False
         with at:
-            if fsio.read_file(at, file_name(name), name, limit=MOST_BYTES) is None:
+            # Any size a record may be: one kept before the size was checked (or another writer's) goes too.
+            if fsio.read_file(at, file_name(name), name) is None:
                 return False  # none there: no lock file is made for it (a link or odd file there is refused)
             return lock.remove(at, file_name(name), lambda _data: True, name)
 
-    def mark_fired(self, name: str, created_at: datetime, slot: datetime) -> bool:
+    def mark_fired(self, name: str, created_at: datetime, slot: datetime, *, wait: bool = True) -> bool:
         file = file_name(name)
 
         def edit(current: bytes | None) -> bytes:
@@ -160,7 +161,7 @@ class ScheduleFiles:
 
         try:
             with self._schedules_dir(create=False) as at:
-                lock.change(at, file, edit, name)
+                lock.change(at, file, edit, name, wait=wait)
         except (FileNotFoundError, _Gone):
             return False
         return True

@@ -194,6 +194,8 @@ def test_directory_files_are_private_and_no_link_is_followed(tmp_path: Path, clo
     assert len(unreadable) == 3  # the link, the garbage, the misplaced one: named, never followed
     assert store.remove_schedule("absent") is False
     assert not (where / (file_name("absent") + ".lock")).exists()
+    (where / file_name("huge")).write_bytes(b" " * (2 << 20))  # past what a reader takes: unreadable, removable
+    assert store.remove_schedule("huge") is True and not (where / file_name("huge")).exists()
 
 
 def test_postgres_store_without_the_table_reads_none_and_refuses_with_the_way_out(pg_url: str, clock: Any) -> None:
@@ -239,3 +241,21 @@ def test_a_declared_schedules_spec_nested_past_the_interpreters_limit_is_invalid
     worker = jobctl.Worker(jobctl.FileStore(str(tmp_path / "s")))
     with pytest.raises(Invalid, match="schedule deep: spec is not JSON: it nests too deep"):
         worker.every("deep", "5m", kind="k", spec={"a": deep})
+
+
+def test_a_clock_set_back_fires_no_slot_twice_and_lists_the_next_slot_that_fires(any_store: Any, clock: Any) -> None:
+    sched = timetable.add(any_store, "tick", kind="k", every=60)
+    first = sched.next(clock.now)
+    assert first is not None
+    clock.now = first
+    assert fire(any_store) == [slot_id("tick", first)]
+    clock.advance(86400)  # the store's clock runs a day ahead: one job, the latest slot (a missed run)
+    ahead = first + timedelta(days=1)
+    assert fire(any_store) == [slot_id("tick", ahead)]
+    clock.now = first + timedelta(minutes=5, seconds=30)  # and is set right again
+    assert fire(any_store) == []  # slots up to the latest fired do not fire: none twice
+    kept = any_store.schedule("tick")
+    assert kept.fired == ahead
+    assert kept.next(clock.now) == ahead + timedelta(minutes=1)  # what `schedule list` says: the next that fires
+    clock.now = ahead + timedelta(minutes=1)
+    assert fire(any_store) == [slot_id("tick", ahead + timedelta(minutes=1))]

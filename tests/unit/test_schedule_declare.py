@@ -133,10 +133,10 @@ class _Refusing:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.store, name)
 
-    def submit(self, rec: jobctl.Record) -> str:
+    def submit(self, rec: jobctl.Record, *, wait: bool = True) -> str:
         if rec.kind == self.kind:
             raise Refused(f"no room for job {rec.id}", rec.id)
-        return str(self.store.submit(rec))
+        return str(self.store.submit(rec, wait=wait))
 
 
 def test_a_schedule_that_cannot_fire_is_said_once_and_the_others_fire(any_store: Any, clock: Any) -> None:

@@ -9,18 +9,24 @@ worker started after slots were missed fires one job, for the latest.
 from __future__ import annotations
 
 import itertools
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
-from workertools import WorkerProcess, wait_until
+from workertools import WorkerProcess, job_argv, submit, wait_until
 
 from jobctl import recurring, timetable
 from jobctl.record import parse_time
 from jobctl.recurring import SCHEDULE_OF, slot_id
+from jobctl.store.schedules import SCHEDULES, file_name
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -126,3 +132,49 @@ def test_worker_app_keeps_the_applications_schedules_before_it_runs(tmp_path: An
     assert refused.returncode == 9 and len(refused.stderr.strip().splitlines()) == 1
     assert refused.stderr.splitlines()[-1].startswith("jobctl: invalid: --app myapp:worker: cannot import myapp")
     assert "field 2 (hour) '25': 25 is out of range 0-23" in refused.stderr and "Traceback" not in refused.stderr
+
+
+#: Takes the lock of argv[1] (a schedule's or a job's ``.lock``), says so, and stops itself while holding it:
+#: a worker stopped (SIGSTOP) in the middle of firing a slot.
+HOLDER = """
+import fcntl, os, signal, sys
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+os.kill(os.getpid(), signal.SIGSTOP)
+"""
+
+
+@pytest.mark.file_only("a writer stopped while it holds a lock file; a row's lock goes with its statement")
+@pytest.mark.parametrize("frozen", ["schedule", "slot job"])
+def test_a_writer_stopped_mid_firing_freezes_neither_the_workers_nor_the_slot(
+    store: Any, workers: Callable[..., WorkerProcess], frozen: str
+) -> None:
+    # A daily schedule added two days ago and never fired: its slot of today's midnight is due.
+    store.add_schedule(recurring.new("daily", kind="tock", every="1d", now=store.now() - timedelta(days=2)))
+    slot = store.schedule("daily").latest(store.now())
+    if frozen == "schedule":
+        lock = Path(store.root, *SCHEDULES, file_name("daily") + ".lock")
+    else:
+        os.makedirs(store.jobs_dir, exist_ok=True)
+        lock = Path(store.jobs_dir, slot_id("daily", slot) + ".json.lock")
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(lock)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        job = submit(store, job_argv("exit", 0))
+        worker = workers(poll_interval=0.05)
+        wait_until(lambda: store.load(job).state == "complete", timeout=30, what="the other job to run")
+        failed = worker.next_event(lambda e: e["what"] == "schedule-failed", timeout=10)
+        assert "cannot fire schedule daily" in failed["detail"] and "locked by another writer" in failed["detail"]
+        worker.signal(signal.SIGTERM)
+        assert worker.wait(30) == 0  # it stops when told, frozen lock or not
+    finally:
+        holder.kill()
+        holder.wait()
+        assert holder.stdout is not None
+        holder.stdout.close()
+    # The holder gone, the next worker fires the slot: one job, marked fired.
+    worker = workers(poll_interval=0.05)
+    wait_until(lambda: store.schedule("daily").fired == slot, timeout=30, what="the slot to be marked fired")
+    worker.stop()
+    assert [job_id for _, job_id in fired(store)] == [slot_id("daily", slot)]

@@ -117,6 +117,7 @@ class ScheduleRows:
             raise
         return got is not None
 
-    def mark_fired(self, name: str, created_at: datetime, slot: datetime) -> bool:
+    def mark_fired(self, name: str, created_at: datetime, slot: datetime, *, wait: bool = True) -> bool:
+        # wait changes nothing: the statement holds the row only while it runs on the server.
         got = self._run("schedule_fired", {"name": name, "created_at": created_at, "slot": slot})
         return bool(got and got[0])

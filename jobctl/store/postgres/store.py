@@ -150,8 +150,12 @@ class PostgresStore(RowReads, BatchClaims, WorkerRows, ScheduleRows):
         params = {"epoch": epoch, "reason": reason, "by": by or "", "grace": row.interval(window)}
         return self._step(job_id, "recall", params, rules)
 
-    def submit(self, record: Record) -> str:
-        """Write a new job in one statement; its times are the store's clock as it is written [JOB-S1]."""
+    def submit(self, record: Record, *, wait: bool = True) -> str:
+        """Write a new job in one statement; its times are the store's clock as it is written [JOB-S1].
+
+        ``wait`` changes nothing here: the statement holds the row's lock only while it runs on the
+        server, which a client stopped in the middle does not prolong.
+        """
         if not isinstance(record, Record):
             raise Invalid("submit takes a Record")
         job_id = ids.check(record.id) if record.id else ids.mint()
