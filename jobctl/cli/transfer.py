@@ -110,7 +110,7 @@ def import_(state: State, source: IO[bytes]) -> None:
             refusals.append(Invalid(f"line {number}: the record text is not UTF-8"))
             click.echo(refusal_line(refusals[-1], "import"), err=True)
         except JobError as exc:
-            if f"line {number}" not in exc.message:
+            if not exc.message.startswith((f"line {number} ", f"line {number}:")):  # not "line 12" of the record
                 exc.message = f"line {number}: {exc.message}"
             refusals.append(exc)
             click.echo(refusal_line(exc, "import"), err=True)

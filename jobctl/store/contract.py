@@ -17,7 +17,7 @@ from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from .. import ids, limits
+from .. import fsio, ids, limits
 from ..errors import Invalid, JobError, LeaseExpired, LeaseHeld, Refused, StaleEpoch, Terminal
 from ..record import STATES, WANTS, Intent, Lease, Recall, Record, encode, given_checkpoint, held
 from ..wire import JsonText, Raw
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ContractStore",
+    "imported",
     "cancelled_words",
     "cancel_reason_of",
     "CANCEL_REASON",
@@ -56,6 +57,30 @@ def _seconds(value: Any, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         raise Invalid(f"{what} must be a non-negative number of seconds, not {value!r}")
     return float(value)
+
+
+def imported(data: bytes, expect: str | None = None, what: str = "the import") -> Record:
+    """The record an import of ``data`` adds, read as every reader reads it; ``Invalid`` when none may be added.
+
+    Refused before anything is written: a record over :func:`jobctl.fsio.max_record_bytes` (a directory
+    could not read it back; checked before a byte is decoded), one this reader cannot read (``Invalid``,
+    ``UnknownSchema``), one naming another id than ``expect`` (``what`` names who expected it), and
+    one whose id no job may have. Every backend's ``import_bytes`` reads its record here.
+    """
+    if not isinstance(data, bytes):
+        raise Invalid("import takes the record's bytes")
+    limit = fsio.max_record_bytes()
+    if len(data) > limit:
+        raise Invalid(
+            f"{what}: the record is {len(data)} bytes, over the {limit}-byte limit on a record ({fsio.MAX_RECORD_ENV})"
+        )
+    from ..record import decode  # here: a piped submit reads no record, and the decoder is 0.25 ms to load
+
+    rec = decode(data)
+    if expect is not None and rec.id != expect:
+        raise Invalid(f"{what} names id {expect!r} but its record is {rec.id}")
+    ids.check(rec.id)
+    return rec
 
 
 def _epoch(value: Any) -> int:
@@ -144,20 +169,14 @@ class ContractStore:
     def import_bytes(self, data: bytes, expect: str | None = None, what: str = "the import") -> str:
         """Add a record from its exact bytes (another store's ``load_bytes``); return its id.
 
-        The bytes are decoded first, so a record this reader cannot read is
-        refused (``Invalid``, ``UnknownSchema``) and nothing is written; an
+        The bytes are read first (:func:`imported`), so a record this reader
+        cannot read, or over the size limit on a record, is refused
+        (``Invalid``, ``UnknownSchema``) and nothing is written; an
         existing id is ``Invalid``, and so is a record naming another id than
         ``expect`` when it is given (``what`` names who expected it: an
         export line). What ``jobctl import`` calls.
         """
-        if not isinstance(data, bytes):
-            raise Invalid("import takes the record's bytes")
-        from ..record import decode  # here: a piped submit reads no record, and the decoder is 0.25 ms to load
-
-        rec = decode(data)
-        if expect is not None and rec.id != expect:
-            raise Invalid(f"{what} names id {expect!r} but its record is {rec.id}")
-        job_id = ids.check(rec.id)
+        job_id = imported(data, expect, what).id
         self._create(job_id, data)
         return job_id
 

@@ -91,3 +91,36 @@ def test_export_names_a_record_that_is_not_utf8_after_the_rest(jobctl: Jobctl) -
     assert ran.code == errors.EXIT_FAILURE
     assert ran.lines == lines  # every readable record, in full
     assert ran.err == "jobctl: job: 1 record(s) could not be read (t9): t9: record is not UTF-8 (byte 0)\n"
+
+
+def test_an_import_line_over_the_size_limit_is_refused_and_the_rest_imported(jobctl: Jobctl, tmp_path: Path) -> None:
+    """A directory reads no record over the limit: an import of one would leave a record nobody can read."""
+    small, big = _lines(jobctl, 2)
+    item = json.loads(big)
+    assert '"spec": {}' in item["record"]
+    item["record"] = item["record"].replace('"spec": {}', '"spec": {"pad": "' + "x" * 4096 + '"}', 1)
+    limit = len(json.loads(small)["record"].encode()) + 100
+    target = _target(tmp_path)
+    env = {"JOB_STORE": str(target), "JOBCTL_MAX_RECORD_BYTES": str(limit)}
+    ran = jobctl("import", input=f"{json.dumps(item)}\n{small}\n", env=env)
+    assert ran.code == errors.Invalid.exit_code
+    assert ran.out == b"imported=1 refused=1\n"
+    size = len(item["record"].encode())
+    assert ran.err.startswith(f"jobctl: invalid: line 1: the record is {size} bytes, over the {limit}-byte limit "), (
+        ran.err
+    )
+    assert _records(target) == [json.loads(small)["id"] + ".json"]
+    listed = jobctl("list", env=env)
+    assert listed.code == 0, listed.err
+
+
+def test_an_import_refusal_names_the_line_even_when_the_record_names_a_line_of_its_own(
+    jobctl: Jobctl, tmp_path: Path
+) -> None:
+    """The decoder says where in the record it broke ("line 12 column 4"): the export line is named all the same."""
+    broken = "{\n" + "\n" * 10 + '  "id": ,\n}\n'  # bad JSON on the record's line 12
+    target = _target(tmp_path)
+    ran = jobctl("import", input=json.dumps({"id": "x", "record": broken}) + "\n", env={"JOB_STORE": str(target)})
+    assert ran.code == errors.Invalid.exit_code
+    assert ran.err.startswith("jobctl: invalid: line 1: ") and " at line 12 column " in ran.err, ran.err
+    assert _records(target) == []

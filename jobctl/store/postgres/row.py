@@ -19,6 +19,7 @@ from operator import itemgetter
 from typing import Any
 
 from ...errors import Invalid, JobError
+from ...exclusive import EXCLUSIVE, exclusive_of
 from ...priority import priority_of
 from ...record import (
     RANGES,
@@ -199,7 +200,8 @@ def values(
     """
     progress, lease = rec.progress, rec.lease
     step, recall, delegation, intent, envelope = progress.step, lease.recall, rec.delegation, rec.intent, rec.envelope
-    _texts_fit(rec, p)
+    content, critical = lists if lists is not None else (p.content, p.critical)
+    _texts_fit(rec, p, (*content, *critical))
     try:
         after: list[str] = after_of(rec)
         when = not_before(rec)
@@ -207,7 +209,8 @@ def values(
     except JobError:  # malformed scheduling data: never picked; claim_next names it
         after, when, scheduled = [], None, False
     pipe = pipeline_of(rec)
-    content, critical = lists if lists is not None else (p.content, p.critical)
+    if pipe is not None and not fits(pipe[0]):
+        pipe = None  # the column is metadata; the record's bytes render from the extension's own text
     return {
         "id": rec.id,
         "kind": rec.kind,
@@ -271,8 +274,13 @@ def text_fit(value: str, what: str, job_id: str = "") -> str:
     return value
 
 
-def _texts_fit(rec: Record, p: Prepared) -> None:
-    """Every string of ``rec`` that is a text column or an element of one, :func:`text_fit`."""
+def _texts_fit(rec: Record, p: Prepared, models: Iterable[str]) -> None:
+    """Every string of ``rec`` that is a text column or an element of one, :func:`text_fit`.
+
+    ``models`` are the names of the ``content`` and ``critical`` lists the row keeps: the
+    record's own as read when its bytes are kept verbatim (names of models nobody here knows
+    among them), else the ones ``p`` derived.
+    """
     named: list[tuple[str, str]] = [("id", rec.id), ("kind", rec.kind), ("lease.owner", rec.lease.owner)]
     named += [("error", rec.error)]
     if rec.intent is not None:
@@ -288,7 +296,10 @@ def _texts_fit(rec: Record, p: Prepared) -> None:
         named.append(("progress.step.name", rec.progress.step.name))
     named += [("requires", name) for name in rec.requires]
     named += [("an extension key", key) for key, _text, _kept in p.extensions]
-    named += [("content", name) for name in p.content]
+    named += [("content", name) for name in models]
+    key = exclusive_of(rec)  # a claim keeps it in jobctl_exclusive.key
+    if key is not None:
+        named.append((f"the exclusive key ({EXCLUSIVE})", key))
     for what, value in named:
         text_fit(value, what, rec.id)
 

@@ -39,6 +39,7 @@ from ..contract import (
     content,
     finishing,
     holding,
+    imported,
     intending,
     progressing,
     recalling,
@@ -192,14 +193,9 @@ class PostgresStore(RowReads, BatchClaims, WorkerRows, ScheduleRows):
 
     def import_bytes(self, data: bytes, expect: str | None = None, what: str = "the import") -> str:
         """Add a record from its exact bytes: its columns, and the bytes themselves unless they render back."""
-        if not isinstance(data, bytes):
-            raise Invalid("import takes the record's bytes")
-        rec = decode(data)
-        if expect is not None and rec.id != expect:
-            raise Invalid(f"{what} names id {expect!r} but its record is {rec.id}")
-        job_id = ids.check(rec.id)
+        rec = imported(data, expect, what)
         self._insert(values_kept(rec, data), fresh=False, data=data)
-        return job_id
+        return rec.id
 
     @retried
     def _insert(self, values: dict[str, Any], *, fresh: bool, data: bytes | None = None) -> None:
