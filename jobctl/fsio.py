@@ -35,6 +35,7 @@ __all__ = [
     "Dir",
     "DEFAULT_MAX_RECORD_BYTES",
     "MAX_RECORD_ENV",
+    "within_limit",
     "max_record_bytes",
     "open_dir",
     "open_below",
@@ -95,6 +96,22 @@ def max_record_bytes() -> int:
         raise Invalid(f"{MAX_RECORD_ENV} must be a whole number of bytes of at least 1, not {raw!r}")
     _limit_cache = (raw, int(value))
     return _limit_cache[1]
+
+
+def within_limit(data: bytes, job_id: str) -> bytes:
+    """``data``, a record about to be written, if a reader takes it back (:func:`max_record_bytes`); else ``Invalid``.
+
+    A record written over the limit could be read by no reader after it: its
+    job could be neither claimed nor finished, its holder's next write refused.
+    """
+    limit = max_record_bytes()
+    if len(data) > limit:
+        raise Invalid(
+            f"job {job_id}: the record would be {len(data)} bytes, over the {limit}-byte limit on a record"
+            f" ({MAX_RECORD_ENV}); nothing written",
+            job_id,
+        )
+    return data
 
 
 class Dir:

@@ -296,7 +296,7 @@ class FileStore(FileListing, ContractStore, WorkerFiles, ScheduleFiles):
             rec = record.decode(current, job_id, named=True)
             rec._exposed = False  # only update() hands it to outside code
             apply(rec, self.now())
-            data = encode(rec, settle=True)
+            data = fsio.within_limit(encode(rec, settle=True), job_id)
             done.append(rec)
             return data
 
@@ -313,7 +313,7 @@ class FileStore(FileListing, ContractStore, WorkerFiles, ScheduleFiles):
         def edit(current: bytes | None) -> bytes:
             if current is not None:
                 raise Exists(f"job {job_id} is already in the store", job_id)
-            return data
+            return fsio.within_limit(data, job_id)
 
         with self._jobs() as jobs:
             lock.change(jobs, job_id + ".json", edit, job_id, wait=wait)
