@@ -200,16 +200,22 @@ def _owned_by(owned_only: bool | None) -> int | None:
     return uid if owned_only else None
 
 
+#: The signals that stop ``jobctl run``'s child and release its job: Ctrl-C, a kill, a terminal hung up
+#: (an ssh session closed), Ctrl-\ -- as timeout(1) stops its command on them. At their defaults the
+#: guardian would SIGKILL the child with no grace and the job would stay held until its lease lapsed.
+STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
 @contextmanager
 def _stopping(run_: Run) -> Iterator[list[int]]:
-    """SIGINT/SIGTERM stop the child and release the job; the list gets the signal's number."""
+    """The signals of ``STOPPING`` stop the child and release the job; the list gets the signal's number."""
     got: list[int] = []
 
     def handler(signum: int, _frame: Any) -> None:
         got.append(signum)
         run_.stop(f"jobctl run got {signal.Signals(signum).name}", grace=0 if len(got) > 1 else None)
 
-    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    old = {sig: signal.signal(sig, handler) for sig in STOPPING}
     try:
         yield got
     finally:
@@ -239,7 +245,11 @@ Exit 0 completes the job;
 anything else fails it, or schedules the next attempt under its retry
 policy. CMD's output goes to stdout and to the attempt's log (`jobctl logs
 ID`); with --json only to the log, and stdout gets one object saying how the
-run ended. SIGINT or SIGTERM stops CMD and releases the job.
+run ended. CMD's stdin is /dev/null (a handler's: the spec), whoever runs
+the job: a worker that adopts it has nothing else to give. SIGINT, SIGTERM,
+SIGHUP or SIGQUIT to jobctl run stops CMD (SIGTERM, SIGKILL after --grace;
+a second signal: SIGKILL at once) and releases the job, and jobctl run exits
+128+N for the signal N it got (130 for Ctrl-C).
 
 When CMD ran, the exit status is CMD's own (128+N when a signal N ended
 it), as timeout(1) and env(1) do. jobctl's own codes, when CMD did not

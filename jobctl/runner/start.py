@@ -22,10 +22,16 @@ def executable(argv0: str, env: Mapping[str, str], cwd: str | None) -> str:
     """The absolute path ``exec`` would run for ``argv0`` (looked up as execvpe does, in ``env``'s ``PATH``).
 
     Raises what ``exec`` would (``FileNotFoundError``, ``PermissionError``):
-    the guardian spawns the path without a lookup of its own.
+    the guardian spawns the path without a lookup of its own. A path to a
+    directory is ``IsADirectoryError`` (exit 126 "Is a directory", as a shell
+    says), not "No such file or directory"; a directory met in the ``PATH``
+    lookup is passed over, as a shell passes it (not found, 127).
     """
     if "/" in argv0:
-        candidates = [os.path.join(cwd or "", argv0)]
+        path = os.path.join(cwd or "", argv0)
+        if os.path.isdir(path):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), argv0)
+        candidates = [path]
     else:
         candidates = [os.path.join(cwd or "", d or ".", argv0) for d in os.get_exec_path(dict(env))]
     denied = False

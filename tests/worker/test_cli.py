@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -117,6 +118,61 @@ def test_sigterm_to_run_stops_the_child_and_releases(store: FileStore, root: Pat
     assert gone(started[0]["pid"])
     rec = store.load(job)
     assert rec.state == "pending" and rec.lease.owner == "" and rec.want == "run"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP, signal.SIGQUIT])
+def test_every_stopping_signal_to_run_stops_the_child_and_releases(
+    store: FileStore, root: Path, side_log: Path, sig: signal.Signals
+) -> None:
+    """A terminal hung up (SIGHUP) or Ctrl-\\ (SIGQUIT) too: not the job left held until its lease lapses."""
+    job = submit(store, job_argv("sleep", 60), side_log)
+    proc = subprocess.Popen([JOBCTL, "run", job], env=process_env(root), stdout=subprocess.DEVNULL)
+    started = wait_until(lambda: [e for e in read_log(side_log) if e["event"] == "start"], what="the child")
+    proc.send_signal(sig)
+    assert proc.wait(20) == 128 + sig
+    assert gone(started[0]["pid"])
+    rec = store.load(job)
+    assert rec.state == "pending" and rec.lease.owner == "" and rec.want == "run"
+
+
+def test_a_child_that_ignores_sigterm_is_killed_after_the_grace_and_at_a_second_signal(
+    store: FileStore, root: Path, side_log: Path
+) -> None:
+    for second in (False, True):
+        side_log.unlink(missing_ok=True)
+        job = submit(store, job_argv("sleep", 60, "--ignore-term"), side_log)
+        grace = "30" if second else "0.5"
+        argv = [JOBCTL, "run", job, "--grace", grace]
+        proc = subprocess.Popen(argv, env=process_env(root), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        started = wait_until(lambda: [e for e in read_log(side_log) if e["event"] == "start"], what="the child")
+        proc.send_signal(signal.SIGINT)
+        if second:  # a second Ctrl-C: SIGKILL at once, not after --grace 30
+            time.sleep(0.5)  # two of one signal pending at once are one signal
+            proc.send_signal(signal.SIGINT)
+        try:
+            _, err = proc.communicate(timeout=15)
+        finally:
+            proc.kill()
+        assert proc.returncode == 130 and gone(started[0]["pid"])
+        assert "(killed by SIGKILL)" in err.decode()
+        assert store.load(job).state == "pending"
+
+
+def test_run_gives_the_command_no_stdin_but_dev_null(store: FileStore, root: Path) -> None:
+    """As documented: the input of a job is its spec, the same for a worker that adopts it."""
+    job = submit(store, ["true"])
+    script = 'readlink /proc/self/fd/0; cat; echo "status $?"'
+    argv = [JOBCTL, "run", job, "--", "sh", "-c", script]
+    proc = subprocess.run(argv, env=process_env(root), input=b"x\n", capture_output=True, timeout=30)
+    assert (proc.returncode, proc.stdout) == (0, b"/dev/null\nstatus 0\n")
+
+
+def test_run_of_a_directory_is_126_is_a_directory_as_a_shell_says(store: FileStore, root: Path, tmp_path: Path) -> None:
+    job = submit(store, ["true"])
+    result = invoke(root, "run", job, "--", str(tmp_path))
+    assert result.exit_code == 126
+    assert result.stderr == f"jobctl: run: {job} failed (attempt 1: cannot start {tmp_path}: Is a directory)\n"
+    assert store.load(job).state == "failed"
 
 
 def test_a_sigkilled_run_takes_its_child_with_it(store: FileStore, root: Path, side_log: Path) -> None:
