@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from . import ids
 from .board import UNREADABLE, Board
 from .errors import JobError
 from .record import TERMINAL, format_time, held
@@ -132,7 +133,8 @@ class Ledger:
         for job_id in fresh:
             self._said_unreadable.add(job_id)
             path = getattr(self.store, "path", None)
-            where = f"{path(job_id)}: " if callable(path) else ""
+            # A file's name need not be an id path() takes (a stray "a\nb.json"): then no path, and no refusal.
+            where = f"{path(job_id)}: " if callable(path) and ids.safe(job_id) else ""
             self.emit(Event("unreadable", job_id, "", f"{where}{board.unreadable[job_id].message}"))
         for job_id, rec in board.open.items():
             if job_id in self._said_blocked:

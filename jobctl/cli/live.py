@@ -9,12 +9,14 @@ again after each change, which is cheaper than listing a large store.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
 import click
 
 from .. import limits
+from ..ids import safe as safe_id
 from ..notices import Changes
 from ..record import Record
 from ..store.base import Store
@@ -190,8 +192,14 @@ def _say_unreadable(store: Store, subscription: Watch, records: list[Record], sa
     for job_id, exc in broken.items():
         if job_id not in said:
             said.add(job_id)
-            where = f" {store.path(job_id)}" if isinstance(store, FileStore) else ""
-            click.echo(f"jobctl: unreadable: {job_id}{where}: {exc.message}", err=True)
+            where = ""
+            if isinstance(store, FileStore):
+                # A file's name need not be an id load() takes ("a\nb.json"): named as it is, escaped.
+                where = " " + (
+                    store.path(job_id) if safe_id(job_id) else os.path.join(store.jobs_dir, job_id + ".json")
+                )
+            line = f"{render.word(job_id)}{render.word(where)}: {render.word(exc.message)}"
+            click.echo(f"jobctl: unreadable: {line}", err=True)
     for rec in records:
         if rec.id in said or rec.terminal:
             continue
@@ -202,7 +210,10 @@ def _say_unreadable(store: Store, subscription: Watch, records: list[Record], sa
         for dep in deps:
             if dep in broken:
                 said.add(rec.id)
-                click.echo(f"jobctl: blocked: {rec.id} waits for {dep}, which cannot be read", err=True)
+                click.echo(
+                    f"jobctl: blocked: {render.word(rec.id)} waits for {render.word(dep)}, which cannot be read",
+                    err=True,
+                )
                 break
 
 
@@ -240,7 +251,7 @@ def _report(
         if state.json:
             render.out_json({"event": "gone", "id": job_id})
         elif not terminal:
-            render.out(f"{job_id} gone")
+            render.out(f"{render.word(job_id)} gone")
     return changed or first
 
 

@@ -500,4 +500,5 @@ def create_app(
         exception_handlers={JobError: _refused, HTTPException: _http_error, OSError: _unreadable, Exception: _broken},
     )
     app.add_middleware(_Guard, token=token, hosts=hosts)
+    app.state.end_streams = api.feed.close  # for the server that stops: open change streams end at once
     return app

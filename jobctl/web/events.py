@@ -89,6 +89,7 @@ class Feed:
         self._stale_after = stale_after
         self._lock = threading.Lock()
         self._pump: _Pump | None = None
+        self._closed = False
 
     def subscribe(self) -> Subscription:
         """A new stream; the watch starts with the first one open and stops when the last one leaves."""
@@ -98,8 +99,17 @@ class Feed:
             if pump is None or pump.stopped:
                 pump = self._pump = _Pump(self._store, self._log, self._stale_after)
             sub = Subscription(pump, loop)
+            sub.ended = self._closed
             pump.add(sub)
         return sub
+
+    def close(self) -> None:
+        """End every open stream (the server is stopping): each ends its response, and a page reconnects later."""
+        with self._lock:
+            self._closed = True
+            pump = self._pump
+        if pump is not None:
+            pump.end()
 
 
 class Subscription:
@@ -116,6 +126,7 @@ class Subscription:
         self.pipelines: dict[str, dict[str, Any]] = {}
         self.removed_pipelines: set[str] = set()
         self.schedules = False  # the schedules changed since this stream last sent them
+        self.ended = False  # the server is stopping: the stream ends at its next look
 
     def poke(self) -> None:
         """From the pump's thread: something waits to be sent."""
@@ -136,6 +147,8 @@ class Subscription:
                 except asyncio.TimeoutError:
                     pass
                 self._ready.clear()
+                if self.ended:
+                    return
                 data = self._pump.take(self)
                 if data is not None:
                     yield f"event: jobs\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
@@ -197,6 +210,14 @@ class _Pump:
             if not self._subs:
                 self.stopped = True  # the last reader left: the thread ends and lets go of its watch
                 self._wake.set()
+
+    def end(self) -> None:
+        """End every stream: the server is stopping (the last one to leave stops the thread)."""
+        with self._lock:
+            subs = list(self._subs)
+        for sub in subs:
+            sub.ended = True
+            sub.poke()
 
     def take(self, sub: Subscription) -> dict[str, Any] | None:
         """What ``sub`` has to send: the whole present once, then what changed; None when nothing."""

@@ -11,7 +11,7 @@ from ..store.base import Store
 
 __all__ = ["parse_listen", "is_loopback", "bind", "serve"]
 
-#: Seconds a stopping server waits for open requests (a change stream never ends by itself).
+#: Seconds a stopping server waits for open requests (open change streams are ended first).
 SHUTDOWN_SECONDS = 2
 
 
@@ -77,7 +77,16 @@ def serve(
         timeout_graceful_shutdown=SHUTDOWN_SECONDS,
         server_header=False,
     )
-    server = uvicorn.Server(config)
+    end_streams = app.state.end_streams
+
+    class _Server(uvicorn.Server):
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            # A change stream never ends by itself: end each one first, or the stop waits out its
+            # graceful timeout and then cancels them with a traceback each.
+            end_streams()
+            await super().shutdown(sockets)
+
+    server = _Server(config)
     out.write(url_of(sock) + "\n")
     out.flush()
     server.run(sockets=[sock])

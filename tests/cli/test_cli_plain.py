@@ -343,3 +343,27 @@ def test_word_keeps_printable_text_byte_for_byte() -> None:
     for text in ("backup", "nightly backup", "café", "日本", "a\\nb", "'quoted'"):
         assert word(text) is text
     assert word("a\tb\r\n\x00\x7f\x85\u2029") == "a\\tb\\r\\n\\x00\\x7f\\x85\\u2029"
+
+
+def test_watch_names_a_record_file_whose_name_is_no_id_on_one_line_and_goes_on(jobctl: Jobctl) -> None:
+    """A stray ``jobs/a\\nb.json`` is named unreadable, escaped, as any other; it does not end the watch."""
+    job = jobctl.submit()
+    (jobctl.root / "jobs" / "stray\nname.json").write_bytes(b"garbage")
+    ran = jobctl("watch", "--quiet-after", "0.2", "--exit-on-quiet")
+    assert ran.code == 0, ran.err
+    path = jobctl.root / "jobs" / "stray\\nname.json"
+    assert ran.err.splitlines() == [f"jobctl: unreadable: stray\\nname {path}: record is not valid JSON at byte 0"]
+    assert ran.lines == [f"{job} kind=test state=pending done=0 total=0 owner=-"]
+
+
+def test_watch_escapes_an_id_that_holds_a_newline_so_each_change_stays_one_line(jobctl: Jobctl) -> None:
+    """A record file another writer named ``x\\ny.json`` holds a record with that id: a listing reads it."""
+    job = jobctl.submit()
+    jobs = jobctl.root / "jobs"
+    (jobs / "x\ny.json").write_bytes((jobs / f"{job}.json").read_bytes().replace(job.encode(), b"x\\ny"))
+    ran = jobctl("watch", "--quiet-after", "0.2", "--exit-on-quiet")
+    assert ran.code == 0, ran.err
+    assert ran.lines == [
+        f"{job} kind=test state=pending done=0 total=0 owner=-",
+        "x\\ny kind=test state=pending done=0 total=0 owner=-",
+    ]

@@ -379,3 +379,33 @@ def test_a_stream_reader_that_leaves_frees_its_watch(server: Server) -> None:
         assert time.monotonic() < deadline, "the watch of a closed stream was never released"
         time.sleep(0.05)
     assert server.get("/api/jobs").status == 200
+
+
+def test_a_server_stopped_with_a_stream_open_ends_it_at_once_and_quietly(tmp_path: Path) -> None:
+    """A page left open does not hold a stopping server for its graceful timeout, nor make it print a traceback."""
+    import http.client
+
+    from webtools import start_server, stop
+
+    from jobctl import FileStore, Record
+
+    FileStore(tmp_path / "store").submit(Record(kind="k", spec={}))
+    proc, url = start_server(tmp_path / "store")
+    try:
+        with urllib.request.urlopen(url + "/api/events", timeout=30) as stream:
+            assert read_event(stream)["full"] is True
+            began = time.monotonic()
+            err = stop(proc)  # as a service manager stops it, with a page still open
+            took = time.monotonic() - began
+            try:
+                stream.read()
+                whole = True  # the server ended the stream: the chunked body is complete
+            except http.client.IncompleteRead:
+                whole = False  # cut off when the server gave up waiting for it
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == -15, err
+    assert "Traceback" not in err and "ERROR" not in err, err
+    assert whole and took < 1.5, f"the stop waited {took:.1f} s for the stream, which was cut off: {err}"

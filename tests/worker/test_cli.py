@@ -402,3 +402,19 @@ def test_claim_env_and_run_agree_on_job_checkpoint_when_there_is_none(store: Fil
     seen = invoke(root, "run", ran, "--", "sh", "-c", 'printf %s "${JOB_CHECKPOINT-unset}"').stdout
     assert line.rstrip("\n").endswith(" JOB_CHECKPOINT=null")
     assert seen == "null"  # the same JSON null, which `jq -r '.offset // 0'` reads as 0
+
+
+@pytest.mark.file_only("plants a stray file in jobs/; a database has no file names")
+def test_a_stray_record_file_whose_name_is_no_id_is_named_and_the_worker_goes_on(store: FileStore, root: Path) -> None:
+    (root / "jobs" / "stray\nname.json").write_bytes(b"garbage")  # path() refuses such an id
+    ok = submit(store, ["true"])
+    proc = subprocess.run(
+        [JOBCTL, "worker", "--drain", "--quiet", "--poll-interval", "0.05"],
+        env=process_env(root),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert store.load(ok).state == "complete"
+    assert "jobctl worker: unreadable stray" in proc.stderr, proc.stderr

@@ -124,10 +124,14 @@ def cancel_line(rec: Record) -> str:
 
 
 def watch_line(rec: Record) -> str:
-    """One visible change [JOB-N1]: everything a watcher can see of a record; ``error`` last."""
+    """One visible change [JOB-N1]: everything a watcher can see of a record; ``error`` last.
+
+    The id is escaped as the record's own text is: a file another writer named ``a\\nb.json``
+    lists a record whose id holds a newline (load() refuses such an id; a listing reads it).
+    """
     owner = word(rec.lease.owner) or "-"
     line = (
-        f"{rec.id} kind={word(rec.kind)} state={rec.state} done={rec.progress.done} total={rec.progress.total}"
+        f"{word(rec.id)} kind={word(rec.kind)} state={rec.state} done={rec.progress.done} total={rec.progress.total}"
         f" owner={owner}"
     )
     return f"{line} error={word(rec.error)}" if rec.error else line
