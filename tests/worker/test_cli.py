@@ -373,6 +373,17 @@ def test_drain_names_kinds_it_cannot_run_and_a_kind_without_handler_is_a_usage_e
     assert "no handler for kind thumb: give one with --handler thumb=CMD" in ran.stderr
 
 
+def _quiet_drain(root: Path) -> subprocess.CompletedProcess[str]:
+    """``jobctl worker --drain --quiet`` on the store at ``root``, its output kept."""
+    return subprocess.run(
+        [JOBCTL, "worker", "--drain", "--quiet", "--poll-interval", "0.05"],
+        env=process_env(root),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
 @pytest.mark.file_only("writes garbage into a record file; a database row is only ever written whole")
 def test_an_unreadable_record_is_named_once_and_its_dependents_are_blocked(store: FileStore, root: Path) -> None:
     broken = "1787202430967-a752f9a9c2c77b123ffd"
@@ -380,13 +391,7 @@ def test_an_unreadable_record_is_named_once_and_its_dependents_are_blocked(store
     path.write_bytes(b"garbage")
     waiting = submit(store, ["true"], after=[broken])
     ok = submit(store, ["true"])
-    proc = subprocess.run(
-        [JOBCTL, "worker", "--drain", "--quiet", "--poll-interval", "0.05"],
-        env=process_env(root),
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    proc = _quiet_drain(root)
     assert proc.returncode == 0, proc.stderr
     assert store.load(ok).state == "complete" and store.load(waiting).state == "pending"
     assert proc.stderr.splitlines() == [
@@ -408,13 +413,7 @@ def test_claim_env_and_run_agree_on_job_checkpoint_when_there_is_none(store: Fil
 def test_a_stray_record_file_whose_name_is_no_id_is_named_and_the_worker_goes_on(store: FileStore, root: Path) -> None:
     (root / "jobs" / "stray\nname.json").write_bytes(b"garbage")  # path() refuses such an id
     ok = submit(store, ["true"])
-    proc = subprocess.run(
-        [JOBCTL, "worker", "--drain", "--quiet", "--poll-interval", "0.05"],
-        env=process_env(root),
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    proc = _quiet_drain(root)
     assert proc.returncode == 0, proc.stderr
     assert store.load(ok).state == "complete"
     assert "jobctl worker: unreadable stray" in proc.stderr, proc.stderr
