@@ -650,7 +650,7 @@ def _reporter(state: State, quiet: bool) -> Callable[[Event], None]:
                 obj["outcome"] = _outcome_json(event.outcome)
             render.out_json(obj)
         elif not quiet or event.what in _QUIET_SHOWS:
-            _say(f"jobctl worker: {event.line()}")
+            _say(f"jobctl worker: {render.word(event.line())}")  # a kind or error another writer made: one line
 
     return report
 

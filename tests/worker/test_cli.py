@@ -417,3 +417,17 @@ def test_a_stray_record_file_whose_name_is_no_id_is_named_and_the_worker_goes_on
     assert proc.returncode == 0, proc.stderr
     assert store.load(ok).state == "complete"
     assert "jobctl worker: unreadable stray" in proc.stderr, proc.stderr
+
+
+def test_a_kind_another_writer_made_with_a_newline_stays_on_one_line_of_the_workers_output(
+    store: FileStore, root: Path
+) -> None:
+    """A worker's stderr is read line by line (journald, a log file): a record's text once split its line in two."""
+    from jobctl.record import encode
+
+    store.import_bytes(encode(Record(id="odd-kind", kind="evil\nkind", spec={})))  # as another writer may leave it
+    proc = _quiet_drain(root)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines() == [
+        "jobctl worker: unhandled kind=evil\\nkind 1 pending job(s) left: no handler for kind evil\\nkind"
+    ], proc.stderr
