@@ -28,10 +28,7 @@ def executable(argv0: str, env: Mapping[str, str], cwd: str | None) -> str:
     lookup is passed over, as a shell passes it (not found, 127).
     """
     if "/" in argv0:
-        path = os.path.join(cwd or "", argv0)
-        if os.path.isdir(path):
-            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), argv0)
-        candidates = [path]
+        candidates = [os.path.join(cwd or "", argv0)]
     else:
         candidates = [os.path.join(cwd or "", d or ".", argv0) for d in os.get_exec_path(dict(env))]
     denied = False
@@ -43,6 +40,8 @@ def executable(argv0: str, env: Mapping[str, str], cwd: str | None) -> str:
             denied = True
     if denied:
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), argv0)
+    if "/" in argv0 and os.path.isdir(candidates[0]):  # asked only once no file was found: off a start's path
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), argv0)
     raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv0)
 
 

@@ -51,9 +51,7 @@ def test_a_job_of_the_same_id_running_by_the_removal_keeps_its_files(store: File
     assert [os.path.exists(path) for path in made] == [True, True, True]
 
 
-def test_a_job_ended_again_since_the_listing_is_judged_as_it_reads_now(
-    any_store: Store, clock: Any
-) -> None:  # conftest's FakeClock
+def test_a_job_ended_again_since_the_listing_is_judged_as_it_reads_now(any_store: Store, clock: Any) -> None:
     """The record under the lock is judged, not the one listed: a job of the same id that ended just now stays."""
     store = any_store
     _ended(store, "nightly")
